@@ -1,0 +1,34 @@
+# llmguide: `make demo` sets everything up and runs the main job; `make test` runs the test suite.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test test-slow lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	# the CPU build of torch is pinned; any other spec downloads a multi-GB CUDA build
+	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e '.[all,dev]'
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/llmguide train env=crafter method=ellm llm=embedded run.name=demo total_steps=3000
+	@echo "report: runs/demo/report.md"
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+
+test: setup lint
+	$(VENV)/bin/pytest -q -m "not slow"
+
+test-slow: setup
+	$(VENV)/bin/pytest -q -m slow
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,114 @@
+"""The ``llmguide`` command line: ``llmguide <verb> [group=option ...] [key=value ...]``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from llmguide.core.config import GROUPS, group_options, load_config
+from llmguide.core.errors import ConfigError, LLMGuideError
+
+VERBS = {
+    "train": "train an agent: compose the config, validate it, run the method's pipeline into runs/<name>/",
+    "eval": "evaluate a trained run's latest checkpoint (greedy and sampled episodes) -> RUN_DIR/eval.json",
+    "report": "write report.md with PNG plots for one or more run directories (seeds are aggregated)",
+    "bench": "run a benchmark script from benchmarks/ (e.g. `llmguide bench envs`)",
+    "cache": "inspect the persistent LM cache: stats | export FILE | clear",
+    "collect": "collect an episode dataset with an exploration agent (BK data collection)",
+    "label": "label a collected dataset with the LM (BK-Code/Pref/Goal, Motif)",
+}
+
+
+def _groups_help() -> str:
+    lines = ["config groups (choose with group=option):"]
+    for group in GROUPS:
+        lines.append(f"  {group:<7} {', '.join(group_options(group))}")
+    lines.append("plain overrides: key=value, e.g. total_steps=20000 seed=3 llm.base_url=http://127.0.0.1:8000/v1")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmguide",
+        description="Reinforcement learning guided by language models.",
+        epilog=_groups_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    sub.required = True
+    for verb, text in VERBS.items():
+        p = sub.add_parser(verb, help=text, description=text, epilog=_groups_help(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        if verb in ("train", "collect", "label"):
+            p.add_argument("overrides", nargs="*", help="group=option and key=value overrides")
+            p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+        elif verb == "eval":
+            p.add_argument("run_dir", help="run directory to evaluate")
+            p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. eval.episodes=20")
+        elif verb == "report":
+            p.add_argument("run_dirs", nargs="+", help="run directories (several seeds of one or more methods)")
+            p.add_argument("--out", default=None, help="output folder (default: the first run directory)")
+        elif verb == "bench":
+            p.add_argument("name", help="benchmark script name in benchmarks/ (without .py)")
+            p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+        elif verb == "cache":
+            p.add_argument("action", choices=["stats", "export", "clear"])
+            p.add_argument("file", nargs="?", help="output file for export (JSONL)")
+            p.add_argument("--path", default=None, help="cache file (default: the llm config's cache.path)")
+    return parser
+
+
+def _run_bench(name: str, args: list[str]) -> int:
+    root = Path(os.environ.get("LLMGUIDE_ROOT", Path.cwd()))
+    script = root / "benchmarks" / f"{name}.py"
+    if not script.exists():
+        available = sorted(p.stem for p in (root / "benchmarks").glob("*.py")) if (root / "benchmarks").exists() else []
+        raise LLMGuideError(f"no benchmark '{name}' in {root / 'benchmarks'}; available: {available}")
+    return subprocess.call([sys.executable, str(script), *args])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.verb in ("train", "collect", "label"):
+            cfg = load_config(args.overrides)
+            if args.print_config:
+                from omegaconf import OmegaConf
+
+                from llmguide.core.config import redact
+
+                print(OmegaConf.to_yaml(OmegaConf.create(redact(cfg))))
+                return 0
+            from llmguide import pipelines
+
+            return pipelines.run(args.verb, cfg) or 0
+        if args.verb == "eval":
+            from llmguide.pipelines import evaluate_run
+
+            return evaluate_run(args.run_dir, args.overrides) or 0
+        if args.verb == "report":
+            from llmguide.report import write_report
+
+            path = write_report(args.run_dirs, out=args.out)
+            print(f"report: {path}")
+            return 0
+        if args.verb == "bench":
+            return _run_bench(args.name, args.args)
+        if args.verb == "cache":
+            from llmguide.llm.cache import cache_command
+
+            return cache_command(args.action, args.file, args.path) or 0
+    except ConfigError as err:
+        print(f"llmguide: {err}", file=sys.stderr)
+        return 2
+    except (LLMGuideError, FileExistsError, FileNotFoundError) as err:
+        print(f"llmguide: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

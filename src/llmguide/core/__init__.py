@@ -1,0 +1,1 @@
+"""Core layer: config, run directory, metrics, checkpoints, seeding, errors."""

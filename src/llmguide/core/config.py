@@ -1,0 +1,191 @@
+"""Hydra configuration: composition, validation before compute, secret redaction.
+
+Config groups mirror the layers (``env=``, ``method=``, ``llm=``, ``agent=``); plain
+``key=value`` overrides change values.  :func:`load_config` composes and validates, and
+raises :class:`ConfigError` naming the offending key before any compute starts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from importlib import resources
+from typing import Any
+
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from llmguide.core.errors import ConfigError
+
+GROUPS = ("env", "method", "llm", "agent")
+SECRET_KEY = re.compile(r"(api_?key|token|secret|password)$", re.IGNORECASE)
+REDACTED = "***redacted***"
+
+
+def group_options(group: str) -> list[str]:
+    """Names of the options available for one config group (the YAML files in conf/<group>)."""
+    folder = resources.files("llmguide.conf") / group
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _compose(overrides: Sequence[str]) -> DictConfig:
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="llmguide.conf", version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> ConfigError:
+    text = str(err)
+    for group in GROUPS:
+        if f"'{group}/" in text or f"In '{group}'" in text:
+            choice = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == group), "?")
+            return ConfigError(group, f"unknown option '{choice}'; choose one of {group_options(group)}")
+    match = re.search(r"Key '([^']+)' is not in struct", text) or re.search(r"override '([^']+)'", text)
+    if match:
+        key = match.group(1)
+        for o in overrides:
+            name = o.split("=", 1)[0].lstrip("+~")
+            if name.endswith(key):
+                key = name
+                break
+        return ConfigError(key, f"unknown key ({text.splitlines()[0]})")
+    return ConfigError("overrides", text.splitlines()[0])
+
+
+def load_config(overrides: Sequence[str] = ()) -> DictConfig:
+    """Compose the config from ``overrides`` and validate it; raise ConfigError naming the bad key."""
+    for o in overrides:
+        if "=" not in o:
+            raise ConfigError(o, "an override must look like key=value (e.g. env=crafter total_steps=1000)")
+    try:
+        cfg = _compose(overrides)
+        group_choices = [o for o in overrides if o.split("=", 1)[0] in GROUPS]
+        base = _compose(group_choices)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise _translate_hydra_error(err, overrides) from None
+    _check_types(cfg, base, "")
+    validate(cfg)
+    OmegaConf.set_readonly(cfg, False)
+    return cfg
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def _check_types(cfg: Any, base: Any, prefix: str) -> None:
+    """Every overridden value must have the type the shipped config declares for it."""
+    if isinstance(base, DictConfig):
+        for key in base.keys():
+            path = f"{prefix}{key}"
+            if not isinstance(cfg, DictConfig) or key not in cfg:
+                continue
+            _check_types(cfg[key], base[key], path + ".")
+        return
+    path = prefix.rstrip(".")
+    if base is None or cfg is None or isinstance(base, ListConfig):
+        return
+    if isinstance(base, bool):
+        ok = isinstance(cfg, bool)
+    elif isinstance(base, int):
+        ok = isinstance(cfg, int) and not isinstance(cfg, bool)
+    elif isinstance(base, float):
+        ok = isinstance(cfg, int | float) and not isinstance(cfg, bool)
+    elif isinstance(base, str):
+        ok = isinstance(cfg, str)
+    else:
+        ok = True
+    if not ok:
+        raise ConfigError(path, f"expected {_type_name(base)}, got {cfg!r} ({_type_name(cfg)})")
+
+
+# --- value rules -------------------------------------------------------------------------
+Rule = Callable[[Any], str | None]
+
+
+def positive(value: Any) -> str | None:
+    return None if value is not None and value > 0 else f"must be > 0, got {value!r}"
+
+
+def non_negative(value: Any) -> str | None:
+    return None if value is not None and value >= 0 else f"must be >= 0, got {value!r}"
+
+
+def in_range(low: float, high: float) -> Rule:
+    def rule(value: Any) -> str | None:
+        return None if low <= value <= high else f"must be in [{low}, {high}], got {value!r}"
+
+    return rule
+
+
+def one_of(*choices: Any) -> Rule:
+    def rule(value: Any) -> str | None:
+        return None if value in choices else f"must be one of {list(choices)}, got {value!r}"
+
+    return rule
+
+
+# Rules keyed by dotted path.  Modules add their own with :func:`register_rule`.
+RULES: dict[str, Rule] = {
+    "total_steps": positive,
+    "num_envs": positive,
+    "seed": non_negative,
+    "checkpoint_every": non_negative,
+    "log_every": positive,
+    "eval.episodes": non_negative,
+    "agent.lr": positive,
+    "agent.gamma": in_range(0.0, 1.0),
+    "agent.gae_lambda": in_range(0.0, 1.0),
+    "agent.clip_coef": positive,
+    "agent.num_steps": positive,
+    "agent.num_minibatches": positive,
+    "agent.update_epochs": positive,
+    "llm.temperature": non_negative,
+    "llm.max_tokens": positive,
+    "llm.concurrency": positive,
+    "llm.timeout": positive,
+    "method.intrinsic_coef": non_negative,
+    "method.extrinsic_coef": non_negative,
+}
+
+
+def register_rule(key: str, rule: Rule) -> None:
+    """Add a validation rule for a dotted config key."""
+    RULES[key] = rule
+
+
+def validate(cfg: DictConfig) -> None:
+    """Apply the value rules; raise ConfigError naming the first bad key."""
+    for key, rule in RULES.items():
+        value = OmegaConf.select(cfg, key, default=_MISSING)
+        if value is _MISSING:
+            continue
+        problem = rule(value)
+        if problem:
+            raise ConfigError(key, problem)
+    for key in ("env.name", "method.name", "llm.backend", "agent.name"):
+        if OmegaConf.select(cfg, key, default=None) in (None, ""):
+            raise ConfigError(key, "is required")
+
+
+_MISSING = object()
+
+
+def redact(cfg: DictConfig | dict) -> dict:
+    """Plain-dict copy of ``cfg`` with every secret-looking value replaced by a marker."""
+    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: (REDACTED if SECRET_KEY.search(str(k)) and v not in (None, "") else walk(v))
+                for k, v in node.items()
+            }
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(data)

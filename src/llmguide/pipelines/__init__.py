@@ -1,0 +1,48 @@
+"""Pipelines: one per paper method, composing envs, LM, rewards and learners.
+
+``run(verb, cfg)`` dispatches on ``cfg.method.name``.  Each entry names a function
+``fn(cfg) -> int | None`` imported lazily, so a method's heavy dependencies load only when used.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from omegaconf import DictConfig
+
+from llmguide.core.errors import ConfigError
+
+# method.name -> {verb: "module:function"}
+PIPELINES: dict[str, dict[str, str]] = {
+    "none": {"train": "llmguide.pipelines.standard:train"},
+    "rnd": {"train": "llmguide.pipelines.standard:train"},
+    "noveld": {"train": "llmguide.pipelines.standard:train"},
+    "icm": {"train": "llmguide.pipelines.standard:train"},
+    "apt": {"train": "llmguide.pipelines.standard:train"},
+}
+
+
+def register(method: str, verb: str, target: str) -> None:
+    """Register ``module:function`` as the handler of ``llmguide <verb> method=<method>``."""
+    PIPELINES.setdefault(method, {})[verb] = target
+
+
+def _resolve(target: str):
+    module, _, func = target.partition(":")
+    return getattr(import_module(module), func)
+
+
+def run(verb: str, cfg: DictConfig) -> int | None:
+    """Run ``verb`` (train / collect / label) for the configured method."""
+    method = cfg.method.name
+    handlers = PIPELINES.get(method)
+    if handlers is None:
+        raise ConfigError("method.name", f"no pipeline for method '{method}'; known: {sorted(PIPELINES)}")
+    if verb not in handlers:
+        raise ConfigError("method", f"method '{method}' has no '{verb}' step; it supports {sorted(handlers)}")
+    return _resolve(handlers[verb])(cfg)
+
+
+def evaluate_run(run_dir: str, overrides: list[str]) -> int | None:
+    """``llmguide eval RUN_DIR``: evaluate the run's latest checkpoint."""
+    return _resolve("llmguide.pipelines.standard:evaluate")(run_dir, overrides)

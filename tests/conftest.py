@@ -1,0 +1,86 @@
+"""Shared fixtures: a real OpenAI-compatible llama.cpp server on loopback, temp run dirs."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LlamaServer:
+    """A ``python -m llama_cpp.server`` process serving the embedded Gemma model on 127.0.0.1."""
+
+    port: int
+    model_alias: str = "gemma-3-270m"
+    process: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, timeout: float = 120.0) -> None:
+        from llmguide.llm.assets import embedded_gguf_path
+
+        log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"llama_server_{self.port}.log", "ab")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf_path()),
+             "--model_alias", self.model_alias, "--host", "127.0.0.1", "--port", str(self.port),
+             "--n_ctx", "2048", "--n_threads", "2", "--logits_all", "true"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited with {self.process.returncode}; see {log.name}")
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/models", timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError("llama_cpp.server did not come up in time")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+        self.process = None
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Iterator[LlamaServer]:
+    """One real server for the whole test session (restart it with .stop()/.start() in a test)."""
+    server = LlamaServer(port=free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fresh_llama_server() -> Iterator[LlamaServer]:
+    """A server owned by one test, free to be killed and restarted."""
+    server = LlamaServer(port=free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home_cache(tmp_path_factory, monkeypatch):
+    """Keep LM caches of tests out of the user's ~/.cache/llmguide (model files stay shared)."""
+    monkeypatch.setenv("LLMGUIDE_CACHE_DIR", str(tmp_path_factory.mktemp("llmguide_cache")))
