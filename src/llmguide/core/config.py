@@ -7,9 +7,11 @@ raises :class:`ConfigError` naming the offending key before any compute starts.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_module
@@ -38,7 +40,7 @@ def _compose(overrides: Sequence[str]) -> DictConfig:
 
 
 def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> ConfigError:
-    text = str(err)
+    text = str(err) or str(err.__cause__ or "") or type(err).__name__
     for group in GROUPS:
         if f"'{group}/" in text or f"In '{group}'" in text:
             choice = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == group), "?")
@@ -52,7 +54,7 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> ConfigEr
                 key = name
                 break
         return ConfigError(key, f"unknown key ({text.splitlines()[0]})")
-    return ConfigError("overrides", text.splitlines()[0])
+    return ConfigError("overrides", (text.splitlines() or [type(err).__name__])[0])
 
 
 def load_config(overrides: Sequence[str] = ()) -> DictConfig:
@@ -189,3 +191,8 @@ def redact(cfg: DictConfig | dict) -> dict:
         return node
 
     return walk(data)
+
+
+def default_cache_dir() -> Path:
+    """``$LLMGUIDE_CACHE_DIR`` or ``~/.cache/llmguide``: where LM caches live by default."""
+    return Path(os.environ.get("LLMGUIDE_CACHE_DIR") or Path.home() / ".cache" / "llmguide").expanduser()
