@@ -1,0 +1,53 @@
+"""The command line: help lists groups and options; bad configs exit non-zero with the key named."""
+
+import subprocess
+import sys
+
+from llmguide.cli import VERBS, main
+from llmguide.core.config import GROUPS, group_options
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llmguide.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_verbs_groups_and_options():
+    out = run_cli("--help")
+    assert out.returncode == 0
+    for verb in VERBS:
+        assert verb in out.stdout
+    for group in GROUPS:
+        assert f"  {group}" in out.stdout
+        for option in group_options(group):
+            assert option in out.stdout
+
+
+def test_per_verb_help_lists_groups():
+    out = run_cli("train", "--help")
+    assert out.returncode == 0
+    assert "env" in out.stdout and "crafter" in out.stdout and "method" in out.stdout
+
+
+def test_bad_key_exits_with_message_naming_it(capsys):
+    assert main(["train", "agent.gamma=7"]) == 2
+    err = capsys.readouterr().err
+    assert "agent.gamma" in err
+    assert "Traceback" not in err
+
+
+def test_unknown_group_option_lists_choices(capsys):
+    assert main(["train", "llm=gpt5"]) == 2
+    err = capsys.readouterr().err
+    assert "llm" in err and "embedded" in err and "http" in err
+
+
+def test_print_config_redacts_appended_secret(capsys):
+    assert main(["train", "--print-config", "llm=http", "+llm.api_key=sk-should-not-appear"]) == 0
+    out = capsys.readouterr().out
+    assert "sk-should-not-appear" not in out
+    assert "api_key_env: OPENAI_API_KEY" in out
+
+
+def test_bench_unknown_name_is_a_clear_error(capsys):
+    assert main(["bench", "does_not_exist"]) == 1
+    assert "does_not_exist" in capsys.readouterr().err
