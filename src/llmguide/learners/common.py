@@ -1,0 +1,166 @@
+"""Pieces shared by the learners: infos per env, episode bookkeeping, reward mixing, RNG state."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from llmguide.rewards.base import RewardModule, TransitionBatch
+
+log = logging.getLogger(__name__)
+
+
+def cfg_get(cfg: Any, key: str, default: Any) -> Any:
+    """``cfg.key`` for DictConfig / dict / namespace configs, ``default`` when absent or null."""
+    value = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
+    return default if value is None and default is not None else value
+
+
+def _take(value: Any, mask: Any, i: int) -> tuple[bool, Any]:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k.startswith("_"):
+                continue
+            ok, item = _take(v, value.get(f"_{k}"), i)
+            if ok:
+                out[k] = item
+        return True, out
+    if mask is not None and not bool(np.asarray(mask)[i]):
+        return False, None
+    item = value[i]
+    return True, item.item() if isinstance(item, np.generic) else item
+
+
+def generic_split_infos(infos: dict, num_envs: int) -> list[dict]:
+    """Per-env transition infos of a SAME_STEP vector env (a finished env's info is its final_info)."""
+    out = []
+    final = infos.get("final_info") if isinstance(infos.get("final_info"), dict) else None
+    for i in range(num_envs):
+        if final is not None and "_final_info" in infos and bool(infos["_final_info"][i]):
+            _, info = _take(final, None, i)
+        else:
+            _, info = _take({k: v for k, v in infos.items() if k not in ("final_info", "final_obs")}, None, i)
+        info.setdefault("caption", "")
+        info.setdefault("events", [])
+        info.setdefault("mission", "")
+        out.append(info)
+    return out
+
+
+def split_infos(infos: dict, num_envs: int) -> list[dict]:
+    """``llmguide.envs.split_infos`` when available, else the generic splitter above."""
+    try:
+        from llmguide.envs import split_infos as env_split_infos
+    except ImportError:
+        return generic_split_infos(infos, num_envs)
+    return env_split_infos(infos, num_envs)
+
+
+def true_next_obs(next_obs: dict[str, np.ndarray], infos: dict, dones: np.ndarray) -> dict[str, np.ndarray]:
+    """The observation each transition really led to: ``final_obs`` where an env just finished."""
+    if not dones.any() or "final_obs" not in infos:
+        return next_obs
+    real = {k: np.array(v, copy=True) for k, v in next_obs.items()}
+    mask = infos.get("_final_obs", dones)
+    for i in np.flatnonzero(mask):
+        for k in real:
+            real[k][i] = infos["final_obs"][i][k]
+    return real
+
+
+class EpisodeTracker:
+    """Running return/length per env; on episode end, a record with Crafter achievements / success."""
+
+    def __init__(self, num_envs: int):
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def step(self, rewards: np.ndarray, dones: np.ndarray, env_infos: Sequence[dict]) -> list[dict[str, Any]]:
+        self.returns += rewards
+        self.lengths += 1
+        finished = []
+        for i in np.flatnonzero(dones):
+            record: dict[str, Any] = {
+                "charts/episodic_return": float(self.returns[i]),
+                "charts/episodic_length": int(self.lengths[i]),
+            }
+            record.update(episode_info_metrics(env_infos[i] if i < len(env_infos) else {}))
+            finished.append(record)
+            self.returns[i] = 0.0
+            self.lengths[i] = 0
+        return finished
+
+
+def episode_info_metrics(info: dict) -> dict[str, Any]:
+    """``achievements/<name>`` (1 if unlocked this episode) and ``charts/success`` from a final info."""
+    out: dict[str, Any] = {}
+    achievements = info.get("achievements")
+    if isinstance(achievements, dict):
+        unlocked = 0
+        for name, count in achievements.items():
+            got = float(np.asarray(count).item() > 0)
+            out[f"achievements/{name}"] = got
+            unlocked += int(got)
+        out["charts/achievements_per_episode"] = unlocked
+    if "success" in info:
+        out["charts/success"] = float(bool(np.asarray(info["success"]).item()))
+    return out
+
+
+def mix_rewards(
+    batch: TransitionBatch, modules: Sequence[tuple[float, RewardModule]], counters: dict[str, int]
+) -> tuple[np.ndarray, dict[str, float]]:
+    """``sum(coef_i * module_i.compute(batch))`` (T, N); non-finite values become 0 and are counted."""
+    total = np.zeros_like(batch.rewards, dtype=np.float32)
+    metrics: dict[str, float] = {}
+    for coef, module in modules:
+        r = np.asarray(module.compute(batch), dtype=np.float32)
+        if r.shape != batch.rewards.shape:
+            raise ValueError(f"reward module '{module.name}' returned shape {r.shape}, "
+                             f"expected {batch.rewards.shape} (T, N)")
+        bad = ~np.isfinite(r)
+        if bad.any():
+            key = f"reward/{module.name}/nonfinite"
+            counters[key] = counters.get(key, 0) + int(bad.sum())
+            log.warning("reward module %s returned %d non-finite rewards; replaced by 0 (total %d)",
+                        module.name, int(bad.sum()), counters[key])
+            r = np.where(bad, 0.0, r).astype(np.float32)
+            metrics[key] = counters[key]
+        metrics[f"charts/intrinsic_reward/{module.name}"] = float(r.mean())
+        total += coef * r
+    return total, metrics
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def modules_state(modules: Sequence[tuple[float, RewardModule]]) -> list[dict[str, Any]]:
+    return [{"name": m.name, "coef": float(c), "state": m.state_dict()} for c, m in modules]
+
+
+def load_modules_state(modules: Sequence[tuple[float, RewardModule]], states: list[dict[str, Any]]) -> None:
+    """Restore reward-module states; the module list must match the checkpoint's (names, order)."""
+    names = [m.name for _, m in modules]
+    saved = [s["name"] for s in states]
+    if names != saved:
+        raise ValueError(f"checkpoint holds reward modules {saved}, but this run built {names}")
+    for (_, module), s in zip(modules, states, strict=True):
+        module.load_state_dict(s["state"])
+
+
+def stack_obs(steps: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """List over T of dict (N, ...) → dict of (T, N, ...)."""
+    return {k: np.stack([s[k] for s in steps]) for k in steps[0]}

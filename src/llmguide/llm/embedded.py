@@ -1,0 +1,188 @@
+"""Embedded default backend: Gemma 3 270M (GGUF Q4_K_M from PyPI) run in-process by llama-cpp-python.
+
+No key, no server, no download.  ``score`` evaluates each context once in llama.cpp's KV cache and
+then, per candidate, only ``[last context token] + candidate tokens``.
+
+Tokenisation boundary: the context is tokenised on its own (with BOS) and every candidate on its own
+(no BOS), and the two token lists are concatenated.  The context prefix is therefore identical for all
+candidates, and a candidate's tokens never depend on the context.  Gemma's tokenizer adds no dummy
+prefix, so put the separating space in the candidate (context ``"Action:"``, candidate ``" go forward"``);
+for such boundaries the concatenation equals the joint tokenisation of ``context + candidate``
+(tested), which is what an HTTP server scores.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from llmguide.llm.base import Completion, LanguageModel
+
+
+def _log_softmax_gather(logits: np.ndarray, targets: Sequence[int]) -> np.ndarray:
+    """Log-probability of ``targets[t]`` under the row ``logits[t]`` (float64, over the whole vocabulary)."""
+    rows = logits.astype(np.float64)
+    peak = rows.max(axis=1, keepdims=True)
+    log_z = peak[:, 0] + np.log(np.exp(rows - peak).sum(axis=1))
+    return rows[np.arange(len(targets)), list(targets)] - log_z
+
+
+class EmbeddedLM(LanguageModel):
+    """In-process llama.cpp model (default: the embedded Gemma 3 270M GGUF).  Thread-safe."""
+
+    backend = "embedded"
+
+    def __init__(self, model_path: str | Path | None = None, n_ctx: int = 2048, n_threads: int = 2, seed: int = 0):
+        import llama_cpp
+
+        from llmguide.llm.assets import embedded_gguf_path
+
+        path = Path(model_path).expanduser() if model_path else embedded_gguf_path()
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF model not found: {path}")
+        self.model_path = path
+        self.model_id = path.stem
+        self.seed = seed
+        self._lock = threading.Lock()
+        self._llm = llama_cpp.Llama(
+            model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, seed=seed, verbose=False, logits_all=False
+        )
+        self.n_ctx = n_ctx
+        self.n_vocab = self._llm.n_vocab()
+
+    def __repr__(self) -> str:
+        return f"EmbeddedLM(model_path={str(self.model_path)!r}, n_ctx={self.n_ctx})"
+
+    # --- tokens ------------------------------------------------------------------------------
+    def tokenize(self, text: str, *, bos: bool) -> list[int]:
+        """Token ids of ``text`` (with the BOS token when ``bos``)."""
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=bos)
+
+    # --- generation ----------------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        max_tokens: int = 48,
+        temperature: float = 0.0,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[Completion]:
+        """One completion per prompt (greedy at ``temperature=0``)."""
+        out = []
+        for prompt in prompts:
+            with self._lock:
+                self._llm._requires_eval = True   # logits may come from a scoring batch: re-decode one token
+                res = self._llm.create_completion(
+                    prompt, max_tokens=max_tokens, temperature=temperature,
+                    stop=list(stop) if stop else None, seed=self.seed if seed is None else seed,
+                )
+            choice, usage = res["choices"][0], res["usage"]
+            out.append(Completion(
+                text=choice["text"], prompt_tokens=usage["prompt_tokens"],
+                completion_tokens=usage["completion_tokens"], finish_reason=choice["finish_reason"],
+            ))
+        return out
+
+    # --- scoring -------------------------------------------------------------------------------
+    def _keep_prefix(self, tokens: Sequence[int]) -> None:
+        """Make the KV cache hold exactly ``tokens``, reusing the longest prefix already evaluated."""
+        llm = self._llm
+        common = 0
+        for a, b in zip(llm.input_ids[: llm.n_tokens], tokens, strict=False):
+            if a != b:
+                break
+            common += 1
+        if common < llm.n_tokens and not llm._ctx.kv_cache_seq_rm(-1, common, -1):
+            llm.reset()
+            common = 0
+        llm.n_tokens = common
+        if common < len(tokens):
+            llm.eval(list(tokens[common:]))
+
+    def _decode_all_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """Append ``tokens`` to the KV cache and return the logits at every one of their positions."""
+        llm = self._llm
+        llm._ctx.kv_cache_seq_rm(-1, llm.n_tokens, -1)
+        rows = []
+        for i in range(0, len(tokens), llm.n_batch):
+            chunk = list(tokens[i : i + llm.n_batch])
+            llm._batch.set_batch(batch=chunk, n_past=llm.n_tokens, logits_all=True)
+            llm._ctx.decode(llm._batch)
+            logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(chunk) * self.n_vocab,))
+            rows.append(logits.reshape(len(chunk), self.n_vocab).copy())
+            llm.input_ids[llm.n_tokens : llm.n_tokens + len(chunk)] = chunk
+            llm.n_tokens += len(chunk)
+        llm._requires_eval = True
+        return np.concatenate(rows)
+
+    def _check_length(self, n_context: int, n_candidate: int) -> None:
+        if n_context + n_candidate > self.n_ctx:
+            raise ValueError(
+                f"context ({n_context} tokens) + candidate ({n_candidate} tokens) exceed n_ctx={self.n_ctx}"
+            )
+
+    def score(
+        self,
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]],
+        *,
+        normalize: bool = False,
+    ) -> list[list[float]]:
+        """Summed candidate token log-probs given each context; the context is evaluated once."""
+        if len(contexts) != len(candidates):
+            raise ValueError(f"{len(contexts)} contexts but {len(candidates)} candidate lists")
+        results = []
+        for context, cands in zip(contexts, candidates, strict=True):
+            ctx_tokens = self.tokenize(context, bos=True)
+            cand_tokens = [self.tokenize(c, bos=False) for c in cands]
+            row = []
+            with self._lock:
+                for toks in cand_tokens:
+                    if not toks:
+                        row.append(0.0)
+                        continue
+                    self._check_length(len(ctx_tokens), len(toks))
+                    self._keep_prefix(ctx_tokens[:-1])
+                    logits = self._decode_all_logits([ctx_tokens[-1], *toks[:-1]])
+                    total = float(_log_softmax_gather(logits, toks).sum())
+                    row.append(total / len(toks) if normalize else total)
+            results.append(row)
+        return results
+
+    def naive_score(
+        self,
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]],
+        *,
+        normalize: bool = False,
+    ) -> list[list[float]]:
+        """Reference scorer: one full forward of ``context + candidate`` tokens per candidate, no reuse."""
+        results = []
+        for context, cands in zip(contexts, candidates, strict=True):
+            ctx_tokens = self.tokenize(context, bos=True)
+            row = []
+            for cand in cands:
+                toks = self.tokenize(cand, bos=False)
+                if not toks:
+                    row.append(0.0)
+                    continue
+                self._check_length(len(ctx_tokens), len(toks))
+                with self._lock:
+                    self._llm.reset()
+                    self._llm._ctx.kv_cache_clear()
+                    logits = self._decode_all_logits([*ctx_tokens, *toks[:-1]])
+                total = float(_log_softmax_gather(logits[len(ctx_tokens) - 1 :], toks).sum())
+                row.append(total / len(toks) if normalize else total)
+            results.append(row)
+        return results
+
+    def close(self) -> None:
+        """Free the llama.cpp model."""
+        with self._lock:
+            if self._llm is not None:
+                self._llm.close()
+                self._llm = None  # type: ignore[assignment]

@@ -1,0 +1,438 @@
+"""ELLM (Du, Watkins et al. 2023): LM-suggested goals and the goal-achievement reward.
+
+Two parts, usable separately:
+
+* :class:`GoalSuggester` keeps, for each parallel env, the goals suggested for its current state.
+  Modes: ``generate`` (few-shot bullet prompt, parsed robustly), ``score`` (closed vocabulary:
+  rank the env's goal vocabulary by LM log-likelihood given the caption, keep the top-k),
+  ``oracle`` (the env family's ground-truth oracle) and ``all_goals`` (every vocabulary goal:
+  the novelty baseline).  The LM is asked only when the *state signature* (visible objects,
+  inventory item names, vitals) changes, through the asynchronous :class:`LLMService`; answers
+  are memoised per signature.  It never blocks: until an answer arrives the env keeps its last
+  known suggestions (counted as ``stale``) or none.
+* :class:`ELLMReward` pays when an event of the transition (``info["events"]``, e.g. "collect
+  wood", computed by the env from real state changes) matches a goal suggested for the state
+  *before* the action (``info["ellm_goals"]``): cosine of sentence embeddings >= threshold, or
+  exact match.  Each goal pays at most once per episode; the reward is 1 or the cosine.
+
+Suggestion quality is graded against the oracle when an answer arrives (for the state it was
+asked about): each suggested goal counts as good / ill-timed / impossible; a response that
+does not parse counts as one unparseable unit.  Free-form goals are graded through the nearest
+vocabulary goal when its cosine reaches the match threshold, otherwise they are impossible.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from llmguide.rewards.base import RewardModule, TransitionBatch
+
+log = logging.getLogger(__name__)
+
+SUGGESTERS = ("generate", "score", "oracle", "all_goals")
+GRADES = ("good", "ill-timed", "impossible", "unparseable")
+
+
+# --- state signature -----------------------------------------------------------------------
+_SENTENCE = re.compile(r"you (see|face|have|feel)\s+([^.]*)\.?", re.IGNORECASE)
+_COUNT = re.compile(r"^\d+\s+")
+
+
+def _split_list(text: str) -> list[str]:
+    parts = re.split(r",\s*|\s+and\s+", text.strip())
+    return [p.strip().lower() for p in parts if p.strip() and p.strip().lower() != "nothing"]
+
+
+@dataclass(frozen=True)
+class StateSignature:
+    """What the goal suggestions depend on: visible objects, inventory item names, vitals."""
+
+    objects: tuple[str, ...] = ()
+    inventory: tuple[str, ...] = ()
+    vitals: tuple[str, ...] = ()
+    raw: str = ""  # normalised caption, only when it did not parse into the fields above
+
+    def caption(self) -> str:
+        """A canonical caption of the signature (the same signature gives the same prompt)."""
+        if self.raw:
+            return self.raw
+        parts = [f"You see {', '.join(self.objects)}." if self.objects else "You see nothing special."]
+        if self.inventory:
+            parts.append(f"You have {', '.join(self.inventory)}.")
+        if self.vitals:
+            parts.append(f"You feel {', '.join(self.vitals)}.")
+        return " ".join(parts)
+
+
+def state_signature(caption: str) -> StateSignature:
+    """Parse an env caption ("You see tree, cow. You face tree. You have 2 wood. You feel thirsty.").
+
+    Counts and the faced object are dropped so that the signature changes only when the set of
+    visible objects, owned items or vitals does.  A caption in another format falls back to the
+    lower-cased caption with digits removed.
+    """
+    fields: dict[str, list[str]] = {"see": [], "have": [], "feel": []}
+    found = False
+    for verb, body in _SENTENCE.findall(caption or ""):
+        verb = verb.lower()
+        if verb == "face":
+            found = True
+            continue
+        found = True
+        items = _split_list(body)
+        if verb == "have":
+            items = [_COUNT.sub("", i) for i in items]
+        fields[verb].extend(items)
+    if not found:
+        raw = re.sub(r"\d+", "", (caption or "").lower())
+        return StateSignature(raw=" ".join(raw.split()))
+    return StateSignature(
+        objects=tuple(sorted(set(fields["see"]))),
+        inventory=tuple(sorted(set(fields["have"]))),
+        vitals=tuple(sorted(set(fields["feel"]))),
+    )
+
+
+# --- suggestion statistics -----------------------------------------------------------------
+@dataclass
+class SuggestionStats:
+    """Counters of the suggester (requests, memo hits, fallbacks) and suggestion quality."""
+
+    requests: int = 0        # signature changes that needed suggestions
+    memo_hits: int = 0       # answered from the in-process memo (no LM request)
+    submitted: int = 0       # requests sent to the LM service
+    answered: int = 0        # answers received
+    fallbacks: int = 0       # failed answers (server down, budget, exception): counted, retried later
+    stale_steps: int = 0     # env-steps that used stale suggestions while waiting for an answer
+    pending_steps: int = 0   # env-steps with an LM answer outstanding
+    grades: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GRADES, 0))
+
+    def quality(self) -> dict[str, float]:
+        """Fractions of suggestion units per grade (they sum to 1 when any unit was graded)."""
+        total = sum(self.grades.values())
+        return {g: (self.grades[g] / total if total else 0.0) for g in GRADES}
+
+
+# --- goal suggester ------------------------------------------------------------------------
+class GoalSuggester:
+    """Per-env goal suggestions from an LM (through an async service), the oracle or all goals.
+
+    ``observe(i, info)`` is called with the info of env ``i``'s current state (after reset or
+    after a step); ``poll()`` collects finished LM answers; ``goals(i)`` returns the current
+    suggestions.  Nothing here waits on the LM.
+    """
+
+    def __init__(
+        self,
+        mode: str,
+        num_envs: int,
+        vocabulary: Sequence[str],
+        oracle: Any = None,
+        service: Any = None,
+        template: Any = None,
+        top_k: int = 5,
+        max_tokens: int = 48,
+        temperature: float = 0.0,
+        normalize_scores: bool = True,
+        grade_map: Callable[[str], str | None] | None = None,
+        memo_size: int = 100_000,
+        parse_stats: Any = None,
+    ):
+        if mode not in SUGGESTERS:
+            raise ValueError(f"suggester mode must be one of {SUGGESTERS}, got {mode!r}")
+        if mode in ("generate", "score") and (service is None or template is None):
+            raise ValueError(f"suggester mode {mode!r} needs an LM service and a prompt template")
+        if mode == "oracle" and oracle is None:
+            raise ValueError("suggester mode 'oracle' needs the env family's oracle")
+        self.mode = mode
+        self.num_envs = num_envs
+        self.vocabulary = list(vocabulary)
+        self.oracle = oracle
+        self.service = service
+        self.template = template
+        self.top_k = top_k
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.normalize_scores = normalize_scores
+        self.grade_map = grade_map or (lambda g: g if g in self.vocabulary else None)
+        self.memo_size = memo_size
+        self.parse_stats = parse_stats
+        self.stats = SuggestionStats()
+        self._memo: OrderedDict[StateSignature, list[str]] = OrderedDict()
+        self._inflight: dict[StateSignature, tuple[Future, dict]] = {}
+        self._sig: list[StateSignature | None] = [None] * num_envs
+        self._goals: list[list[str]] = [[] for _ in range(num_envs)]
+        self._fresh: list[bool] = [True] * num_envs
+
+    # -- public --------------------------------------------------------------------------
+    def observe(self, i: int, info: dict) -> None:
+        """Env ``i`` is now in the state described by ``info``; refresh its suggestions if needed."""
+        if self.mode == "oracle":
+            self._goals[i] = list(self.oracle.suggest(info))
+            self._fresh[i] = True
+            return
+        if self.mode == "all_goals":
+            self._goals[i] = list(self.vocabulary)
+            self._fresh[i] = True
+            return
+        sig = state_signature(str(info.get("caption", "")))
+        if sig == self._sig[i]:
+            return
+        self._sig[i] = sig
+        self.stats.requests += 1
+        if sig in self._memo:
+            self._memo.move_to_end(sig)
+            self.stats.memo_hits += 1
+            self._goals[i] = list(self._memo[sig])
+            self._fresh[i] = True
+            return
+        self._fresh[i] = False  # keep the last known goals until the answer arrives
+        if sig not in self._inflight:
+            self._inflight[sig] = (self._submit(sig), _grading_info(info))
+            self.stats.submitted += 1
+
+    def poll(self) -> int:
+        """Collect finished LM answers without waiting; return how many arrived."""
+        arrived = 0
+        for sig, (future, info) in list(self._inflight.items()):
+            if not future.done():
+                continue
+            del self._inflight[sig]
+            arrived += 1
+            goals = self._answer(future, info)
+            if goals is None:
+                continue
+            self._memo[sig] = goals
+            if len(self._memo) > self.memo_size:
+                self._memo.popitem(last=False)
+        for i in range(self.num_envs):
+            sig = self._sig[i]
+            if not self._fresh[i] and sig in self._memo:
+                self._goals[i] = list(self._memo[sig])
+                self._fresh[i] = True
+            elif not self._fresh[i]:
+                self.stats.pending_steps += 1
+                if sig not in self._inflight:  # the request failed: ask again on this state
+                    self._inflight[sig] = (self._submit(sig), {})
+                    self.stats.submitted += 1
+                if self._goals[i]:
+                    self.stats.stale_steps += 1
+        return arrived
+
+    def goals(self, i: int) -> list[str]:
+        """Current suggestions of env ``i`` (possibly stale while an answer is outstanding)."""
+        return list(self._goals[i])
+
+    def reset_env(self, i: int) -> None:
+        """Forget env ``i``'s suggestions (a new episode starts; the memo is kept)."""
+        self._sig[i] = None
+        self._goals[i] = []
+        self._fresh[i] = True
+
+    def pending(self) -> int:
+        return len(self._inflight)
+
+    def metrics(self) -> dict[str, float]:
+        s = self.stats
+        quality = s.quality()
+        return {
+            "ellm/requests": s.requests,
+            "ellm/memo_hits": s.memo_hits,
+            "ellm/submitted": s.submitted,
+            "ellm/answered": s.answered,
+            "ellm/fallbacks": s.fallbacks,
+            "ellm/stale_steps": s.stale_steps,
+            "ellm/pending_steps": s.pending_steps,
+            "ellm/pending": self.pending(),
+            "ellm/good": quality["good"],
+            "ellm/ill_timed": quality["ill-timed"],
+            "ellm/impossible": quality["impossible"],
+            "ellm/unparseable": quality["unparseable"],
+            "ellm/graded": sum(s.grades.values()),
+        }
+
+    def close(self, wait: bool = False) -> None:
+        """Drop outstanding requests (optionally wait for them)."""
+        if wait:
+            for future, _ in self._inflight.values():
+                future.exception()
+            self.poll()
+        self._inflight.clear()
+
+    # -- internals -----------------------------------------------------------------------
+    def _submit(self, sig: StateSignature) -> Future:
+        if self.mode == "generate":
+            prompt = self.template.render(caption=sig.caption())
+            return self.service.submit_generate(
+                prompt, max_tokens=self.max_tokens, temperature=self.temperature, stop=["\n\n"]
+            )
+        context = self.template.render(caption=sig.caption())
+        sep = "" if context.endswith((" ", "\n")) else " "
+        return self.service.submit_score(context, [sep + g for g in self.vocabulary], normalize=self.normalize_scores)
+
+    def _answer(self, future: Future, info: dict) -> list[str] | None:
+        """Goals from a finished future, or None (counted fallback) when it failed."""
+        try:
+            result = future.result(timeout=0)
+        except Exception as err:  # noqa: BLE001 - an LM failure must never reach the learner
+            self.stats.fallbacks += 1
+            log.warning("LM suggestion request failed (%s); will ask again", err)
+            return None
+        if self.mode == "generate":
+            if getattr(result, "error", None):
+                self.stats.fallbacks += 1
+                return None
+            goals = self._parse(getattr(result, "text", ""))
+        else:
+            if result is None or any(s is None for s in result):
+                self.stats.fallbacks += 1
+                return None
+            order = np.argsort(-np.asarray(result, dtype=np.float64), kind="stable")
+            goals = [self.vocabulary[j] for j in order[: self.top_k]]
+        self.stats.answered += 1
+        if info:
+            self._grade(goals, info)
+        return goals
+
+    def _parse(self, text: str) -> list[str]:
+        from llmguide.llm.parsing import ParseStats, parse_bullets
+
+        if self.parse_stats is None:
+            self.parse_stats = ParseStats()
+        return [g for g in parse_bullets(text, self.parse_stats) if g][: max(self.top_k, 1) * 2]
+
+    def _grade(self, goals: list[str], info: dict) -> None:
+        if not goals:
+            self.stats.grades["unparseable"] += 1
+            return
+        if self.oracle is None:
+            return
+        for goal in goals:
+            canonical = self.grade_map(goal)
+            grade = "impossible" if canonical is None else self.oracle.grade(canonical, info)
+            self.stats.grades[grade if grade in GRADES else "impossible"] += 1
+
+
+def _grading_info(info: dict) -> dict:
+    """A shallow copy of the info needed to grade suggestions later (the env moves on)."""
+    return {k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v) for k, v in info.items()}
+
+
+# --- goal matcher and reward ---------------------------------------------------------------
+class GoalMatcher:
+    """Similarity between event captions and goals: embedding cosine (cached) or exact match."""
+
+    def __init__(self, embedder: Any = None, match: str = "cosine"):
+        if match not in ("cosine", "exact"):
+            raise ValueError(f"match must be 'cosine' or 'exact', got {match!r}")
+        if match == "cosine" and embedder is None:
+            raise ValueError("cosine matching needs a sentence embedder")
+        self.embedder = embedder
+        self.match = match
+        self._cache: dict[str, np.ndarray] = {}
+
+    @staticmethod
+    def normalise(text: str) -> str:
+        return " ".join(re.sub(r"[^a-z0-9 ]", " ", text.lower()).split())
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if missing:
+            for text, vec in zip(missing, self.embedder.embed(list(missing)), strict=True):
+                self._cache[text] = np.asarray(vec, dtype=np.float32)
+        return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 0), np.float32)
+
+    def similarity(self, events: Sequence[str], goals: Sequence[str]) -> np.ndarray:
+        """(len(events), len(goals)) similarity: cosine, or 1/0 for exact (normalised) match."""
+        if not events or not goals:
+            return np.zeros((len(events), len(goals)), dtype=np.float32)
+        if self.match == "exact":
+            ev = [self.normalise(e) for e in events]
+            gl = [self.normalise(g) for g in goals]
+            return np.array([[float(e == g) for g in gl] for e in ev], dtype=np.float32)
+        return self.embed(list(events)) @ self.embed(list(goals)).T
+
+
+class ELLMReward(RewardModule):
+    """Reward for achieving a goal suggested for the state before the action.
+
+    Reads, per transition, ``info["events"]`` and ``info["ellm_goals"]`` (the goals suggested
+    for the pre-action state, written by :class:`~llmguide.rewards.ellm_goals.ELLMVecWrapper`).
+    An event achieves the unachieved goal it is most similar to when that similarity reaches
+    ``threshold`` (cosine) or is an exact match; each event pays at most once, each goal at
+    most once per episode.  ``reward="one"`` pays 1, ``reward="cosine"`` pays the similarity.
+    Call ``compute`` on consecutive transitions in order (it keeps the per-episode record).
+    """
+
+    name = "ellm"
+
+    def __init__(self, matcher: GoalMatcher, num_envs: int, threshold: float = 0.9, reward: str = "one"):
+        if reward not in ("one", "cosine"):
+            raise ValueError(f"reward must be 'one' or 'cosine', got {reward!r}")
+        self.matcher = matcher
+        self.threshold = 1.0 if matcher.match == "exact" else float(threshold)
+        self.reward = reward
+        self.num_envs = num_envs
+        self.achieved: list[set[str]] = [set() for _ in range(num_envs)]
+        self.paid_total = 0
+        self.achieved_goals: dict[str, int] = {}
+
+    def compute(self, batch: TransitionBatch) -> np.ndarray:
+        dones = np.asarray(batch.dones, dtype=bool)
+        T, N = dones.shape
+        out = np.zeros((T, N), dtype=np.float32)
+        for t in range(T):
+            for n in range(N):
+                info = batch.infos[t][n] if batch.infos else {}
+                out[t, n] = self._pay(n, list(info.get("events") or []), list(info.get("ellm_goals") or []))
+                if dones[t, n]:
+                    self.achieved[n] = set()
+        return out
+
+    def _pay(self, n: int, events: list[str], goals: list[str]) -> float:
+        goals = [g for g in dict.fromkeys(goals) if g not in self.achieved[n]]
+        if not events or not goals:
+            return 0.0
+        sim = self.matcher.similarity(events, goals)
+        total = 0.0
+        for e in range(len(events)):
+            row = np.where([g in self.achieved[n] for g in goals], -np.inf, sim[e])
+            j = int(np.argmax(row))
+            if row[j] >= self.threshold - 1e-6:
+                self.achieved[n].add(goals[j])
+                self.achieved_goals[goals[j]] = self.achieved_goals.get(goals[j], 0) + 1
+                self.paid_total += 1
+                total += 1.0 if self.reward == "one" else float(row[j])
+        return total
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"achieved": [sorted(a) for a in self.achieved], "paid_total": self.paid_total}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.achieved = [set(a) for a in state.get("achieved", [[]] * self.num_envs)]
+        self.paid_total = int(state.get("paid_total", 0))
+
+
+def nearest_goal_map(matcher: GoalMatcher, vocabulary: Sequence[str], threshold: float) -> Callable[[str], str | None]:
+    """Map a free-form goal to the vocabulary goal it matches (exact, else cosine >= threshold)."""
+    canon = {GoalMatcher.normalise(g): g for g in vocabulary}
+
+    def lookup(goal: str) -> str | None:
+        key = GoalMatcher.normalise(goal)
+        if key in canon:
+            return canon[key]
+        if matcher.match == "exact" or matcher.embedder is None:
+            return None
+        sim = matcher.similarity([goal], list(vocabulary))[0]
+        j = int(np.argmax(sim))
+        return vocabulary[j] if sim[j] >= threshold else None
+
+    return lookup
