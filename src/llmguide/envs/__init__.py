@@ -1,0 +1,108 @@
+"""Gymnasium environments with text: Crafter, BabyAI-Text, NetHack and MiniHack.
+
+Every env returns a ``Dict(image=Box, vector=Box)`` observation and, in ``info``, ``caption``
+(what the agent perceives now), ``events`` (what just happened, from real state changes) and
+``mission`` ("" if none).  Each family ships an oracle (:func:`get_oracle`).  Heavy modules
+(crafter, minigrid, nle) are imported only when an env of that family is built.
+
+Registered ids: ``llmguide/Crafter-v0``, ``llmguide/BabyAIText-v0``, ``llmguide/MiniHackText-v0``,
+``llmguide/NetHackText-v0``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from llmguide.core.config import one_of, positive, register_rule
+from llmguide.envs.base import GOOD, ILL_TIMED, IMPOSSIBLE, Oracle, cfg_get
+from llmguide.envs.vector import make_vector_env, split_infos
+
+FAMILIES = ("crafter", "babyai", "minihack", "nethack")
+
+__all__ = ["FAMILIES", "GOOD", "ILL_TIMED", "IMPOSSIBLE", "Oracle", "get_oracle", "make_env",
+           "make_vector_env", "split_infos"]
+
+
+class SeedOnFirstReset(gym.Wrapper):
+    """Applies ``seed`` at the first ``reset()`` that does not bring its own seed."""
+
+    def __init__(self, env: gym.Env, seed: int | None):
+        super().__init__(env)
+        self._pending_seed = seed
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is None:
+            seed, self._pending_seed = self._pending_seed, None
+        else:
+            self._pending_seed = None
+        return self.env.reset(seed=seed, options=options)
+
+
+def make_env(env_cfg: Any, seed: int | None = None) -> gym.Env:
+    """Build a text env from an ``env`` config (``name`` in crafter|babyai|minihack|nethack).
+
+    The env records episode statistics (``info["episode"]`` with ``r``, ``l``, ``t`` at episode
+    end) and uses ``seed`` at its first reset.
+    """
+    name = cfg_get(env_cfg, "name")
+    if name == "crafter":
+        from llmguide.envs.crafter import make_crafter
+
+        env: gym.Env = make_crafter(env_cfg, seed)
+    elif name == "babyai":
+        from llmguide.envs.babyai_text import make_babyai
+
+        env = make_babyai(env_cfg, seed)
+    elif name in ("minihack", "nethack"):
+        from llmguide.envs.nethack import make_nethack
+
+        cfg = dict(env_cfg)
+        if str(cfg.get("id") or "").startswith("llmguide/"):
+            cfg["id"] = None  # the registered wrapper id: use the family's default task
+        env = make_nethack(cfg, seed)
+    else:
+        raise ValueError(f"env.name: unknown env family {name!r}; choose one of {list(FAMILIES)}")
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    return SeedOnFirstReset(env, seed)
+
+
+def get_oracle(family: str) -> Oracle:
+    """The ground-truth goal oracle of an env family (``minihack`` shares NetHack's)."""
+    if family == "crafter":
+        from llmguide.envs.crafter import CrafterOracle
+
+        return CrafterOracle()
+    if family == "babyai":
+        from llmguide.envs.babyai_text import BabyAIOracle
+
+        return BabyAIOracle()
+    if family in ("nethack", "minihack"):
+        from llmguide.envs.nethack import NetHackOracle
+
+        return NetHackOracle()
+    raise ValueError(f"unknown env family {family!r}; choose one of {list(FAMILIES)}")
+
+
+def _register() -> None:
+    specs = {
+        "llmguide/Crafter-v0": ("llmguide.envs.crafter:CrafterText", {}),
+        "llmguide/BabyAIText-v0": ("llmguide.envs.babyai_text:BabyAIText", {}),
+        "llmguide/MiniHackText-v0": ("llmguide.envs.nethack:NetHackText",
+                                     {"env_id": "MiniHack-Room-5x5-v0", "family": "minihack"}),
+        "llmguide/NetHackText-v0": ("llmguide.envs.nethack:NetHackText",
+                                    {"env_id": "NetHackScore-v0", "family": "nethack"}),
+    }
+    for env_id, (entry, kwargs) in specs.items():
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point=entry, kwargs=kwargs, disable_env_checker=True)
+
+
+_register()
+register_rule("env.name", one_of(*FAMILIES))
+register_rule("env.obs", one_of("symbolic", "pixels"))
+register_rule("env.size", lambda v: None if v % 2 == 1 and v >= 3 else f"must be odd and >= 3, got {v!r}")
+register_rule("env.crop", positive)
+register_rule("env.max_steps", lambda v: None if v is None or v > 0 else f"must be > 0 or null, got {v!r}")
+

@@ -136,16 +136,19 @@ class ActorCritic(nn.Module):
             return self.core(x), None
         batch = state[0].shape[1]
         x = x.reshape(-1, batch, x.shape[-1])
-        done = done.float().reshape(-1, batch) if done is not None else torch.zeros(x.shape[:2])
+        done = done.float().reshape(-1, batch) if done is not None else torch.zeros(x.shape[:2], device=x.device)
+        # Run the core over segments between time steps where some env restarts: one call per
+        # segment instead of one per step; the state of restarting envs is zeroed at its start.
+        cuts = [0, *[t for t in range(1, x.shape[0]) if bool(done[t].any())], x.shape[0]]
         outputs = []
-        for x_t, d_t in zip(x, done, strict=True):
-            keep = (1.0 - d_t).view(1, -1, 1)
+        for t0, t1 in zip(cuts[:-1], cuts[1:], strict=True):
+            keep = (1.0 - done[t0]).view(1, -1, 1)
             state = tuple(s * keep for s in state)
             if self.recurrent == "gru":
-                out, h = self.core(x_t.unsqueeze(0), state[0])
+                out, h = self.core(x[t0:t1], state[0])
                 state = (h,)
             else:
-                out, (h, c) = self.core(x_t.unsqueeze(0), state)
+                out, (h, c) = self.core(x[t0:t1], state)
                 state = (h, c)
             outputs.append(out)
         return torch.flatten(torch.cat(outputs), 0, 1), state

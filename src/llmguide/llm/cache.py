@@ -264,7 +264,8 @@ class CachedLM(LanguageModel):
         self.model_id = getattr(backend, "model_id", "unknown")
         self._lock = threading.Lock()
         self._stats = {"calls": 0, "lookups": 0, "hits": 0, "misses": 0, "backend_calls": 0,
-                       "prompt_tokens": 0, "completion_tokens": 0, "tokens_saved": 0, "uncached_errors": 0}
+                       "prompt_tokens": 0, "completion_tokens": 0, "tokens_saved": 0, "uncached_errors": 0,
+                       "cache_errors": 0}
 
     def key(self, kind: str, payload: dict[str, Any]) -> str:
         return self.cache.key(self.backend, self.model_id, self.template_version, kind, payload)
@@ -272,6 +273,26 @@ class CachedLM(LanguageModel):
     def _meta(self, kind: str) -> dict[str, Any]:
         return {"backend": self.backend, "model_id": self.model_id,
                 "template_version": self.template_version, "kind": kind}
+
+    def _get(self, key: str) -> dict[str, Any] | None:
+        try:
+            return self.cache.get(key)
+        except sqlite3.Error as err:  # locked / disk error: answer from the backend instead
+            self._count(cache_errors=1)
+            log.warning("LLM cache %s read failed (%s); treated as a miss", self.cache.path, err)
+            return None
+
+    def _put(self, key: str, value: dict[str, Any], kind: str) -> None:
+        try:
+            self.cache.put(key, value, self._meta(kind))
+        except (TypeError, ValueError):  # not JSON-serialisable (e.g. exotic meta): keep the core answer
+            if "meta" in value:
+                self._put(key, {**value, "meta": {}}, kind)
+            else:
+                self._count(uncached_errors=1)
+        except sqlite3.Error as err:
+            self._count(cache_errors=1)
+            log.warning("LLM cache %s write failed (%s); answer used but not stored", self.cache.path, err)
 
     def _count(self, **deltas: int) -> None:
         with self._lock:
@@ -287,7 +308,7 @@ class CachedLM(LanguageModel):
         misses: dict[str, list[int]] = {}
         saved = 0
         for i, k in enumerate(keys):
-            value = self.cache.get(k)
+            value = self._get(k)
             if value is not None:
                 fields = {f: value[f] for f in _COMPLETION_FIELDS if f in value}
                 results[i] = Completion(**{"text": "", **fields, "cached": True, "error": None})
@@ -309,10 +330,7 @@ class CachedLM(LanguageModel):
                     value = {"text": comp.text, "prompt_tokens": comp.prompt_tokens,
                              "completion_tokens": comp.completion_tokens, "finish_reason": comp.finish_reason,
                              "meta": comp.meta}
-                    try:
-                        self.cache.put(k, value, self._meta("generate"))
-                    except (TypeError, ValueError):  # meta not JSON-serialisable: store without it
-                        self.cache.put(k, {**value, "meta": {}}, self._meta("generate"))
+                    self._put(k, value, "generate")
                 else:
                     self._count(uncached_errors=1)
                 for j in idx:
@@ -326,7 +344,7 @@ class CachedLM(LanguageModel):
         results: list[list[float] | None] = [None] * len(keys)
         misses: dict[str, list[int]] = {}
         for i, k in enumerate(keys):
-            value = self.cache.get(k)
+            value = self._get(k)
             if value is not None:
                 results[i] = list(value["scores"])
             else:
@@ -342,7 +360,7 @@ class CachedLM(LanguageModel):
             self._count(backend_calls=1)
             for (k, idx), scores in zip(misses.items(), fresh, strict=True):
                 if _finite_scores(scores) and len(scores) == len(candidates[idx[0]]):
-                    self.cache.put(k, {"scores": [float(s) for s in scores]}, self._meta("score"))
+                    self._put(k, {"scores": [float(s) for s in scores]}, "score")
                 else:
                     self._count(uncached_errors=1)
                 for j in idx:

@@ -1,0 +1,113 @@
+"""Reward modules: intrinsic / shaping rewards that a learner adds to the extrinsic reward.
+
+A learner uses ``r = method.extrinsic_coef * r_ext + sum(coef_i * module_i.compute(batch))`` with
+the ``(coef, module)`` pairs from :func:`build_reward_modules`. Built-in methods: ``none`` (no
+module), ``rnd``, ``noveld``, ``icm``, ``apt``; their hyper-parameters live under ``module:`` in
+``conf/method/<name>.yaml`` and are checked here (a wrong key or value raises ConfigError naming
+``method.module.<key>``). Other methods add theirs with :func:`register_reward`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from importlib import import_module
+from typing import Any
+
+from gymnasium import spaces
+from omegaconf import DictConfig, OmegaConf
+
+from llmguide.core.config import in_range, non_negative, one_of, positive, register_rule
+from llmguide.core.errors import ConfigError
+from llmguide.rewards.base import RewardModule, TransitionBatch
+from llmguide.rewards.shaping import PotentialShaping, potential_shaping
+
+# factory(method_cfg: dict, obs_space, action_space, num_envs, device, seed)
+#   -> RewardModule | list[tuple[float, RewardModule]] | None
+RewardFactory = Callable[..., Any]
+
+# Built-ins: method name -> "module:Class" (imported lazily).
+_BUILTIN = {
+    "rnd": "llmguide.rewards.rnd:RND",
+    "noveld": "llmguide.rewards.noveld:NovelD",
+    "icm": "llmguide.rewards.icm:ICM",
+    "apt": "llmguide.rewards.apt:APT",
+}
+
+_RULES = {
+    "feature_dim": positive, "hidden": positive, "lr": positive, "epochs": positive,
+    "minibatch_size": positive, "obs_clip": positive, "k": positive, "memory_size": positive,
+    "gamma": in_range(0.0, 1.0), "update_proportion": in_range(1e-9, 1.0), "beta": in_range(0.0, 1.0),
+    "alpha": non_negative, "representation": one_of("icm", "random"),
+}
+for _key, _rule in _RULES.items():
+    register_rule(f"method.module.{_key}", _rule)
+
+
+def _class_factory(target: str) -> RewardFactory:
+    def factory(method_cfg: Mapping[str, Any], obs_space: spaces.Space, action_space: spaces.Space,
+                num_envs: int, device: str = "cpu", seed: int = 0) -> RewardModule:
+        module_path, _, cls_name = target.partition(":")
+        cls = getattr(import_module(module_path), cls_name)
+        kwargs = dict(method_cfg.get("module") or {})
+        accepted = _accepted_kwargs(cls)
+        for key, value in kwargs.items():
+            if key not in accepted:
+                raise ConfigError(f"method.module.{key}", f"unknown key for {cls_name}; known: {sorted(accepted)}")
+            problem = _RULES[key](value) if key in _RULES else None
+            if problem:
+                raise ConfigError(f"method.module.{key}", problem)
+        params = inspect.signature(cls.__init__).parameters
+        if "action_space" in params:
+            kwargs["action_space"] = action_space
+        return cls(obs_space=obs_space, num_envs=num_envs, device=device, seed=seed, **kwargs)
+
+    return factory
+
+
+def _accepted_kwargs(cls: type) -> set[str]:
+    """Constructor keywords of ``cls`` and its bases (through ``**kwargs``), minus the wiring ones."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(klass.__init__).parameters.values()
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names - {"self", "obs_space", "action_space", "num_envs", "device", "seed"}
+
+
+REWARDS: dict[str, RewardFactory] = {name: _class_factory(target) for name, target in _BUILTIN.items()}
+REWARDS["none"] = lambda *args, **kwargs: None
+
+
+def register_reward(name: str, factory: RewardFactory) -> None:
+    """Register ``factory(method_cfg, obs_space, action_space, num_envs, device, seed)`` for ``method=name``.
+
+    The factory returns a RewardModule (weighted by ``method.intrinsic_coef``), a list of
+    ``(coef, module)`` pairs, or None.
+    """
+    REWARDS[name] = factory
+
+
+def build_reward_modules(method_cfg: DictConfig | Mapping[str, Any], obs_space: spaces.Space,
+                         action_space: spaces.Space, num_envs: int, device: str = "cpu",
+                         seed: int = 0) -> list[tuple[float, RewardModule]]:
+    """The ``(coef, module)`` pairs for the configured method (empty for ``none``)."""
+    cfg = OmegaConf.to_container(method_cfg, resolve=True) if isinstance(method_cfg, DictConfig) else dict(method_cfg)
+    name = cfg.get("name")
+    if name not in REWARDS:
+        raise ConfigError("method.name", f"no reward module for method '{name}'; known: {sorted(REWARDS)}")
+    built = REWARDS[name](cfg, obs_space, action_space, num_envs, device=device, seed=seed)
+    if built is None:
+        return []
+    if isinstance(built, RewardModule):
+        return [(float(cfg.get("intrinsic_coef", 1.0)), built)]
+    return [(float(coef), module) for coef, module in built]
+
+
+__all__ = [
+    "REWARDS", "RewardModule", "TransitionBatch", "PotentialShaping", "build_reward_modules",
+    "potential_shaping", "register_reward",
+]

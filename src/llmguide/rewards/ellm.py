@@ -42,8 +42,9 @@ GRADES = ("good", "ill-timed", "impossible", "unparseable")
 
 
 # --- state signature -----------------------------------------------------------------------
-_SENTENCE = re.compile(r"you (see|face|have|feel)\s+([^.]*)\.?", re.IGNORECASE)
-_COUNT = re.compile(r"^\d+\s+")
+_SENTENCE = re.compile(r"you (see|face|have|feel|are)\s+([^.]*)\.?", re.IGNORECASE)
+_COUNT = re.compile(r"^(\d+)\s+(.+)$")
+COUNT_CAP = 4  # item counts above this look the same (no Crafter recipe needs more than 4 of an item)
 
 
 def _split_list(text: str) -> list[str]:
@@ -53,50 +54,58 @@ def _split_list(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class StateSignature:
-    """What the goal suggestions depend on: visible objects, inventory item names, vitals."""
+    """What the goal suggestions depend on: visible objects, inventory (counts capped), vitals."""
 
     objects: tuple[str, ...] = ()
-    inventory: tuple[str, ...] = ()
-    vitals: tuple[str, ...] = ()
+    inventory: tuple[str, ...] = ()   # "2 wood", "1 sapling" (counts capped at COUNT_CAP)
+    vitals: tuple[str, ...] = ()      # "hungry", "thirsty", ... and "sleeping"
     raw: str = ""  # normalised caption, only when it did not parse into the fields above
 
     def caption(self) -> str:
         """A canonical caption of the signature (the same signature gives the same prompt)."""
         if self.raw:
             return self.raw
-        parts = [f"You see {', '.join(self.objects)}." if self.objects else "You see nothing special."]
-        if self.inventory:
-            parts.append(f"You have {', '.join(self.inventory)}.")
-        if self.vitals:
-            parts.append(f"You feel {', '.join(self.vitals)}.")
+        parts = [f"You see {', '.join(self.objects)}." if self.objects else "You see nothing."]
+        parts.append(f"You have {', '.join(self.inventory)}." if self.inventory else "You have nothing.")
+        feel = [v for v in self.vitals if v != "sleeping"]
+        if feel:
+            parts.append(f"You feel {', '.join(feel)}.")
+        if "sleeping" in self.vitals:
+            parts.append("You are sleeping.")
         return " ".join(parts)
 
 
-def state_signature(caption: str) -> StateSignature:
+def state_signature(caption: str, count_cap: int = COUNT_CAP) -> StateSignature:
     """Parse an env caption ("You see tree, cow. You face tree. You have 2 wood. You feel thirsty.").
 
-    Counts and the faced object are dropped so that the signature changes only when the set of
-    visible objects, owned items or vitals does.  A caption in another format falls back to the
-    lower-cased caption with digits removed.
+    The faced object is dropped and item counts are capped, so the signature changes only when
+    the visible objects, the (capped) inventory or the vitals change.  A caption in another
+    format falls back to the lower-cased caption with digits removed.
     """
     fields: dict[str, list[str]] = {"see": [], "have": [], "feel": []}
     found = False
     for verb, body in _SENTENCE.findall(caption or ""):
         verb = verb.lower()
-        if verb == "face":
-            found = True
-            continue
         found = True
+        if verb == "face":
+            continue
+        if verb == "are":
+            fields["feel"].extend(["sleeping"] if "sleep" in body.lower() else [])
+            continue
         items = _split_list(body)
         if verb == "have":
-            items = [_COUNT.sub("", i) for i in items]
+            capped = []
+            for item in items:
+                m = _COUNT.match(item)
+                capped.append(f"{min(int(m.group(1)), count_cap)} {m.group(2)}" if m else f"1 {item}")
+            items = capped
         fields[verb].extend(items)
     if not found:
         raw = re.sub(r"\d+", "", (caption or "").lower())
         return StateSignature(raw=" ".join(raw.split()))
     return StateSignature(
         objects=tuple(sorted(set(fields["see"]))),
-        inventory=tuple(sorted(set(fields["have"]))),
+        inventory=tuple(sorted(set(fields["have"]), key=lambda s: s.split(" ", 1)[-1])),
         vitals=tuple(sorted(set(fields["feel"]))),
     )
 
@@ -374,7 +383,7 @@ class ELLMReward(RewardModule):
 
     name = "ellm"
 
-    def __init__(self, matcher: GoalMatcher, num_envs: int, threshold: float = 0.9, reward: str = "one"):
+    def __init__(self, matcher: GoalMatcher, num_envs: int, threshold: float = 0.8, reward: str = "one"):
         if reward not in ("one", "cosine"):
             raise ValueError(f"reward must be 'one' or 'cosine', got {reward!r}")
         self.matcher = matcher

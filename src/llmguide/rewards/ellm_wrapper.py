@@ -85,6 +85,8 @@ class ELLMVecWrapper(gym.vector.VectorWrapper):
             box = gym.spaces.Box(-1.0, 1.0, (self.dim,), np.float32)
             self.single_observation_space = gym.spaces.Dict({**env.single_observation_space.spaces, "goal": box})
             self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.last_transitions: list[dict] = [{} for _ in range(self.num_envs)]
+        self.last_env_rewards = np.zeros(self.num_envs)
         self.totals = {"intrinsic": 0.0, "extrinsic": 0.0, "paid": 0, "steps": 0}
 
     # -- gym API ---------------------------------------------------------------------------
@@ -128,7 +130,7 @@ class ELLMVecWrapper(gym.vector.VectorWrapper):
         self.totals["paid"] += int((r_int > 0).sum())
         self.totals["steps"] += self.num_envs
         train_reward = self.extrinsic_coef * r_ext + self.intrinsic_coef * r_int
-        infos["ellm_transitions"] = transitions
+        self.last_transitions, self.last_env_rewards = transitions, r_ext
         return self._with_goal(obs), train_reward.astype(np.float32), terminated, truncated, infos
 
     # -- goals -----------------------------------------------------------------------------

@@ -1,0 +1,472 @@
+"""BabyAI-Text on current ``minigrid`` BabyAI levels (GLAM's description format, made faithful).
+
+Descriptions follow GLAM's strings ("You see a wall 2 steps forward", "You see a red ball 1 step
+left and 2 steps forward", "You carry a blue ball") with two fixes (GLAM issue #20): walls are
+found by scanning forward/left/right *through* objects (objects never hide a wall, doors are part
+of the wall they sit in), and only cells the agent really sees (minigrid's visibility mask) are
+described.  Objects are listed nearest first, then left to right, then near to far.
+
+Tasks (``task:`` in the env config): GoToLocal, PickupLocal, PutNextLocal, Open, Unlock,
+GoToRedBall, any stock ``BabyAI-*`` id, and MixedTrainLocal / MixedTestLocal.  The mixed levels
+sample one of five families per episode from the reset seed: go to, pick up, put next,
+"pick up A then go to B" (or "go to B after you pick up A"), and open (unlock a locked door between
+two rooms with its key).  As in GLAM, MixedTrainLocal never mentions the held-out combinations
+yellow box, red key, red door, green ball, grey door; MixedTestLocal's missions always mention one
+of them (its open family uses red or grey doors).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from minigrid.core.constants import COLOR_NAMES, IDX_TO_COLOR, IDX_TO_OBJECT, OBJECT_TO_IDX
+from minigrid.envs.babyai.core.roomgrid_level import RejectSampling, RoomGridLevel
+from minigrid.envs.babyai.core.verifier import (
+    AfterInstr,
+    BeforeInstr,
+    GoToInstr,
+    ObjDesc,
+    OpenInstr,
+    PickupInstr,
+    PutNextInstr,
+)
+
+from llmguide.envs.base import Oracle, cfg_get, normalize_goal
+
+ACTION_STRINGS = ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
+HELD_OUT = ("yellow box", "red key", "red door", "green ball", "grey door")
+OBJ_TYPES = ("ball", "box", "key")
+DOOR_STATES = {0: "open", 1: "closed", 2: "locked"}
+VOCAB = ["go", "to", "the", "a", "pick", "up", "put", "next", "open", "door", "ball", "box", "key",
+         *COLOR_NAMES, "then", "after", "you", "and", "in", "front", "of", "behind", "on", "your",
+         "left", "right", "<unk>"]
+_WORD = {w: i for i, w in enumerate(VOCAB)}
+N_OBJ, N_COL, N_STATE = len(IDX_TO_OBJECT), len(IDX_TO_COLOR), 3
+VIEW = 7
+AGENT = (VIEW // 2, VIEW - 1)  # agent cell in the egocentric view, facing "up"
+
+
+# --- levels ------------------------------------------------------------------------------
+class LocalLevel(RoomGridLevel):
+    """One 8x8 room (or two for ``open``) with 8 distractors; GLAM's mixed task families.
+
+    ``split``: None (any combination), "train" (held-out combinations never mentioned) or "test"
+    (a held-out combination always mentioned).
+    """
+
+    FAMILIES = ("goto", "pickup", "putnext", "pickup_goto", "open")
+
+    def __init__(self, family: str, split: str | None = None, num_dists: int = 8, **kwargs):
+        if family not in self.FAMILIES:
+            raise ValueError(f"unknown BabyAI family {family!r}; choose one of {self.FAMILIES}")
+        self.family, self.split, self.num_dists = family, split, num_dists
+        cols = 2 if family == "open" else 1
+        super().__init__(num_rows=1, num_cols=cols, room_size=8, **kwargs)
+
+    def _allowed(self, obj) -> bool:
+        name = f"{obj.color} {obj.type}"
+        return self.split != "train" or name not in HELD_OUT
+
+    def gen_mission(self) -> None:
+        if self.family == "open":
+            self._gen_open()
+            return
+        self.place_agent()
+        objs = self.add_distractors(num_distractors=self.num_dists, all_unique=True)
+        if self.split == "test":  # make sure a held-out object exists, then mention it
+            held = [h for h in HELD_OUT if h.split()[1] in OBJ_TYPES]
+            color, kind = self._rand_elem(held).split()
+            if not any(o.color == color and o.type == kind for o in objs):
+                obj, _ = self.add_object(0, 0, kind, color)
+                objs.append(obj)
+        self.check_objs_reachable()
+        allowed = [o for o in objs if self._allowed(o)]
+        held = [o for o in objs if f"{o.color} {o.type}" in HELD_OUT]
+        if self.split == "test":
+            first, rest = self._rand_elem(held), objs
+        else:
+            first, rest = self._rand_elem(allowed), allowed
+        other = self._rand_elem([o for o in rest if o is not first])
+        a, b = (first, other) if self._rand_bool() else (other, first)
+        da, db = ObjDesc(a.type, a.color), ObjDesc(b.type, b.color)
+        if self.family == "goto":
+            self.instrs = GoToInstr(ObjDesc(first.type, first.color))
+        elif self.family == "pickup":
+            self.instrs = PickupInstr(ObjDesc(first.type, first.color))
+        elif self.family == "putnext":
+            self.instrs = PutNextInstr(da, db)
+        elif self._rand_bool():
+            self.instrs = BeforeInstr(PickupInstr(da), GoToInstr(db))
+        else:
+            self.instrs = AfterInstr(GoToInstr(db), PickupInstr(da))
+
+    def _gen_open(self) -> None:
+        colors = {"train": ["yellow", "green", "blue", "purple"], "test": ["red", "grey"]}.get(
+            self.split, list(COLOR_NAMES))
+        color = self._rand_elem(colors)
+        door, _ = self.add_door(0, 0, 0, color=color, locked=True)
+        self.add_object(0, 0, "key", color)
+        for obj in self.add_distractors(0, 0, num_distractors=3, all_unique=False):
+            if obj.type == "key" and obj.color == color:
+                raise RejectSampling("a second key of the door's colour")
+        self.place_agent(0, 0)
+        self.instrs = OpenInstr(ObjDesc("door", color))
+
+
+STOCK_TASKS = {"GoToLocal": "BabyAI-GoToLocal-v0", "PutNextLocal": "BabyAI-PutNextLocal-v0",
+               "Unlock": "BabyAI-UnlockLocal-v0", "GoToRedBall": "BabyAI-GoToRedBall-v0",
+               "GoToRedBallGrey": "BabyAI-GoToRedBallGrey-v0", "GoToObj": "BabyAI-GoToObj-v0"}
+CUSTOM_TASKS = {"PickupLocal": (["pickup"], None), "Open": (["open"], None),
+                "MixedTrainLocal": (list(LocalLevel.FAMILIES), "train"),
+                "MixedTestLocal": (list(LocalLevel.FAMILIES), "test")}
+TASKS = sorted([*STOCK_TASKS, *CUSTOM_TASKS])
+
+
+def _build_levels(task: str, max_steps: int | None) -> list[RoomGridLevel]:
+    kwargs = {"max_steps": max_steps} if max_steps else {}
+    if task in CUSTOM_TASKS:
+        families, split = CUSTOM_TASKS[task]
+        return [LocalLevel(f, split=split, **kwargs) for f in families]
+    env_id = STOCK_TASKS.get(task, task)
+    if not env_id.startswith("BabyAI-") or env_id not in gym.registry:
+        raise ValueError(f"env.task: unknown BabyAI task {task!r}; choose one of {TASKS} "
+                         "or a registered BabyAI-*-v0 id")
+    return [gym.make(env_id, **kwargs).unwrapped]
+
+
+# --- description ---------------------------------------------------------------------------
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
+
+
+def _offset(right: int, forward: int) -> str:
+    side = _steps(abs(right)) + (" right" if right > 0 else " left")
+    if right == 0:
+        return _steps(forward) + " forward"
+    if forward == 0:
+        return side
+    return f"{side} and {_steps(forward)} forward"
+
+
+_SKIP = np.zeros(256, bool)
+_SKIP[[OBJECT_TO_IDX[n] for n in ("unseen", "empty", "wall", "floor", "agent")]] = True
+_DIST = np.abs(np.arange(VIEW)[:, None] - AGENT[0]) + (AGENT[1] - np.arange(VIEW)[None, :])
+
+
+def _walls(kinds: np.ndarray) -> list[str]:
+    """Nearest wall straight forward, left and right, scanning through objects (a door is in a wall)."""
+    out = []
+    ax, ay = AGENT
+    wall, door, unseen = OBJECT_TO_IDX["wall"], OBJECT_TO_IDX["door"], OBJECT_TO_IDX["unseen"]
+    for label, (dx, dy) in (("forward", (0, -1)), ("left", (-1, 0)), ("right", (1, 0))):
+        x, y, k = ax + dx, ay + dy, 1
+        while 0 <= x < VIEW and 0 <= y < VIEW and kinds[x, y] != unseen:
+            if kinds[x, y] in (wall, door):
+                out.append(f"You see a wall {_steps(k)} {label}")
+                break
+            x, y, k = x + dx, y + dy, k + 1
+    return out
+
+
+def _objects(image: np.ndarray) -> list[tuple[str, str | None, int, int]]:
+    """Visible objects as (name, door state or None, right, forward), nearest first, then left
+    to right, then near to far; the agent's own cell (what it carries) is left out."""
+    kinds = image[:, :, 0]
+    mask = ~_SKIP[kinds]
+    mask[AGENT] = False
+    xs, ys = np.nonzero(mask)
+    cells = sorted(zip(_DIST[xs, ys].tolist(), (xs - AGENT[0]).tolist(), (AGENT[1] - ys).tolist(),
+                       xs.tolist(), ys.tolist(), strict=True))
+    out = []
+    for _, right, forward, x, y in cells:
+        kind, color = IDX_TO_OBJECT[kinds[x, y]], IDX_TO_COLOR[image[x, y, 1]]
+        state = DOOR_STATES[int(image[x, y, 2])] if kind == "door" else None
+        out.append((f"{color} {kind}", state, right, forward))
+    return out
+
+
+def _sentence(name: str, state: str | None, right: int, forward: int) -> str:
+    if state is None:
+        return f"You see a {name} {_offset(right, forward)}"
+    article = "an" if state == "open" else "a"
+    return f"You see {article} {state} {name} {_offset(right, forward)}"
+
+
+def describe(image: np.ndarray, carrying: Any = None,
+             objects: list[tuple[str, str | None, int, int]] | None = None) -> list[str]:
+    """GLAM-style sentences for a (7, 7, 3) egocentric minigrid image (unseen cells are skipped)."""
+    out = [f"You carry a {carrying.color} {carrying.type}"] if carrying is not None else []
+    out += _walls(image[:, :, 0])
+    out += [_sentence(*obj) for obj in (objects if objects is not None else _objects(image))]
+    return out
+
+
+def mission_bow(mission: str) -> np.ndarray:
+    """Bag of words of a mission over the fixed BabyAI vocabulary (unknown words -> <unk>)."""
+    vec = np.zeros(len(VOCAB), np.float32)
+    for word in re.findall(r"[a-z]+", mission.lower()):
+        vec[_WORD.get(word, _WORD["<unk>"])] += 1.0
+    return vec
+
+
+# --- env -----------------------------------------------------------------------------------
+class BabyAIText(gym.Env):
+    """BabyAI level with GLAM text in ``info``; 6 actions; task family sampled per episode."""
+
+    metadata = {"render_modes": []}
+    action_strings = list(ACTION_STRINGS)
+
+    def __init__(self, task: str = "GoToLocal", max_steps: int | None = None):
+        self.task = task
+        self.levels = _build_levels(task, max_steps)
+        self.level: RoomGridLevel = self.levels[0]
+        image = gym.spaces.Box(0.0, 1.0, (N_OBJ + N_COL + N_STATE, VIEW, VIEW), np.float32)
+        vector = gym.spaces.Box(0.0, np.inf, (4 + len(VOCAB),), np.float32)
+        self.observation_space = gym.spaces.Dict({"image": image, "vector": vector})
+        self.action_space = gym.spaces.Discrete(len(ACTION_STRINGS))
+        self._episode_events: list[str] = []
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.level = self.levels[int(self.np_random.integers(len(self.levels)))]
+        with contextlib.redirect_stdout(io.StringIO()):  # minigrid prints rejected samples
+            obs, _ = self.level.reset(seed=int(self.np_random.integers(2**31 - 1)))
+        self._episode_events = []
+        self.last_obs = obs
+        return self._observation(obs), self._info(obs, [], False)
+
+    def step(self, action: int):
+        level = self.level
+        before_carry = level.carrying
+        front = level.grid.get(*level.front_pos)
+        front_open = getattr(front, "is_open", None)
+        obs, reward, terminated, truncated, _ = level.step(int(action))
+        self.last_obs = obs
+        events = []
+        if level.carrying is not before_carry:
+            if before_carry is not None:
+                events.append(f"drop the {before_carry.color} {before_carry.type}")
+                events += [f"put the {before_carry.color} {before_carry.type} next to the {o}"
+                           for o in self._neighbours(before_carry)]
+            if level.carrying is not None:
+                events.append(f"pick up the {level.carrying.color} {level.carrying.type}")
+        if front is not None and front.type == "door" and front_open is not None \
+                and front.is_open != front_open:
+            events.append(f"{'open' if front.is_open else 'close'} the {front.color} door")
+        new_front = level.grid.get(*level.front_pos)
+        if new_front is not None and new_front.type != "wall" and new_front is not front \
+                and new_front is not before_carry:
+            events.append(f"go to the {new_front.color} {new_front.type}")
+        self._episode_events += events
+        success = bool(terminated and reward > 0)
+        info = self._info(obs, events, success)
+        return self._observation(obs), float(reward), bool(terminated), bool(truncated), info
+
+    def _neighbours(self, obj) -> list[str]:
+        if obj.cur_pos is None:
+            return []
+        x, y = obj.cur_pos
+        out = []
+        for dx, dy in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+            other = self.level.grid.get(x + dx, y + dy)
+            if other is not None and other.type in OBJ_TYPES + ("door",):
+                out.append(f"{other.color} {other.type}")
+        return out
+
+    def _observation(self, obs: dict) -> dict[str, np.ndarray]:
+        img = obs["image"].transpose(1, 0, 2)  # (H=row, W=col, 3)
+        planes = np.zeros(self.observation_space["image"].shape, np.float32)
+        rows, cols = np.arange(VIEW)[:, None], np.arange(VIEW)[None, :]
+        planes[img[:, :, 0], rows, cols] = 1.0
+        planes[N_OBJ + img[:, :, 1], rows, cols] = 1.0
+        planes[N_OBJ + N_COL + np.minimum(img[:, :, 2], 2), rows, cols] = 1.0
+        direction = np.zeros(4, np.float32)
+        direction[int(obs["direction"])] = 1.0
+        return {"image": planes, "vector": np.concatenate([direction, mission_bow(obs["mission"])])}
+
+    def _info(self, obs: dict, events: list[str], success: bool) -> dict[str, Any]:
+        level = self.level
+        objects = _objects(obs["image"])
+        descriptions = describe(obs["image"], level.carrying, objects)
+        visible = [name for name, _, _, _ in objects]
+        doors = {name: state for name, state, _, _ in objects if state is not None}
+        front = level.grid.get(*level.front_pos)
+        return {
+            "caption": ", ".join(descriptions),
+            "descriptions": descriptions,
+            "events": events,
+            "mission": str(obs["mission"]),
+            "success": success,
+            "visible": visible,
+            "doors": doors,
+            "front": "nothing" if front is None else ("wall" if front.type == "wall"
+                                                      else f"{front.color} {front.type}"),
+            "carrying": "" if level.carrying is None else f"{level.carrying.color} {level.carrying.type}",
+            "episode_events": list(self._episode_events),
+            "family": getattr(level, "family", self.task),
+        }
+
+
+def make_babyai(env_cfg: Any, seed: int | None = None) -> BabyAIText:
+    """Build :class:`BabyAIText` from an ``env`` config (keys task, max_steps)."""
+    max_steps = cfg_get(env_cfg, "max_steps")
+    return BabyAIText(task=str(cfg_get(env_cfg, "task", "GoToLocal")),
+                      max_steps=int(max_steps) if max_steps else None)
+
+
+# --- bot demonstrations --------------------------------------------------------------------
+def bot_demonstrations(env_cfg: Any, num_episodes: int, seed: int) -> list[dict[str, Any]]:
+    """Expert episodes from minigrid's ``BabyAIBot``: mission, captions, actions, rewards, success.
+
+    ``captions[t]`` is the text the agent saw before taking ``actions[t]``; ``rewards[t]`` follows it.
+    """
+    from minigrid.utils.baby_ai_bot import BabyAIBot
+
+    env = make_babyai(env_cfg)
+    episodes = []
+    for ep in range(num_episodes):
+        _, info = env.reset(seed=seed + ep)
+        bot = BabyAIBot(env.level)
+        captions, actions, rewards = [], [], []
+        done, success = False, False
+        while not done:
+            action = int(bot.replan())
+            if action >= len(ACTION_STRINGS):  # "done" is never offered to agents
+                break
+            captions.append(info["caption"])
+            actions.append(action)
+            _, reward, terminated, truncated, info = env.step(action)
+            rewards.append(reward)
+            done, success = terminated or truncated, info["success"]
+        episodes.append({"mission": env.level.mission, "captions": captions, "actions": actions,
+                         "action_strings": [ACTION_STRINGS[a] for a in actions],
+                         "rewards": rewards, "success": success, "max_steps": env.level.max_steps})
+    return episodes
+
+
+# --- oracle --------------------------------------------------------------------------------
+_THINGS = [f"{c} {t}" for c in COLOR_NAMES for t in (*OBJ_TYPES, "door")] + \
+    [t for t in (*OBJ_TYPES, "door")]
+
+
+def _goal_vocabulary() -> list[str]:
+    goals = [f"go to the {x}" for x in _THINGS]
+    goals += [f"pick up the {x}" for x in _THINGS if not x.endswith("door")]
+    goals += [f"drop the {x}" for x in _THINGS if not x.endswith("door")]
+    goals += [f"open the {x}" for x in _THINGS if x.endswith("door")]
+    goals += [f"put the {x} next to the {y}" for x in _THINGS if not x.endswith("door")
+              for y in _THINGS if y != x]
+    return goals
+
+
+def _matches(desc: str, name: str) -> bool:
+    """'ball' matches 'red ball'; 'red ball' matches only 'red ball'."""
+    return desc == name or (" " not in desc and name.endswith(" " + desc))
+
+
+def _prereq(goal: str) -> list[str]:
+    m = re.match(r"(pick up|drop|open|put) the (.+?)(?: next to the (.+))?$", goal)
+    if not m:
+        return []
+    verb, x, y = m.groups()
+    if verb in ("pick up", "open"):
+        return [f"go to the {x}"]
+    if verb == "drop":
+        return [f"pick up the {x}"]
+    return [f"pick up the {x}", f"go to the {y}"]
+
+
+def mission_subgoals(mission: str) -> list[str]:
+    """Ordered sub-goals of a BabyAI mission, e.g. 'put the red ball next to the blue key' ->
+    [go to the red ball, pick up the red ball, go to the blue key, put the red ball next to the blue key]."""
+    text = normalize_goal(mission).replace(" a ", " the ")
+    text = re.sub(r"^(go to|pick up|open|put) a ", r"\1 the ", text)
+    parts = re.split(r", then | then | after you ", text) if text else []
+    if " after you " in text:
+        parts = parts[::-1]
+    out: list[str] = []
+    for part in parts:
+        part = part.strip().rstrip(",")
+        m = re.match(r"(go to|pick up|open|put) the (.+?)(?: next to the (.+))?$", part)
+        if not m:
+            continue
+        verb, x, y = m.groups()
+        if verb == "pick up":
+            out += [f"go to the {x}", part]
+        elif verb == "open":
+            color = x.split()[0] if " " in x else ""
+            key = f"{color} key".strip()
+            out += [f"go to the {key}", f"pick up the {key}", f"go to the {x}", part]
+        elif verb == "put":
+            out += [f"go to the {x}", f"pick up the {x}", f"go to the {y}", part]
+        else:
+            out.append(part)
+    return list(dict.fromkeys(out))
+
+
+class BabyAIOracle(Oracle):
+    """Goals over BabyAI objects; feasibility from what the agent sees, faces and carries now."""
+
+    family = "babyai"
+    goals = _goal_vocabulary()
+    prerequisites = {g: _prereq(g) for g in goals}
+
+    def feasible(self, info: dict) -> set[str]:
+        visible = list(info.get("visible") or ())
+        doors = dict(info.get("doors") or {})
+        front, carrying = info.get("front", "nothing"), info.get("carrying", "")
+        out = set()
+        for goal in self.goals:
+            m = re.match(r"(go to|pick up|drop|open|put) the (.+?)(?: next to the (.+))?$", goal)
+            verb, x, y = m.groups()
+            if verb == "go to":
+                ok = any(_matches(x, v) for v in visible) and not _matches(x, front)
+            elif verb == "pick up":
+                ok = not carrying and _matches(x, front)
+            elif verb == "drop":
+                ok = bool(carrying) and _matches(x, carrying) and front == "nothing"
+            elif verb == "open":
+                state = doors.get(front, "")
+                ok = _matches(x, front) and (state == "closed" or (
+                    state == "locked" and carrying == f"{front.split()[0]} key"))
+            else:
+                ok = bool(carrying) and _matches(x, carrying) and any(_matches(y, v) for v in visible)
+            if ok:
+                out.add(goal)
+        return out
+
+    def suggest(self, info: dict) -> list[str]:
+        """Mission sub-goals achievable now and not yet done; all feasible goals without a mission."""
+        feasible, done = self.feasible(info), set(info.get("episode_events") or ())
+        mission = info.get("mission") or ""
+        if not mission:
+            return [g for g in self.goals if g in feasible and g not in done]
+        return [g for g in mission_subgoals(mission) if g in feasible and g not in done]
+
+    def feasible_from_caption(self, caption: str) -> set[str]:
+        visible, doors, front, carrying = [], {}, "nothing", ""
+        for sentence in caption.split(","):
+            sentence = sentence.strip()
+            m = re.match(r"You carry an? (\w+ \w+)", sentence)
+            if m:
+                carrying = m.group(1)
+                continue
+            if sentence.startswith("You see a wall"):
+                if sentence.endswith(" 1 step forward"):
+                    front = "wall"
+                continue
+            m = re.match(r"You see an? (?:(open|closed|locked) )?(\w+) (\w+) (.*)", sentence)
+            if not m:
+                continue
+            name = f"{m.group(2)} {m.group(3)}"
+            visible.append(name)
+            if m.group(1):
+                doors[name] = m.group(1)
+            if m.group(4) == "1 step forward":
+                front = name
+        return self.feasible({"visible": visible, "doors": doors, "front": front, "carrying": carrying})

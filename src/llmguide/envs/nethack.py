@@ -1,0 +1,257 @@
+"""NetHack (NLE: Score, Staircase, Oracle, ...) and MiniHack tasks with message captions.
+
+``caption`` = the game message (optionally followed by blstats changes, e.g. "HP 14->12."),
+``events`` come from messages and real status changes (depth, gold, experience level, HP) and
+from the map (a staircase down coming into view).  With ``oracle_facts`` the info also lists
+coarse map facts (``visible``: staircase down, closed door, monster, item) for the oracle; they
+cost a scan of the glyph map per step, so they are off by default.  Observation: ``image`` = a (2, crop, crop)
+egocentric crop of the character map and its colours (float32, scaled to [0, 1]); ``vector`` =
+the 27 blstats, scaled and clipped to [-5, 5].
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from llmguide.envs.base import Oracle, cfg_get
+
+EVENTS = ["find the staircase", "descend the stairs", "open a door", "pick up an item",
+          "kill a monster", "collect gold", "eat food", "gain a level", "take damage"]
+MESSAGE_EVENTS = [  # (pattern on the message, event)
+    (re.compile(r"\bYou (kill|destroy)\b"), "kill a monster"),
+    (re.compile(r"\bThe door opens\b|\bThe door crashes open\b|\bWHAMM!!\b"), "open a door"),
+    (re.compile(r"(^|\s)[a-zA-Z] - (?!.*\(being worn\))"), "pick up an item"),
+    (re.compile(r"\bYou finish eating\b|\bThis .* is delicious\b|\bThis food really hits the spot\b"),
+     "eat food"),
+    (re.compile(r"\bWelcome to experience level\b"), "gain a level"),
+    (re.compile(r"\bThere is a staircase down here\b"), "find the staircase"),
+]
+BL = {"x": 0, "y": 1, "score": 9, "hp": 10, "hpmax": 11, "depth": 12, "gold": 13, "xp": 18,
+      "time": 20, "hunger": 21, "dlevel": 24}
+_BL_SCALE = np.array([1 / 79, 1 / 21, 1 / 25, 1 / 125, 1 / 25, 1 / 25, 1 / 25, 1 / 25, 1 / 25,
+                      1 / 1000, 1 / 20, 1 / 20, 1 / 10, 1 / 100, 1 / 20, 1 / 20, 1 / 10, 1 / 10,
+                      1 / 10, 1 / 1000, 1 / 10000, 1 / 5, 1 / 5, 1 / 10, 1 / 10, 1 / 1000, 1],
+                     np.float32)
+_DELTA_KEYS = (("HP", "hp"), ("Dlvl", "depth"), ("Gold", "gold"), ("Xp", "xp"))
+OBS_KEYS = ("chars", "colors", "glyphs", "blstats", "message")
+
+
+def _import_backend(name: str) -> None:
+    import nle  # noqa: F401  (registers NetHack*-v0)
+
+    if name == "minihack":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pkg_resources deprecation warning inside minihack
+            import minihack  # noqa: F401  (registers MiniHack-*-v0)
+
+
+def decode_message(raw: np.ndarray) -> str:
+    """The NLE ``message`` bytes as text (latin-1, NULs stripped)."""
+    return raw.tobytes().split(b"\0", 1)[0].decode("latin-1").strip()
+
+
+class NetHackText(gym.Env):
+    """An NLE or MiniHack env with message captions and events; the task is the gym id."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, env_id: str, family: str = "nethack", max_steps: int | None = None,
+                 blstats_deltas: bool = False, crop: int = 9, oracle_facts: bool = False):
+        _import_backend(family)
+        if env_id not in gym.registry:
+            known = sorted(k for k in gym.registry if k.startswith("MiniHack-" if family == "minihack"
+                                                                   else "NetHack"))
+            raise ValueError(f"env.id: unknown {family} id {env_id!r}; e.g. {known[:8]}")
+        self._env = gym.make(env_id, observation_keys=OBS_KEYS).unwrapped
+        self.max_steps = int(max_steps) if max_steps else None  # None: the task's own limit
+        self._t = 0
+        self.env_id, self.family = env_id, family
+        self.blstats_deltas, self.crop, self.oracle_facts = blstats_deltas, crop, oracle_facts
+        actions = getattr(self._env, "actions", None) or range(self._env.action_space.n)
+        self.action_strings = [_action_name(a) for a in actions]
+        self.action_space = gym.spaces.Discrete(self._env.action_space.n)
+        self.observation_space = gym.spaces.Dict({
+            "image": gym.spaces.Box(0.0, 1.0, (2, crop, crop), np.float32),
+            "vector": gym.spaces.Box(-5.0, 5.0, (27,), np.float32),
+        })
+        self._prev_bl = np.zeros(27, np.int64)
+        self._stairs_seen = False
+        self._facts = 0
+        self._episode_events: list[str] = []
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._env.seed(int(seed), int(seed) + 1, False)
+        obs, _ = self._env.reset()
+        self._prev_bl = obs["blstats"].copy()
+        self._stairs_seen = False
+        self._episode_events = []
+        self._t = 0
+        self._map_events(obs)  # stairs already in view at the start are not an event
+        return self._observation(obs), self._info(obs, decode_message(obs["message"]), [], False, {})
+
+    def step(self, action: int):
+        obs, reward, terminated, truncated, core_info = self._env.step(int(action))
+        self._t += 1
+        if self.max_steps is not None and self._t >= self.max_steps and not terminated:
+            truncated = True
+        if obs["blstats"][BL["depth"]] == 0:  # the game is over: NLE zeroes the status line
+            obs = dict(obs, blstats=self._prev_bl.copy())
+        info = self._text(obs, core_info, terminated)
+        self._prev_bl = obs["blstats"].copy()
+        return self._observation(obs), float(reward), bool(terminated), bool(truncated), info
+
+    def _text(self, obs: dict, core_info: dict, terminated: bool) -> dict[str, Any]:
+        """Caption, events (messages, status changes, map) and oracle facts of one step."""
+        message = decode_message(obs["message"])
+        events = [ev for pattern, ev in MESSAGE_EVENTS if pattern.search(message)] if message else []
+        bl, prev = obs["blstats"].tolist(), self._prev_bl.tolist()
+        status = core_info.get("end_status")
+        success = bool(terminated and status is not None and int(status) == 2)  # TASK_SUCCESSFUL
+        if bl[BL["depth"]] > prev[BL["depth"]] or (success and "Staircase" in self.env_id):
+            events.append("descend the stairs")
+        if bl[BL["gold"]] > prev[BL["gold"]]:
+            events.append("collect gold")
+        if bl[BL["xp"]] > prev[BL["xp"]] and "gain a level" not in events:
+            events.append("gain a level")
+        if bl[BL["hp"]] < prev[BL["hp"]]:
+            events.append("take damage")
+        events += [e for e in self._map_events(obs) if e not in events]
+        return self._info(obs, message, events, success, core_info)
+
+    def _map_events(self, obs: dict) -> list[str]:
+        if self.oracle_facts:
+            self._facts = _map_facts(obs)
+        if not self._stairs_seen and b">" in obs["chars"].tobytes():
+            self._stairs_seen = True
+            return ["find the staircase"]
+        return []
+
+    def _observation(self, obs: dict) -> dict[str, np.ndarray]:
+        bl = obs["blstats"]
+        x, y, r, c = int(bl[BL["x"]]), int(bl[BL["y"]]), self.crop // 2, self.crop
+        rows, cols = obs["chars"].shape
+        y0, y1, x0, x1 = max(y - r, 0), min(y - r + c, rows), max(x - r, 0), min(x - r + c, cols)
+        image = np.zeros((2, c, c), np.float32)
+        image[0] = 32 / 255.0  # blank space outside the map
+        image[0, y0 - y + r:y1 - y + r, x0 - x + r:x1 - x + r] = obs["chars"][y0:y1, x0:x1] * (1 / 255.0)
+        image[1, y0 - y + r:y1 - y + r, x0 - x + r:x1 - x + r] = obs["colors"][y0:y1, x0:x1] * (1 / 15.0)
+        vector = np.clip(bl.astype(np.float32) * _BL_SCALE, -5.0, 5.0)
+        return {"image": image, "vector": vector}
+
+    def _info(self, obs: dict, message: str, events: list[str], success: bool,
+              core_info: dict) -> dict[str, Any]:
+        caption = message
+        bl, prev = obs["blstats"], self._prev_bl
+        if self.blstats_deltas:
+            deltas = [f"{label} {prev[BL[k]]}->{bl[BL[k]]}." for label, k in _DELTA_KEYS
+                      if bl[BL[k]] != prev[BL[k]]]
+            caption = " ".join([message, *deltas]).strip()
+        self._episode_events += events
+        return {
+            "caption": caption,
+            "message": message,
+            "events": events,
+            "mission": "",
+            "success": success,
+            **({"visible": _visible(self._facts)} if self.oracle_facts else {}),
+            "episode_events": list(self._episode_events),
+            "depth": int(bl[BL["depth"]]),
+            "hp": int(bl[BL["hp"]]),
+            "gold": int(bl[BL["gold"]]),
+            "end_status": int(core_info.get("end_status", 0)),
+        }
+
+    def close(self) -> None:
+        self._env.close()
+
+
+def _action_name(action: Any) -> str:
+    name = getattr(action, "name", str(action))
+    return name.lower().replace("_", " ")
+
+
+_STAIRS, _DOOR, _MONSTER, _ITEM = 1, 2, 4, 8
+_FACT_NAMES = ((_STAIRS, "staircase down"), (_DOOR, "closed door"), (_MONSTER, "monster"), (_ITEM, "item"))
+_FACT_LUT: np.ndarray | None = None
+
+
+def _fact_lut() -> np.ndarray:
+    """glyph id -> fact bits (staircase down, closed door, hostile monster, object)."""
+    global _FACT_LUT
+    if _FACT_LUT is None:
+        from nle import nethack
+
+        lut = np.zeros(nethack.MAX_GLYPH + 1, np.uint8)
+        lut[nethack.GLYPH_MON_OFF:nethack.GLYPH_PET_OFF] = _MONSTER
+        lut[nethack.GLYPH_OBJ_OFF:nethack.GLYPH_CMAP_OFF] = _ITEM
+        lut[nethack.GLYPH_CMAP_OFF + 15] = lut[nethack.GLYPH_CMAP_OFF + 16] = _DOOR  # S_vcdoor, S_hcdoor
+        lut[nethack.GLYPH_CMAP_OFF + 24] = _STAIRS  # S_dnstair
+        _FACT_LUT = lut
+    return _FACT_LUT
+
+
+def _map_facts(obs: dict) -> int:
+    """Bits of what the map shows now; the hero's own glyph is not a monster."""
+    facts = _fact_lut()[obs["glyphs"]]
+    facts[int(obs["blstats"][1]), int(obs["blstats"][0])] = 0
+    return int(np.bitwise_or.reduce(facts, axis=None))
+
+
+def _visible(facts: int) -> list[str]:
+    """Coarse map facts for the oracle: staircase down, closed door, monster, item in view."""
+    return [name for bit, name in _FACT_NAMES if facts & bit]
+
+
+def make_nethack(env_cfg: Any, seed: int | None = None) -> NetHackText:
+    """Build :class:`NetHackText` from an ``env`` config (name nethack|minihack, id, max_steps...)."""
+    family = str(cfg_get(env_cfg, "name", "nethack"))
+    default = "MiniHack-Room-5x5-v0" if family == "minihack" else "NetHackScore-v0"
+    return NetHackText(str(cfg_get(env_cfg, "id", default)), family=family,
+                       max_steps=cfg_get(env_cfg, "max_steps"),
+                       blstats_deltas=bool(cfg_get(env_cfg, "blstats_deltas", False)),
+                       crop=int(cfg_get(env_cfg, "crop", 9)),
+                       oracle_facts=bool(cfg_get(env_cfg, "oracle_facts", False)))
+
+
+class NetHackOracle(Oracle):
+    """A small NetHack/MiniHack goal vocabulary; feasibility from coarse map facts."""
+
+    family = "nethack"
+    goals = ["find the staircase", "descend the stairs", "open a door", "pick up an item",
+             "kill a monster", "collect gold", "eat food"]
+    prerequisites = {"find the staircase": [], "descend the stairs": ["find the staircase"],
+                     "open a door": [], "pick up an item": [], "kill a monster": [],
+                     "collect gold": [], "eat food": []}
+    _needs = {"descend the stairs": "staircase down", "open a door": "closed door",
+              "pick up an item": "item", "kill a monster": "monster"}
+
+    def feasible(self, info: dict) -> set[str]:
+        """From the map facts in ``info["visible"]`` (env option ``oracle_facts``), else the caption."""
+        if "visible" not in info:
+            return self.feasible_from_caption(info.get("caption", ""))
+        visible = set(info.get("visible") or ())
+        out = {g for g, need in self._needs.items() if need in visible}
+        if "staircase down" not in visible:
+            out.add("find the staircase")
+        out.add("eat food")  # the starting inventory always holds food
+        return out
+
+    def feasible_from_caption(self, caption: str) -> set[str]:
+        text = caption.lower()
+        visible = []
+        if "staircase down" in text:
+            visible.append("staircase down")
+        if "door" in text and "closed" in text:
+            visible.append("closed door")
+        if "you see here" in text or "there are several objects here" in text:
+            visible.append("item")
+        if re.search(r"\b(hits|bites|misses|attacks)\b", text):
+            visible.append("monster")
+        return self.feasible({"visible": visible})

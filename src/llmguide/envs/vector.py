@@ -1,0 +1,85 @@
+"""Vectorised text envs (Gymnasium sync or subprocess) and per-env transition infos."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+TEXT_DEFAULTS: dict[str, Any] = {"caption": "", "events": [], "mission": ""}
+
+
+def _plain_cfg(env_cfg: Any) -> dict:
+    """A picklable plain-dict copy of an env config (DictConfig or dict)."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(env_cfg, DictConfig):
+            return OmegaConf.to_container(env_cfg, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a core dependency
+        pass
+    return dict(env_cfg)
+
+
+def make_vector_env(env_cfg: Any, num_envs: int, seed: int, mode: str = "sync") -> gym.vector.VectorEnv:
+    """``num_envs`` copies of ``make_env(env_cfg, seed + i)``; "async" runs each in a subprocess.
+
+    Autoreset is SAME_STEP: a finished env's returned observation is already the reset one and
+    the finished step's info is in ``info["final_info"]`` (see :func:`split_infos`).
+    """
+    from llmguide.envs import make_env
+
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    cfg = _plain_cfg(env_cfg)
+    fns = [partial(make_env, cfg, seed + i) for i in range(num_envs)]
+    if mode == "sync":
+        return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    if mode == "async":
+        # forkserver: workers never inherit threads (LM servers, torch) from the parent
+        return AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP, context="forkserver")
+    raise ValueError(f"vector mode must be 'sync' or 'async', got {mode!r}")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _unpack(infos: dict, i: int) -> dict:
+    """The info of env ``i`` from a Gymnasium aggregated info dict (masks ``_key`` respected)."""
+    out = {}
+    for key, value in infos.items():
+        if key.startswith("_") or key in ("final_info", "final_obs"):
+            continue
+        mask = infos.get("_" + key)
+        if mask is not None and not bool(mask[i]):
+            continue
+        out[key] = _unpack(value, i) if isinstance(value, dict) else _plain(value[i])
+    return out
+
+
+def split_infos(infos: dict, num_envs: int) -> list[dict]:
+    """One plain dict per env describing the transition that just happened.
+
+    For envs that just finished (SAME_STEP autoreset) the info comes from ``final_info``; every
+    dict has ``caption`` (str), ``events`` (list[str]) and ``mission`` (str), plus env extras.
+    """
+    final = infos.get("final_info")
+    final_mask = infos.get("_final_info")
+    out = []
+    for i in range(num_envs):
+        if final is not None and final_mask is not None and bool(final_mask[i]):
+            info = _unpack(final, i)
+        else:
+            info = _unpack(infos, i)
+        for key, default in TEXT_DEFAULTS.items():
+            if info.get(key) is None:
+                info[key] = list(default) if isinstance(default, list) else default
+        info["events"] = list(info["events"])
+        out.append(info)
+    return out

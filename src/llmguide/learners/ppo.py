@@ -1,0 +1,331 @@
+"""PPO in plain PyTorch, CleanRL-faithful and readable top to bottom.
+
+One ``learn`` iteration = collect ``num_steps`` steps from ``N`` vector envs → add intrinsic
+rewards from the reward modules (computed on the whole rollout, then the modules train on it) →
+GAE → ``update_epochs`` × ``num_minibatches`` clipped-objective updates.
+
+Conventions: ``dones[t]`` is True when transition ``t`` ended its episode (terminated or
+truncated; truncation is not bootstrapped, as in CleanRL). Vector envs use SAME_STEP autoreset,
+so the observation after a done is already the next episode's first one and the finished
+transition's true next observation is ``info["final_obs"]`` (used for the reward modules).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from llmguide.core.progress import Progress
+from llmguide.core.rundir import RunDir
+from llmguide.learners.common import (
+    EpisodeTracker,
+    cfg_get,
+    load_modules_state,
+    mix_rewards,
+    modules_state,
+    rng_state,
+    set_rng_state,
+    split_infos,
+    stack_obs,
+    true_next_obs,
+)
+from llmguide.learners.networks import ActorCritic, obs_to_tensor
+from llmguide.rewards.base import RewardModule, TransitionBatch
+
+OnStep = Callable[[int, dict, np.ndarray, np.ndarray, np.ndarray, list], None]
+
+
+def compute_gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, last_value: np.ndarray,
+                gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """Generalised advantage estimation over (T, N) arrays; returns (advantages, returns).
+
+    ``values[t] = V(s_t)``, ``last_value = V(s_T)`` and ``dones[t]`` = transition t ended the
+    episode, so neither V(s_{t+1}) nor later advantages leak across an episode boundary.
+    """
+    T = rewards.shape[0]
+    advantages = np.zeros_like(rewards, dtype=np.float32)
+    last_gae = np.zeros_like(last_value, dtype=np.float32)
+    for t in reversed(range(T)):
+        next_value = last_value if t == T - 1 else values[t + 1]
+        nonterminal = 1.0 - dones[t].astype(np.float32)
+        delta = rewards[t] + gamma * next_value * nonterminal - values[t]
+        last_gae = delta + gamma * lam * nonterminal * last_gae
+        advantages[t] = last_gae
+    return advantages, advantages + values
+
+
+class PPO:
+    """Proximal Policy Optimisation on a Gymnasium vector env with Dict observations."""
+
+    def __init__(self, envs, cfg_agent: Any, reward_modules: Sequence[tuple[float, RewardModule]] = (),
+                 extrinsic_coef: float = 1.0, run: RunDir | None = None, seed: int = 0,
+                 device: str = "cpu", on_step: OnStep | None = None):
+        if not isinstance(envs.single_action_space, spaces.Discrete):
+            raise TypeError(f"PPO needs a Discrete action space, got {envs.single_action_space}")
+        self.envs = envs
+        self.num_envs = envs.num_envs
+        self.cfg = cfg_agent
+        self.reward_modules = list(reward_modules)
+        self.extrinsic_coef = float(extrinsic_coef)
+        self.run = run
+        self.seed = int(seed)
+        self.device = torch.device(device)
+        self.on_step = on_step
+
+        c = lambda key, default: cfg_get(cfg_agent, key, default)  # noqa: E731
+        self.lr = float(c("lr", 2.5e-4))
+        self.anneal_lr = bool(c("anneal_lr", True))
+        self.num_steps = int(c("num_steps", 128))
+        self.gamma = float(c("gamma", 0.99))
+        self.gae_lambda = float(c("gae_lambda", 0.95))
+        self.num_minibatches = int(c("num_minibatches", 4))
+        self.update_epochs = int(c("update_epochs", 4))
+        self.norm_adv = bool(c("norm_adv", True))
+        self.clip_coef = float(c("clip_coef", 0.2))
+        self.clip_vloss = bool(c("clip_vloss", True))
+        self.ent_coef = float(c("ent_coef", 0.01))
+        self.vf_coef = float(c("vf_coef", 0.5))
+        self.max_grad_norm = float(c("max_grad_norm", 0.5))
+        self.target_kl = c("target_kl", None)
+        self.two_value_heads = bool(c("two_value_heads", False))
+        self.int_gamma = float(c("int_gamma", 0.99))
+        self.int_episodic = bool(c("int_episodic", True))
+        recurrent = c("recurrent", None)
+
+        torch.manual_seed(self.seed)
+        self.net = ActorCritic(envs.single_observation_space, int(envs.single_action_space.n),
+                               hidden=int(c("hidden", 256)), recurrent=recurrent,
+                               two_value_heads=self.two_value_heads).to(self.device)
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.lr, eps=float(c("adam_eps", 1e-5)))
+        self.global_step = 0
+        self.updates = 0
+        self.counters: dict[str, int] = {}
+        self.episodes: deque[dict[str, Any]] = deque(maxlen=10_000)
+        self.last_metrics: dict[str, float] = {}
+        self._next_obs: dict[str, np.ndarray] | None = None
+        self._act_state = None
+
+    # --- acting ---------------------------------------------------------------------------
+    def reset_act_state(self) -> None:
+        """Forget the recurrent memory used by :meth:`act` (call at episode start)."""
+        self._act_state = None
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, np.ndarray], greedy: bool = False, done: np.ndarray | None = None) -> np.ndarray:
+        """Actions for a batch of observations (sampled, or argmax with ``greedy``).
+
+        For a recurrent core the memory is kept between calls; ``done`` marks rows whose
+        episode restarts at this observation.
+        """
+        x = obs_to_tensor(obs, self.device)
+        batch = next(iter(x.values())).shape[0]
+        if self.net.recurrent and (self._act_state is None or self._act_state[0].shape[1] != batch):
+            self._act_state = self.net.initial_state(batch, self.device)
+        d = torch.as_tensor(done if done is not None else np.zeros(batch), dtype=torch.float32)
+        action, _, _, _, self._act_state = self.net.get_action_and_value(x, self._act_state, d, greedy=greedy)
+        return action.cpu().numpy()
+
+    # --- training -------------------------------------------------------------------------
+    def _log(self, metrics: dict[str, Any]) -> None:
+        if self.run is not None:
+            self.run.log(self.global_step, metrics)
+
+    def learn(self, total_steps: int, progress: bool = True, checkpoint_every: int = 0,
+              callback: Callable[[PPO], None] | None = None) -> PPO:
+        """Train until ``global_step >= total_steps`` (a total, so a resumed run continues).
+
+        Every ``checkpoint_every`` env steps (at rollout boundaries) the full state is written
+        with ``run.save_checkpoint``; ``callback(self)`` runs after every update.
+        """
+        N, T = self.num_envs, self.num_steps
+        envs, net, dev = self.envs, self.net, self.device
+        if self._next_obs is None:
+            self._next_obs, _ = envs.reset(seed=self.seed + self.global_step)
+            self._next_done = np.zeros(N, dtype=bool)
+            self._state = net.initial_state(N, dev)
+        tracker = EpisodeTracker(N)
+        bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc="ppo")
+        start_time, start_step = time.perf_counter(), self.global_step
+        heads = net.n_value_heads
+
+        while self.global_step < total_steps:
+            if self.anneal_lr:
+                frac = max(1.0 - self.global_step / total_steps, 0.0)
+                self.optimizer.param_groups[0]["lr"] = frac * self.lr
+
+            # ---- rollout ----
+            initial_state = tuple(s.clone() for s in self._state) if self._state is not None else None
+            first_done = self._next_done.copy()
+            obs_steps, next_obs_steps, infos_steps = [], [], []
+            actions = np.zeros((T, N), dtype=np.int64)
+            logprobs = np.zeros((T, N), dtype=np.float32)
+            values = np.zeros((T, N, heads), dtype=np.float32)
+            ext_rewards = np.zeros((T, N), dtype=np.float32)
+            dones = np.zeros((T, N), dtype=bool)
+            for t in range(T):
+                obs_steps.append(self._next_obs)
+                with torch.no_grad():
+                    x = obs_to_tensor(self._next_obs, dev)
+                    done_t = torch.as_tensor(self._next_done, dtype=torch.float32, device=dev)
+                    action, logprob, _, value, self._state = net.get_action_and_value(x, self._state, done_t)
+                actions[t] = action.cpu().numpy()
+                logprobs[t] = logprob.cpu().numpy()
+                values[t] = value.cpu().numpy()
+                next_obs, reward, terminated, truncated, infos = envs.step(actions[t])
+                done = np.logical_or(terminated, truncated)
+                env_infos = split_infos(infos, N)
+                ext_rewards[t] = reward
+                dones[t] = done
+                infos_steps.append(env_infos)
+                next_obs_steps.append(true_next_obs(next_obs, infos, done))
+                self.global_step += N
+                for record in tracker.step(np.asarray(reward, dtype=np.float64), done, env_infos):
+                    self.episodes.append({"step": self.global_step, **record})
+                    bar.episode(record["charts/episodic_return"], record["charts/episodic_length"])
+                    self._log(record)
+                if self.on_step is not None:
+                    self.on_step(self.global_step, next_obs, actions[t], ext_rewards[t], done, env_infos)
+                self._next_obs, self._next_done = next_obs, done
+
+            # ---- rewards: extrinsic + intrinsic modules (computed on the whole rollout) ----
+            batch = TransitionBatch(obs=stack_obs(obs_steps), actions=actions, next_obs=stack_obs(next_obs_steps),
+                                    rewards=ext_rewards, dones=dones, infos=infos_steps)
+            int_rewards, metrics = mix_rewards(batch, self.reward_modules, self.counters)
+            for _, module in self.reward_modules:
+                metrics.update({f"reward/{module.name}/{k}": v for k, v in module.update(batch).items()})
+
+            # ---- advantages ----
+            with torch.no_grad():
+                last_value = net.get_value(obs_to_tensor(self._next_obs, dev), self._state,
+                                           torch.as_tensor(self._next_done, dtype=torch.float32, device=dev))
+                last_value = last_value.cpu().numpy()
+            if self.two_value_heads:
+                adv_ext, ret_ext = compute_gae(self.extrinsic_coef * ext_rewards, values[..., 0], dones,
+                                               last_value[:, 0], self.gamma, self.gae_lambda)
+                int_dones = dones if self.int_episodic else np.zeros_like(dones)
+                adv_int, ret_int = compute_gae(int_rewards, values[..., 1], int_dones, last_value[:, 1],
+                                               self.int_gamma, self.gae_lambda)
+                advantages = adv_ext + adv_int
+                returns = np.stack([ret_ext, ret_int], axis=-1)
+            else:
+                rewards = self.extrinsic_coef * ext_rewards + int_rewards
+                advantages, ret = compute_gae(rewards, values[..., 0], dones, last_value[:, 0],
+                                              self.gamma, self.gae_lambda)
+                returns = ret[..., None]
+
+            # ---- update ----
+            starts = np.concatenate([first_done[None], dones[:-1]], axis=0)  # obs t begins an episode
+            metrics.update(self._update(batch.obs, actions, logprobs, values, advantages, returns,
+                                        starts, initial_state))
+            self.updates += 1
+            sps = (self.global_step - start_step) / max(time.perf_counter() - start_time, 1e-9)
+            metrics.update({
+                "charts/learning_rate": self.optimizer.param_groups[0]["lr"],
+                "charts/sps": sps,
+                "charts/extrinsic_reward": float(ext_rewards.mean()),
+                "charts/intrinsic_reward": float(int_rewards.mean()),
+            })
+            self.last_metrics = metrics
+            self._log(metrics)
+            bar.update(N * T)
+            if (checkpoint_every > 0 and self.run is not None
+                    and self.global_step // checkpoint_every > (self.global_step - N * T) // checkpoint_every):
+                self.run.save_checkpoint({"agent": self.state_dict()}, self.global_step)
+            if callback is not None:
+                callback(self)
+        bar.close()
+        return self
+
+    def _update(self, obs: dict[str, np.ndarray], actions, logprobs, values, advantages, returns,
+                starts, initial_state) -> dict[str, float]:
+        """Clipped-objective epochs over minibatches (by env for a recurrent core)."""
+        T, N = actions.shape
+        dev, net = self.device, self.net
+        flat = lambda a: torch.as_tensor(a.reshape(T * N, *a.shape[2:]), device=dev)  # noqa: E731
+        b_obs = {k: flat(v) for k, v in obs.items()}
+        b_actions, b_logprobs, b_values = flat(actions), flat(logprobs), flat(values)
+        b_advantages, b_returns, b_starts = flat(advantages), flat(returns), flat(starts.astype(np.float32))
+        recurrent = net.recurrent is not None
+        n_mb = max(1, min(self.num_minibatches, N)) if recurrent else self.num_minibatches
+        units = N if recurrent else T * N
+        per_mb = max(1, units // n_mb)
+        clipfracs, approx_kl, old_approx_kl = [], torch.tensor(0.0), torch.tensor(0.0)
+        pg_loss = v_loss = entropy_loss = torch.tensor(0.0)
+        for _ in range(self.update_epochs):
+            order = np.random.permutation(units)
+            for start in range(0, units, per_mb):
+                ids = order[start:start + per_mb]
+                if recurrent:  # whole env sequences, time-major rows t*N + env
+                    ids = np.sort(ids)
+                    rows = (np.arange(T)[:, None] * N + ids[None, :]).reshape(-1)
+                    state = tuple(s[:, ids] for s in initial_state)
+                    mb_obs = {k: v[rows] for k, v in b_obs.items()}
+                    _, newlogprob, entropy, newvalue, _ = net.get_action_and_value(
+                        mb_obs, state, b_starts[rows], b_actions[rows])
+                else:
+                    rows = ids
+                    _, newlogprob, entropy, newvalue, _ = net.get_action_and_value(
+                        {k: v[rows] for k, v in b_obs.items()}, action=b_actions[rows])
+                logratio = newlogprob - b_logprobs[rows]
+                ratio = logratio.exp()
+                with torch.no_grad():
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs.append(((ratio - 1.0).abs() > self.clip_coef).float().mean().item())
+                mb_adv = b_advantages[rows]
+                if self.norm_adv and len(rows) > 1:
+                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+                pg_loss = torch.max(-mb_adv * ratio,
+                                    -mb_adv * torch.clamp(ratio, 1 - self.clip_coef, 1 + self.clip_coef)).mean()
+                mb_ret, mb_val = b_returns[rows], b_values[rows]
+                if self.clip_vloss:
+                    v_clipped = mb_val + torch.clamp(newvalue - mb_val, -self.clip_coef, self.clip_coef)
+                    v_loss = 0.5 * torch.max((newvalue - mb_ret) ** 2, (v_clipped - mb_ret) ** 2).mean(0).sum()
+                else:
+                    v_loss = 0.5 * ((newvalue - mb_ret) ** 2).mean(0).sum()
+                entropy_loss = entropy.mean()
+                loss = pg_loss - self.ent_coef * entropy_loss + self.vf_coef * v_loss
+                self.optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(net.parameters(), self.max_grad_norm)
+                self.optimizer.step()
+            if self.target_kl is not None and approx_kl > float(self.target_kl):
+                break
+        y_pred, y_true = values[..., 0].reshape(-1), returns[..., 0].reshape(-1)
+        var_y = np.var(y_true)
+        explained_var = float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
+        return {
+            "losses/value_loss": v_loss.item(), "losses/policy_loss": pg_loss.item(),
+            "losses/entropy": entropy_loss.item(), "losses/old_approx_kl": old_approx_kl.item(),
+            "losses/approx_kl": approx_kl.item(), "losses/clipfrac": float(np.mean(clipfracs)),
+            "losses/explained_variance": explained_var,
+        }
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Network, optimiser, step counters, RNG states and the reward modules' states."""
+        return {
+            "algo": "ppo", "net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "global_step": self.global_step, "updates": self.updates, "counters": dict(self.counters),
+            "rng": rng_state(), "reward_modules": modules_state(self.reward_modules),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore everything :meth:`state_dict` saved; the envs restart on the next ``learn``."""
+        if state.get("algo") != "ppo":
+            raise ValueError(f"checkpoint is for agent '{state.get('algo')}', not 'ppo'")
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.global_step = int(state["global_step"])
+        self.updates = int(state["updates"])
+        self.counters = dict(state.get("counters", {}))
+        set_rng_state(state["rng"])
+        load_modules_state(self.reward_modules, state["reward_modules"])
+        self._next_obs = None

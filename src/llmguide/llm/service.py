@@ -1,0 +1,368 @@
+"""Asynchronous LM service for training loops: submit now, read the answer when it is ready.
+
+One worker thread drains a bounded queue, batches compatible requests (same kind and sampling
+parameters, up to ``max_batch``) into one backend call, and resolves a
+:class:`concurrent.futures.Future` per request.  The learner never blocks and never sees an
+exception from the LM:
+
+- **De-duplication**: a request identical to one still in flight (same kind, text and parameters --
+  the material of the cache key) gets the *same* future; no second backend call.
+- **Backpressure**: when ``max_queue`` requests are waiting, ``submit_*`` waits up to
+  ``submit_timeout`` seconds (default 0: not at all) for room, then returns a future already resolved
+  with the fallback (counted as ``fallback_queue_full``).  It never blocks longer.
+- **Retries**: ``LLMUnavailableError`` and connection/timeout errors are retried ``max_retries`` times
+  with exponential backoff ``min(backoff_max, backoff_base * 2**attempt)`` times a jitter in [0.5, 1].
+  The whole attempt for a batch is bounded by ``timeout`` seconds, and requests that waited longer
+  than ``timeout`` in the queue get the fallback.
+- **Circuit breaker**: after a batch exhausted its retries the server is taken as down: batches
+  resolve at once with the fallback, except one probe call (no retries) every ~``backoff_max``
+  seconds; the first probe that succeeds closes the circuit and normal service resumes.
+- **Fallback**: ``Completion(text="", error=reason)`` for ``generate`` and ``[None] * n`` for
+  ``score`` (or what ``fallback(kind, request, reason)`` returns).  Fallbacks are counted by reason,
+  logged, never cached, and the request leaves the in-flight table, so submitting it again later
+  (e.g. when the server is back) makes a fresh call.
+- **Budget**: once ``token_budget`` tokens or ``dollar_budget`` dollars
+  (``tokens / 1000 * price_per_1k_tokens``) are spent, requests resolve with the fallback (counted).
+
+Reading results without blocking: ``fut.done()`` then ``fut.result()``, or :func:`poll`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from llmguide.core.errors import LLMUnavailableError
+from llmguide.llm.base import Completion, LanguageModel
+from llmguide.llm.cache import CachedLM, canonical_json
+
+log = logging.getLogger(__name__)
+
+FallbackFn = Callable[[str, dict[str, Any], str], Any]
+
+
+def _retryable_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [LLMUnavailableError, ConnectionError, TimeoutError, OSError]
+    try:
+        import openai
+
+        errors += [openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
+                   openai.InternalServerError]
+    except ImportError:  # pragma: no cover - openai is an optional dependency
+        pass
+    return tuple(errors)
+
+
+RETRYABLE = _retryable_errors()
+
+
+@dataclass
+class _Request:
+    kind: str                      # "generate" | "score"
+    key: str                       # de-duplication key (canonical JSON of kind + text + params)
+    group: str                     # requests with the same group can share one backend call
+    payload: dict[str, Any]
+    future: Future = field(default_factory=Future)
+    submitted: float = field(default_factory=time.monotonic)
+
+
+def poll(futures: Sequence[Future]) -> list[Any | None]:
+    """Results of the futures that are done, ``None`` for those still pending (never blocks)."""
+    return [f.result() if f.done() else None for f in futures]
+
+
+class LLMService:
+    """Non-blocking, de-duplicating, batching front of a :class:`LanguageModel` (one worker thread)."""
+
+    def __init__(self, lm: LanguageModel, max_batch: int = 8, max_queue: int = 1024, max_retries: int = 5,
+                 backoff_base: float = 0.5, backoff_max: float = 30.0, timeout: float = 60.0,
+                 token_budget: int | None = None, dollar_budget: float | None = None,
+                 price_per_1k_tokens: float = 0.0, fallback: FallbackFn | None = None,
+                 submit_timeout: float = 0.0, latency_window: int = 10_000):
+        if max_batch < 1 or max_queue < 1:
+            raise ValueError("max_batch and max_queue must be >= 1")
+        self.lm = lm
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.timeout = timeout
+        self.token_budget = token_budget
+        self.dollar_budget = dollar_budget
+        self.price_per_1k_tokens = price_per_1k_tokens
+        self.fallback = fallback
+        self.submit_timeout = submit_timeout
+
+        self._cond = threading.Condition()
+        self._queue: deque[_Request] = deque()
+        self._inflight: dict[str, _Request] = {}
+        self._closed = False
+        self._stop = threading.Event()
+        self._circuit_open = False
+        self._next_probe = 0.0
+        self._latencies: deque[float] = deque(maxlen=latency_window)
+        self._counts: Counter[str] = Counter()
+        self._tokens = 0
+        self._batch_sizes: Counter[int] = Counter()
+        self._thread = threading.Thread(target=self._worker, name="llm-service", daemon=True)
+        self._thread.start()
+
+    # -- submitting -------------------------------------------------------------------------------
+    def submit_generate(self, prompt: str, **params: Any) -> Future:
+        """Future of a :class:`Completion` for ``prompt`` (params: max_tokens, temperature, stop, seed)."""
+        if "stop" in params and params["stop"] is not None:
+            params["stop"] = list(params["stop"])
+        group = canonical_json({"kind": "generate", "params": params})
+        key = canonical_json({"kind": "generate", "prompt": prompt, "params": params})
+        return self._submit(_Request("generate", key, group, {"prompt": prompt, "params": params}))
+
+    def submit_score(self, context: str, candidates: Sequence[str], normalize: bool = False) -> Future:
+        """Future of the log-probabilities of ``candidates`` given ``context`` (``None`` entries on fallback)."""
+        candidates = [str(c) for c in candidates]
+        group = canonical_json({"kind": "score", "normalize": bool(normalize)})
+        key = canonical_json({"kind": "score", "context": context, "candidates": candidates,
+                              "normalize": bool(normalize)})
+        return self._submit(_Request("score", key, group, {"context": context, "candidates": candidates,
+                                                            "normalize": bool(normalize)}))
+
+    def _submit(self, req: _Request) -> Future:
+        deadline = time.monotonic() + self.submit_timeout
+        with self._cond:
+            self._counts["submitted"] += 1
+            while True:
+                if self._closed:
+                    reason = "service closed"
+                    break
+                if (reason := self._budget_exhausted()) is not None:
+                    break
+                same = self._inflight.get(req.key)
+                if same is not None:
+                    self._counts["deduplicated"] += 1
+                    return same.future
+                if len(self._queue) < self.max_queue:
+                    self._inflight[req.key] = req
+                    self._queue.append(req)
+                    self._cond.notify_all()
+                    return req.future
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    reason = f"queue full ({self.max_queue} waiting)"
+                    break
+                self._cond.wait(remaining)
+        self._resolve_fallback([req], reason)
+        return req.future
+
+    # -- accounting -------------------------------------------------------------------------------
+    @property
+    def dollars(self) -> float:
+        return self._tokens / 1000.0 * self.price_per_1k_tokens
+
+    def _budget_exhausted(self) -> str | None:
+        if self.token_budget is not None and self._tokens >= self.token_budget:
+            return f"token budget exhausted ({self._tokens} >= {self.token_budget})"
+        if self.dollar_budget is not None and self.price_per_1k_tokens > 0 and self.dollars >= self.dollar_budget:
+            return f"dollar budget exhausted (${self.dollars:.4f} >= ${self.dollar_budget})"
+        return None
+
+    def _fallback_value(self, req: _Request, reason: str) -> Any:
+        if self.fallback is not None:
+            try:
+                return self.fallback(req.kind, dict(req.payload), reason)
+            except Exception:  # a broken user fallback must not break training either
+                log.exception("LLMService: user fallback raised; using the default fallback")
+        if req.kind == "generate":
+            return Completion(text="", error=reason)
+        return [None] * len(req.payload["candidates"])
+
+    @staticmethod
+    def _reason_name(reason: str) -> str:
+        for name in ("budget", "queue full", "closed", "timeout", "unavailable"):
+            if name in reason:
+                return name.replace(" ", "_")
+        return "error"
+
+    def _resolve_fallback(self, reqs: Sequence[_Request], reason: str) -> None:
+        name = self._reason_name(reason)
+        with self._cond:
+            self._counts["fallbacks"] += len(reqs)
+            self._counts[f"fallback_{name}"] += len(reqs)
+            n = self._counts["fallbacks"]
+            for req in reqs:
+                if self._inflight.get(req.key) is req:
+                    del self._inflight[req.key]
+        level = logging.WARNING if n <= 20 or n % 1000 == 0 else logging.DEBUG
+        log.log(level, "LLMService fallback for %d %s request(s) (%s); %d fallbacks so far",
+                len(reqs), reqs[0].kind if reqs else "?", reason, n)
+        now = time.monotonic()
+        for req in reqs:
+            if not req.future.done():
+                self._latencies.append(now - req.submitted)
+                req.future.set_result(self._fallback_value(req, reason))
+
+    def _resolve(self, req: _Request, value: Any) -> None:
+        with self._cond:
+            self._counts["completed"] += 1
+            if self._inflight.get(req.key) is req:
+                del self._inflight[req.key]
+        self._latencies.append(time.monotonic() - req.submitted)
+        if not req.future.done():
+            req.future.set_result(value)
+
+    # -- worker -----------------------------------------------------------------------------------
+    def _next_batch(self) -> list[_Request]:
+        with self._cond:
+            while not self._queue and not self._closed:
+                self._cond.wait(0.5)
+            if not self._queue:
+                return []
+            first = self._queue.popleft()
+            batch = [first]
+            if self.max_batch > 1:
+                rest: deque[_Request] = deque()
+                while self._queue and len(batch) < self.max_batch:
+                    req = self._queue.popleft()
+                    (batch if req.group == first.group else rest).append(req)
+                self._queue.extendleft(reversed(rest))
+            self._cond.notify_all()  # room in the queue for blocked submitters
+            return batch
+
+    def _worker(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if not batch:
+                if self._closed:
+                    return
+                continue
+            try:
+                self._run_batch(batch)
+            except Exception as err:  # never let the worker die: everything else becomes a fallback
+                log.exception("LLMService: unexpected error in a batch")
+                self._resolve_fallback([r for r in batch if not r.future.done()], f"error: {err!r}")
+
+    def _call(self, batch: list[_Request]) -> list[Any]:
+        first = batch[0]
+        if first.kind == "generate":
+            out = self.lm.generate([r.payload["prompt"] for r in batch], **first.payload["params"])
+        else:
+            out = self.lm.score([r.payload["context"] for r in batch], [r.payload["candidates"] for r in batch],
+                                normalize=first.payload["normalize"])
+        if len(out) != len(batch):
+            raise ValueError(f"backend returned {len(out)} results for {len(batch)} requests")
+        return list(out)
+
+    def _run_batch(self, batch: list[_Request]) -> None:
+        now = time.monotonic()
+        stale = [r for r in batch if now - r.submitted > self.timeout]
+        if stale:
+            self._resolve_fallback(stale, f"timeout: waited more than {self.timeout}s in the queue")
+            batch = [r for r in batch if r not in stale]
+        if not batch:
+            return
+        if (reason := self._budget_exhausted()) is not None:
+            self._resolve_fallback(batch, reason)
+            return
+        if self._circuit_open and time.monotonic() < self._next_probe:
+            self._resolve_fallback(batch, "unavailable: server down, next probe in "
+                                          f"{self._next_probe - time.monotonic():.2f}s")
+            return
+        attempts = 1 if self._circuit_open else self.max_retries + 1
+        deadline = now + self.timeout
+        last_error: BaseException | None = None
+        for attempt in range(attempts):
+            if self._stop.is_set():
+                self._resolve_fallback(batch, "service closed")
+                return
+            try:
+                with self._cond:
+                    self._counts["backend_calls"] += 1
+                    self._batch_sizes[len(batch)] += 1
+                results = self._call(batch)
+            except RETRYABLE as err:
+                last_error = err
+                delay = min(self.backoff_max, self.backoff_base * 2**attempt) * random.uniform(0.5, 1.0)
+                if attempt + 1 >= attempts or time.monotonic() + delay > deadline:
+                    break
+                with self._cond:
+                    self._counts["retries"] += 1
+                log.info("LLMService: %s; retry %d/%d in %.2fs", err, attempt + 1, attempts - 1, delay)
+                self._stop.wait(delay)
+                continue
+            except Exception as err:  # a bad request or a backend bug: not retried
+                log.exception("LLMService: backend call failed (not retried)")
+                self._resolve_fallback(batch, f"error: {err!r}")
+                return
+            self._circuit_open = False
+            self._account(batch, results)
+            return
+        self._circuit_open = True
+        self._next_probe = time.monotonic() + self.backoff_max * random.uniform(0.5, 1.0)
+        self._resolve_fallback(batch, f"unavailable after {attempt + 1} attempt(s): {last_error!r}")
+
+    def _account(self, batch: list[_Request], results: list[Any]) -> None:
+        for req, value in zip(batch, results, strict=True):
+            if req.kind == "generate" and isinstance(value, Completion):
+                if value.cached:
+                    with self._cond:
+                        self._counts["cache_hits"] += 1
+                else:
+                    with self._cond:
+                        self._tokens += value.prompt_tokens + value.completion_tokens
+                if value.error is not None:  # the backend itself returned a fallback
+                    with self._cond:
+                        self._counts["backend_errors"] += 1
+                        self._counts["fallbacks"] += 1
+            self._resolve(req, value)
+
+    # -- metrics and lifecycle ----------------------------------------------------------------------
+    def metrics(self) -> dict[str, Any]:
+        """Counters, queue depth, latency percentiles (seconds, submit -> resolved), tokens, dollars."""
+        with self._cond:
+            counts = dict(self._counts)
+            lat = np.array(self._latencies, dtype=np.float64)
+            depth, inflight = len(self._queue), len(self._inflight)
+            sizes = dict(self._batch_sizes)
+        calls = sum(sizes.values())
+        out: dict[str, Any] = {name: counts.get(name, 0) for name in (
+            "submitted", "completed", "deduplicated", "fallbacks", "retries", "backend_calls", "cache_hits",
+            "backend_errors", "fallback_queue_full", "fallback_budget", "fallback_unavailable",
+            "fallback_timeout", "fallback_error", "fallback_closed")}
+        out.update({
+            "queue_depth": depth, "inflight": inflight, "circuit_open": self._circuit_open,
+            "mean_batch_size": sum(k * v for k, v in sizes.items()) / calls if calls else 0.0,
+            "latency_p50": float(np.percentile(lat, 50)) if lat.size else 0.0,
+            "latency_p95": float(np.percentile(lat, 95)) if lat.size else 0.0,
+            "tokens": self._tokens, "dollars": self.dollars,
+        })
+        if isinstance(self.lm, CachedLM):
+            cache = self.lm.stats
+            out["cache_hits"] = cache["hits"]
+            out["cache_hit_rate"] = cache["hit_rate"]
+        return out
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Stop the worker; requests still queued resolve with the fallback. Does not close the LM."""
+        with self._cond:
+            self._closed = True
+            pending = list(self._queue)
+            self._queue.clear()
+            self._cond.notify_all()
+        self._stop.set()
+        if pending:
+            self._resolve_fallback(pending, "service closed")
+        self._thread.join(timeout)
+
+    def __enter__(self) -> LLMService:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

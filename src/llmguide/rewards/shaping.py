@@ -1,0 +1,55 @@
+"""Potential-based reward shaping (Ng et al. 1999): ``F_t = gamma * (1 - done_t) * Phi(s_{t+1}) - Phi(s_t)``.
+
+Indexing on a ``(T, N)`` rollout: row ``t`` is the transition ``s_t -> s_{t+1}`` and ``done_t``
+says the episode ended with it. ``phi_next[t]`` is the potential of the *true* next observation
+(the final observation when ``done_t``, not the reset observation that a vector env returns), and
+it is masked out at episode ends, so the terminal potential counts as 0. The next episode's first
+row uses its own ``Phi(s_{t+1})`` (the reset observation) as ``phi_s``. This avoids the BK
+reference code's one-step lag and missing done-mask (see research/ellm_bk.md 2.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from llmguide.rewards.base import RewardModule, TransitionBatch
+
+Potential = Callable[[Any], np.ndarray]
+
+
+def potential_shaping(phi_s: np.ndarray, phi_next: np.ndarray, dones: np.ndarray, gamma: float) -> np.ndarray:
+    """``F = gamma * (1 - done) * Phi(s') - Phi(s)`` elementwise on ``(T, N)`` arrays."""
+    phi_s, phi_next = np.asarray(phi_s, dtype=np.float64), np.asarray(phi_next, dtype=np.float64)
+    dones = np.asarray(dones, dtype=np.float64)
+    if not (phi_s.shape == phi_next.shape == dones.shape):
+        raise ValueError(f"shape mismatch: phi_s {phi_s.shape}, phi_next {phi_next.shape}, dones {dones.shape}")
+    return (gamma * (1.0 - dones) * phi_next - phi_s).astype(np.float32)
+
+
+class PotentialShaping(RewardModule):
+    """Shaping reward from any potential ``Phi(obs) -> (T, N)`` over ``(T, N, ...)`` observations.
+
+    ``gamma`` must be the learner's discount, or the policy-invariance guarantee does not hold.
+    """
+
+    name = "shaping"
+
+    def __init__(self, potential: Potential, gamma: float):
+        self.potential = potential
+        self.gamma = float(gamma)
+
+    def _phi(self, obs: Any, shape: tuple[int, ...]) -> np.ndarray:
+        phi = np.asarray(self.potential(obs), dtype=np.float64)
+        if phi.shape != shape:
+            raise ValueError(f"potential returned shape {phi.shape}, expected {shape} (T, N)")
+        if not np.all(np.isfinite(phi)):
+            raise ValueError("potential returned non-finite values")
+        return phi
+
+    def compute(self, batch: TransitionBatch) -> np.ndarray:
+        shape = np.asarray(batch.rewards).shape
+        return potential_shaping(self._phi(batch.obs, shape), self._phi(batch.next_obs, shape), batch.dones,
+                                 self.gamma)

@@ -1,0 +1,250 @@
+"""ELLM: goal suggester (signature gating, closed-vocabulary scoring, never blocking), goal reward,
+goal-conditioned wrapper on the real Crafter env, and a tiny end-to-end ``llmguide train``."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmguide.rewards.base import TransitionBatch
+from llmguide.rewards.ellm import ELLMReward, GoalMatcher, GoalSuggester, state_signature
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+VOCAB = ["collect wood", "place table", "make wood pickaxe", "collect drink", "eat cow", "collect stone"]
+
+
+def step_batch(events_per_env, goals_per_env, dones=None) -> TransitionBatch:
+    n = len(events_per_env)
+    infos = [[{"events": e, "ellm_goals": g} for e, g in zip(events_per_env, goals_per_env, strict=True)]]
+    d = np.zeros((1, n), bool) if dones is None else np.asarray([dones], bool)
+    return TransitionBatch(obs=None, actions=np.zeros((1, n)), next_obs=None, rewards=np.zeros((1, n)),
+                           dones=d, infos=infos)
+
+
+def wait_until(predicate, timeout: float = 300.0, poll=None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if poll is not None:
+            poll()
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    from llmguide.llm.embeddings import SentenceEmbedder
+
+    return SentenceEmbedder()
+
+
+@pytest.fixture(scope="module")
+def embedded_lm():
+    from llmguide.llm.embedded import EmbeddedLM
+
+    lm = EmbeddedLM(n_threads=2)
+    yield lm
+    lm.close()
+
+
+# --- state signature -------------------------------------------------------------------------
+def test_signature_ignores_facing_and_counts_beyond_the_cap():
+    a = state_signature("You see tree, cow, water. You face tree. You have 5 wood. You feel thirsty.")
+    b = state_signature("You see water, tree, cow. You face cow. You have 7 wood. You feel thirsty.")
+    c = state_signature("You see water, tree, cow. You face cow. You have 1 wood. You feel thirsty.")
+    d = state_signature("You see water, tree, cow. You face cow. You have 5 wood. You feel thirsty, hungry.")
+    assert a == b and a != c and a != d
+    assert a.caption() == "You see cow, tree, water. You have 4 wood. You feel thirsty."
+
+
+# --- reward ----------------------------------------------------------------------------------
+def test_reward_pays_goals_suggested_before_the_action_once_per_episode():
+    reward = ELLMReward(GoalMatcher(match="exact"), num_envs=2)
+    # env 0: "collect wood" was suggested and happens; env 1: it happens but was not suggested
+    r = reward.compute(step_batch([["collect wood"], ["collect wood"]], [["collect wood", "eat cow"], ["eat cow"]]))
+    assert r.tolist() == [[1.0, 0.0]]
+    # the same goal again in the same episode pays nothing; another suggested goal pays
+    r = reward.compute(step_batch([["collect wood"], ["eat cow"]], [["collect wood"], ["eat cow"]], [False, True]))
+    assert r.tolist() == [[0.0, 1.0]]
+    # env 1's episode ended: "eat cow" pays again; env 0's did not: "collect wood" still paid
+    r = reward.compute(step_batch([["collect wood"], ["eat cow"]], [["collect wood"], ["eat cow"]], [True, False]))
+    assert r.tolist() == [[0.0, 1.0]]
+    # env 0 ended at the last step: "collect wood" pays again in the new episode
+    r = reward.compute(step_batch([["collect wood"], []], [["collect wood"], ["eat cow"]]))
+    assert r.tolist() == [[1.0, 0.0]]
+    # no event, or an event without a matching goal, pays nothing
+    assert reward.compute(step_batch([[], ["place table"]], [["place table"], ["eat cow"]])).tolist() == [[0.0, 0.0]]
+
+
+def test_exact_mode_needs_the_same_phrase(minilm):
+    exact = ELLMReward(GoalMatcher(minilm, match="exact"), num_envs=1)
+    assert exact.compute(step_batch([["collect wood"]], [["gather wood"]])).tolist() == [[0.0]]
+    assert exact.compute(step_batch([["collect wood"]], [["Collect wood."]])).tolist() == [[1.0]]
+
+
+def test_cosine_mode_matches_paraphrases_and_pays_one_or_the_cosine(minilm):
+    one = ELLMReward(GoalMatcher(minilm), num_envs=1, threshold=0.8, reward="one")
+    cos = ELLMReward(GoalMatcher(minilm), num_envs=1, threshold=0.8, reward="cosine")
+    batch = step_batch([["collect wood"]], [["gather wood", "collect stone"]])
+    expected = float((minilm.embed(["collect wood"]) @ minilm.embed(["gather wood"]).T)[0, 0])
+    assert one.compute(batch).tolist() == [[1.0]]
+    r = cos.compute(batch)[0, 0]
+    assert 0.8 <= r < 1.0 and r == pytest.approx(expected, abs=1e-5)
+    # a different achievement of the vocabulary is below the threshold (no false positive)
+    assert one.compute(step_batch([["place stone"]], [["collect stone"]])).tolist() == [[0.0]]
+
+
+# --- suggester: oracle / all goals, signature gating with real LM calls ----------------------
+def test_signature_gating_asks_the_real_lm_only_when_the_signature_changes(embedded_lm):
+    from llmguide.llm.prompts import load_template
+    from llmguide.llm.service import LLMService
+
+    with LLMService(embedded_lm, max_batch=4) as service:
+        sug = GoalSuggester("score", 2, VOCAB, service=service, template=load_template("ellm_goal_score"), top_k=3)
+        tree = "You see grass, tree. You face tree."
+        for caption in [tree, "You see tree, grass. You face grass.", tree]:  # same signature
+            sug.observe(0, {"caption": caption})
+        sug.observe(1, {"caption": tree})  # same signature in another env: no second request
+        assert sug.stats.submitted == 1 and sug.stats.requests == 1
+        wait_until(lambda: sug.pending() == 0, poll=sug.poll)
+        assert service.metrics()["completed"] == 1
+        assert len(sug.goals(0)) == 3 and set(sug.goals(0)) <= set(VOCAB) and sug.goals(1) == sug.goals(0)
+        # the signature changes: one new request; coming back to a known one: answered from the memo
+        sug.observe(0, {"caption": "You see grass, water. You face water. You feel thirsty."})
+        sug.observe(0, {"caption": tree})
+        assert sug.stats.submitted == 2 and sug.stats.memo_hits == 1 and sug.goals(0) == sug.goals(1)
+        wait_until(lambda: sug.pending() == 0, poll=sug.poll)
+        assert service.metrics()["completed"] == 2
+
+
+def test_closed_vocabulary_scoring_with_the_embedded_lm(embedded_lm):
+    """Facing a tree with nothing in the inventory, "collect wood" is among the top-5 goals."""
+    from llmguide.envs import get_oracle
+    from llmguide.llm.prompts import load_template
+    from llmguide.llm.service import LLMService
+
+    vocab = get_oracle("crafter").goals
+    with LLMService(embedded_lm) as service:
+        sug = GoalSuggester("score", 1, vocab, service=service, template=load_template("ellm_goal_score"), top_k=5)
+        sug.observe(0, {"caption": "You see grass, tree. You face tree."})
+        wait_until(lambda: sug.pending() == 0, poll=sug.poll)
+    goals = sug.goals(0)
+    assert len(goals) == 5 and set(goals) <= set(vocab)
+    assert "collect wood" in goals
+    assert sug.stats.fallbacks == 0 and sug.stats.grades["unparseable"] == 0
+
+
+def test_unreachable_backend_falls_back_without_blocking_and_retries():
+    from llmguide.llm.http import HTTPLM
+
+    from llmguide.llm.prompts import load_template
+    from llmguide.llm.service import LLMService
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    lm = HTTPLM(f"http://127.0.0.1:{port}/v1", "gemma-3-270m", max_retries=0, timeout=2.0)
+    with LLMService(lm, max_retries=1, backoff_base=0.01, backoff_max=0.02, timeout=5.0) as service:
+        sug = GoalSuggester("generate", 1, VOCAB, service=service, template=load_template("ellm_goals"))
+        sug.observe(0, {"caption": "You see tree. You face tree."})  # returns at once with a future
+        wait_until(lambda: sug.stats.fallbacks >= 1, timeout=60, poll=sug.poll)
+        assert sug.goals(0) == [] and sug.stats.answered == 0
+        sug.poll()  # the state is unchanged and unanswered: it is asked again, not lost
+        assert sug.stats.submitted >= 2
+
+
+def test_wrapper_never_blocks_on_a_slow_lm_and_suggestions_fill_in(embedded_lm):
+    """Real Crafter vector env + real embedded LM (slow on this CPU): steps proceed at once."""
+    from llmguide.envs import get_oracle, make_vector_env
+    from llmguide.llm.embeddings import BowEmbedder
+    from llmguide.llm.prompts import load_template
+    from llmguide.llm.service import LLMService
+    from llmguide.rewards.ellm_wrapper import ELLMVecWrapper
+
+    envs = make_vector_env({"name": "crafter", "id": "llmguide/Crafter-v0", "obs": "symbolic", "task": None,
+                            "max_steps": 10000, "size": 9}, 2, 0, "sync")
+    vocab = get_oracle("crafter").goals
+    with LLMService(embedded_lm) as service:
+        sug = GoalSuggester("score", 2, vocab, service=service, template=load_template("ellm_goal_score"), top_k=3)
+        matcher = GoalMatcher(BowEmbedder())
+        env = ELLMVecWrapper(envs, sug, ELLMReward(matcher, 2), matcher, goal_choice="first")
+        obs, _ = env.reset(seed=0)
+        assert obs["goal"].shape == (2, matcher.embed(["x"]).shape[1]) and not obs["goal"].any()
+        steps_while_pending = 0
+        while sug.pending() and steps_while_pending < 2000:
+            obs, *_ = env.step(env.action_space.sample())
+            steps_while_pending += 1
+        assert steps_while_pending >= 5  # the learner kept stepping while the LM was thinking
+        wait_until(lambda: sug.stats.answered >= 1, poll=sug.poll)
+        obs, *_ = env.step(env.action_space.sample())
+        assert any(sug.goals(i) for i in range(2))
+        for i in range(2):
+            if env.current_goal[i]:
+                assert np.allclose(obs["goal"][i], matcher.embed([env.current_goal[i]])[0])
+        sug.close()
+    env.close()
+
+
+def test_wrapper_oracle_goals_reward_and_goal_observation_on_real_crafter(minilm):
+    from llmguide.envs import get_oracle, make_vector_env
+    from llmguide.rewards.ellm_wrapper import ELLMVecWrapper
+
+    oracle = get_oracle("crafter")
+    envs = make_vector_env({"name": "crafter", "id": "llmguide/Crafter-v0", "obs": "symbolic", "task": None,
+                            "max_steps": 200, "size": 9}, 2, 1, "sync")
+    sug = GoalSuggester("oracle", 2, oracle.goals, oracle=oracle)
+    reward = ELLMReward(GoalMatcher(minilm), 2, threshold=0.8)
+    env = ELLMVecWrapper(envs, sug, reward, GoalMatcher(minilm), extrinsic_coef=0.0, intrinsic_coef=1.0, seed=0)
+    obs, _ = env.reset(seed=1)
+    rng = np.random.default_rng(0)
+    paid = 0
+    mine: list[set[str]] = [set(), set()]
+    for _ in range(600):
+        before = [list(sug.goals(i)) for i in range(2)]
+        obs, r, term, trunc, _ = env.step(rng.integers(0, 17, size=2))
+        for i, info in enumerate(env.last_transitions):
+            assert info["ellm_goals"] == before[i]
+            new = {e for e in info["events"] if e in before[i]} - mine[i]
+            assert r[i] == pytest.approx(len(new), abs=1e-5)  # events equal to prior goals pay 1 each, once
+            paid += len(new)
+            mine[i] = set() if term[i] or trunc[i] else mine[i] | new
+            goal = env.current_goal[i]
+            if goal is not None:
+                assert goal in sug.goals(i) and goal not in reward.achieved[i]
+                assert np.allclose(obs["goal"][i], minilm.embed([goal])[0], atol=1e-6)
+            else:
+                assert not obs["goal"][i].any()
+    assert paid >= 1  # random play in Crafter collects something suggested (e.g. wood, sapling)
+    env.close()
+
+
+# --- end to end ------------------------------------------------------------------------------
+def test_train_ellm_end_to_end_with_the_embedded_lm(tmp_path):
+    from llmguide import cli
+    from llmguide.pipelines import PIPELINES, register
+
+    if "ellm" not in PIPELINES:
+        register("ellm", "train", "llmguide.pipelines.ellm:train")
+    code = cli.main(["train", "env=crafter", "method=ellm", "llm=embedded", "total_steps=256", "num_envs=2",
+                     "agent.num_steps=64", "agent.hidden=32", "log_every=64", "eval.episodes=1",
+                     "env.max_steps=60", "progress=false", f"run.dir={tmp_path}", "run.name=ellm"])
+    assert code == 0
+    run = Path(tmp_path) / "ellm"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in records if "lm/calls" in r][-1]
+    assert last["lm/requests"] >= 1 and last["lm/calls"] >= 1 and 0.0 <= last["lm/hit_rate"] <= 1.0
+    assert {"ellm/good", "ellm/ill_timed", "ellm/impossible", "ellm/unparseable"} <= set(last)
+    assert any("charts/achievements_per_episode" in r for r in records)
+    assert any("crafter/score" in r for r in records)
+    ev = json.loads((run / "eval.json").read_text())
+    assert ev["episodes"] == 1 and "achievements_per_episode" in ev and "crafter_score" in ev
+    assert (run / "checkpoints" / "latest.pt").exists()
+    assert (run / "report.md").exists()

@@ -1,0 +1,85 @@
+"""NetHack / MiniHack text envs: message captions, events from messages and status, oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmguide.envs import get_oracle, make_env
+from llmguide.envs.nethack import MESSAGE_EVENTS, decode_message
+
+
+def test_caption_is_the_real_message_and_status_events():
+    env = make_env({"name": "nethack", "id": "NetHackScore-v0", "blstats_deltas": True}, seed=0)
+    _, info = env.reset()
+    assert "welcome to NetHack" in info["caption"]
+    core = env.unwrapped
+    rng = np.random.default_rng(0)
+    prev_hp, saw_message = info["hp"], False
+    for _ in range(600):
+        obs, _, terminated, truncated, info = env.step(int(rng.integers(env.action_space.n)))
+        raw = core._env.last_observation[core._env._observation_keys.index("message")]
+        assert info["message"] == decode_message(raw)
+        assert info["caption"].startswith(info["message"])
+        saw_message |= bool(info["message"])
+        assert ("take damage" in info["events"]) == (info["hp"] < prev_hp)
+        if info["hp"] != prev_hp:
+            assert f"HP {prev_hp}->{info['hp']}." in info["caption"]
+        prev_hp = info["hp"]
+        assert env.observation_space.contains(obs)
+        if terminated or truncated:
+            _, info = env.reset()
+            prev_hp = info["hp"]
+    assert saw_message
+
+
+@pytest.mark.parametrize("message,event", [
+    ("You kill the newt!", "kill a monster"),
+    ("The door opens.", "open a door"),
+    ("f - a key named The Master Key of Thievery.", "pick up an item"),
+    ("This orange is delicious!", "eat food"),
+    ("Welcome to experience level 2.", "gain a level"),
+])
+def test_message_patterns(message, event):
+    assert [ev for pat, ev in MESSAGE_EVENTS if pat.search(message)] == [event]
+    assert not [ev for pat, ev in MESSAGE_EVENTS if pat.search("It's a wall.")]
+
+
+def test_minihack_room_success_staircase_and_oracle():
+    env = make_env({"name": "minihack", "id": "MiniHack-Room-5x5-v0"}, seed=1)
+    obs, info = env.reset()
+    oracle = get_oracle("minihack")
+    core = env.unwrapped
+    assert "staircase down" in info["visible"]
+    assert info["events"] == []  # nothing has happened yet, though the goal stairs are in view
+    assert oracle.grade("descend the stairs", info) == "good"
+    assert "find the staircase" not in oracle.suggest(info)
+    assert oracle.grade("cast a fireball", info) == "impossible"
+    rng = np.random.default_rng(1)
+    successes = 0
+    for _ in range(1500):
+        _, reward, terminated, truncated, info = env.step(int(rng.integers(env.action_space.n)))
+        assert info["success"] == (terminated and info["end_status"] == 2)
+        if info["success"]:
+            assert reward > 0
+            successes += 1
+        if terminated or truncated:
+            env.reset()
+    assert successes > 0
+    assert core.action_strings[:4] == ["n", "e", "s", "w"]
+
+
+def test_nethack_oracle_without_stairs_in_view():
+    env = make_env({"name": "nethack", "id": "NetHackScore-v0"}, seed=0)
+    _, info = env.reset()
+    oracle = get_oracle("nethack")
+    assert "staircase down" not in info["visible"]
+    assert oracle.grade("descend the stairs", info) == "ill-timed"
+    assert oracle.prerequisites["descend the stairs"] == ["find the staircase"]
+    assert "find the staircase" in oracle.suggest(info)
+    assert "descend the stairs" in oracle.suggest_from_caption("There is a staircase down here.")
+
+
+def test_unknown_id_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown minihack id"):
+        make_env({"name": "minihack", "id": "MiniHack-Nope-v0"})
