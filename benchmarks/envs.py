@@ -52,18 +52,24 @@ def _old_api(out):
     return obs, reward, done, False, info
 
 
-def _time_steps(reset, step, actions: np.ndarray) -> float:
-    """Seconds spent inside ``step`` for the given actions (resetting, untimed, when done)."""
-    reset(0)
-    total, episode = 0.0, 0
-    for a in actions:
-        t0 = time.perf_counter()
-        out = step(int(a))
-        total += time.perf_counter() - t0
-        if out[2] or out[3]:
-            episode += 1
-            reset(episode)
-    return total
+class _Stepper:
+    """Steps one env through given actions, resetting (untimed) at episode ends."""
+
+    def __init__(self, reset, step):
+        self.reset, self.step, self.episode = reset, step, 0
+        reset(0)
+
+    def timed(self, actions: np.ndarray) -> float:
+        """Seconds spent inside ``step`` for these actions."""
+        total = 0.0
+        for a in actions:
+            t0 = time.perf_counter()
+            out = self.step(int(a))
+            total += time.perf_counter() - t0
+            if out[2] or out[3]:
+                self.episode += 1
+                self.reset(self.episode)
+        return total
 
 
 def _caption_seconds(family: str, env: gym.Env, actions: np.ndarray) -> float:
@@ -87,16 +93,20 @@ def _caption_seconds(family: str, env: gym.Env, actions: np.ndarray) -> float:
     return total
 
 
-def bench(family: str, steps: int) -> dict:
+def bench(family: str, steps: int, block: int = 250) -> dict:
+    """Raw and text env stepped in alternating blocks, so that load changes hit both alike."""
     actions = np.random.default_rng(0).integers(0, 10**6, steps)
     reset, step, n = _raw_env(family)
     acts = actions % n
-    _time_steps(reset, step, acts[: min(200, steps)])  # warm up (JIT, caches)
-    raw = _time_steps(reset, step, acts)
     text_env = make_env(FAMILIES[family], seed=0)
-    text_reset = lambda seed: text_env.reset(seed=seed)  # noqa: E731
-    _time_steps(text_reset, text_env.step, acts[: min(200, steps)])
-    text = _time_steps(text_reset, text_env.step, acts)
+    raw_side = _Stepper(reset, step)
+    text_side = _Stepper(lambda seed: text_env.reset(seed=seed), text_env.step)
+    raw_side.timed(acts[:200])  # warm up (JIT, caches)
+    text_side.timed(acts[:200])
+    raw = text = 0.0
+    for start in range(0, steps, block):
+        raw += raw_side.timed(acts[start:start + block])
+        text += text_side.timed(acts[start:start + block])
     caption = _caption_seconds(family, text_env, acts)
     text_env.close()
     return {

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from llmguide.envs import get_oracle, make_env
-from llmguide.envs.nethack import MESSAGE_EVENTS, decode_message
+from llmguide.envs.nethack import decode_message, message_events
 
 
 def test_caption_is_the_real_message_and_status_events():
@@ -41,12 +41,13 @@ def test_caption_is_the_real_message_and_status_events():
     ("Welcome to experience level 2.", "gain a level"),
 ])
 def test_message_patterns(message, event):
-    assert [ev for pat, ev in MESSAGE_EVENTS if pat.search(message)] == [event]
-    assert not [ev for pat, ev in MESSAGE_EVENTS if pat.search("It's a wall.")]
+    assert message_events(message) == [event]
+    assert message_events("It's a wall.") == []
+    assert message_events("a - an uncursed +2 pair of leather gloves (being worn).") == []
 
 
 def test_minihack_room_success_staircase_and_oracle():
-    env = make_env({"name": "minihack", "id": "MiniHack-Room-5x5-v0"}, seed=1)
+    env = make_env({"name": "minihack", "id": "MiniHack-Room-5x5-v0", "oracle_facts": True}, seed=1)
     obs, info = env.reset()
     oracle = get_oracle("minihack")
     core = env.unwrapped
@@ -70,7 +71,7 @@ def test_minihack_room_success_staircase_and_oracle():
 
 
 def test_nethack_oracle_without_stairs_in_view():
-    env = make_env({"name": "nethack", "id": "NetHackScore-v0"}, seed=0)
+    env = make_env({"name": "nethack", "id": "NetHackScore-v0", "oracle_facts": True}, seed=0)
     _, info = env.reset()
     oracle = get_oracle("nethack")
     assert "staircase down" not in info["visible"]
@@ -83,3 +84,13 @@ def test_nethack_oracle_without_stairs_in_view():
 def test_unknown_id_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown minihack id"):
         make_env({"name": "minihack", "id": "MiniHack-Nope-v0"})
+
+
+def test_oracle_falls_back_to_caption_without_map_facts():
+    env = make_env({"name": "minihack", "id": "MiniHack-Room-5x5-v0"}, seed=1)
+    _, info = env.reset()
+    oracle = get_oracle("minihack")
+    assert "visible" not in info
+    assert oracle.suggest(info) == oracle.suggest_from_caption(info["caption"])
+    info = dict(info, caption="There is a staircase down here.")
+    assert oracle.grade("descend the stairs", info) == "good"

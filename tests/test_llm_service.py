@@ -200,7 +200,7 @@ def test_real_server_killed_and_restarted(fresh_llama_server):
     prompt = "Caption: You see tree.\n- collect wood\n\nCaption: You see water.\n"
     with LLMService(lm, max_retries=2, backoff_base=0.05, backoff_max=0.2, timeout=60.0) as service:
         before = service.submit_generate(prompt, max_tokens=4).result(timeout=120)
-        assert before.error is None and before.completion_tokens > 0
+        assert before.error is None and (before.text or before.completion_tokens)
 
         server.stop()
         down = [service.submit_generate(f"{prompt}{i}", max_tokens=4) for i in range(3)]
@@ -211,7 +211,7 @@ def test_real_server_killed_and_restarted(fresh_llama_server):
 
         server.start()
         after = service.submit_generate(f"{prompt}0", max_tokens=4).result(timeout=120)  # same request again
-        assert after.error is None and after.completion_tokens > 0
+        assert after.error is None and (after.text or after.completion_tokens)
         assert not service.metrics()["circuit_open"]
         again = service.submit_generate(prompt, max_tokens=4).result(timeout=120)
         assert again.text == before.text  # deterministic at temperature 0, served by the new process

@@ -95,7 +95,7 @@ def test_same_message_from_many_envs_is_one_request_and_learner_never_blocks(sta
     for _ in range(5):  # five minibatches while pending: compute returns at once with the default
         r = module.compute(batch)
         assert r.tolist() == [[0.25, 0.25, 0.25, 0.0], [0.25, 0.25, 0.25, 0.25]]
-    assert module.annotator.counts["requests"] == 2
+    assert module.annotator.counts["requests"] == 2 and module.annotator.counts["duplicate_requests"] == 0
     counting.gate.set()
     assert module.annotator.wait(120)
     for _ in range(3):  # labelled messages are never sent again

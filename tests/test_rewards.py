@@ -177,18 +177,18 @@ def test_rnd_cnn_path_on_images_and_reward_normalisation():
 
 def test_noveld_pays_relu_difference_on_first_visits_only():
     m = build("noveld", num_envs=1, normalize=False)
-    cells = np.array([[1, 1], [1, 2], [1, 1], [1, 3], [1, 1], [1, 1]])  # A B A C | A A (done after C)
-    obs = render(cells[:-1], image=False)
-    nxt = render(cells[1:], image=False)
+    a, b, c = [1, 1], [1, 2], [1, 3]
+    # episode 1: A->B, B->A, A->C (done); episode 2 starts at the reset obs A: A->B, B->A
+    obs = render(np.array([a, b, a, a, b]), image=False)
+    nxt = render(np.array([b, a, c, b, a]), image=False)
     batch = TransitionBatch(
         obs={k: v[:, None] for k, v in obs.items()}, actions=np.zeros((5, 1), int),
         next_obs={k: v[:, None] for k, v in nxt.items()}, rewards=np.zeros((5, 1)),
         dones=np.array([[0], [0], [1], [0], [0]], bool),
     )
     mask = NovelD.first_visit_mask(build("noveld", num_envs=1), batch)[:, 0]
-    # A->B new; B->A revisit (A was the first obs); A->C new and done; new episode starts at A:
-    # A->A revisit of its own first obs; A->A again revisit
-    np.testing.assert_array_equal(mask, [1, 0, 1, 0, 0])
+    # B new; A revisited (the episode's first obs); C new; after the reset B is new again; A revisited
+    np.testing.assert_array_equal(mask, [1, 0, 1, 1, 0])
     r = m.compute(batch)[:, 0]
     flat = lambda d: {k: v[:, 0] for k, v in d.items()}  # noqa: E731
     expected = np.maximum(m.novelty(flat(batch.next_obs)) - 0.5 * m.novelty(flat(batch.obs)), 0) * mask

@@ -49,6 +49,8 @@ _WORD = {w: i for i, w in enumerate(VOCAB)}
 N_OBJ, N_COL, N_STATE = len(IDX_TO_OBJECT), len(IDX_TO_COLOR), 3
 VIEW = 7
 AGENT = (VIEW // 2, VIEW - 1)  # agent cell in the egocentric view, facing "up"
+_PLANE_OFFSETS = np.array([0, N_OBJ, N_OBJ + N_COL])
+_CELLS = np.arange(VIEW * VIEW)[:, None]
 
 
 # --- levels ------------------------------------------------------------------------------
@@ -153,40 +155,42 @@ def _offset(right: int, forward: int) -> str:
     return f"{side} and {_steps(forward)} forward"
 
 
-_SKIP = np.zeros(256, bool)
-_SKIP[[OBJECT_TO_IDX[n] for n in ("unseen", "empty", "wall", "floor", "agent")]] = True
-_DIST = np.abs(np.arange(VIEW)[:, None] - AGENT[0]) + (AGENT[1] - np.arange(VIEW)[None, :])
+_SKIP = frozenset(OBJECT_TO_IDX[n] for n in ("unseen", "empty", "wall", "floor", "agent"))
+_WALLISH = frozenset((OBJECT_TO_IDX["wall"], OBJECT_TO_IDX["door"]))  # a door sits in a wall
+_UNSEEN = OBJECT_TO_IDX["unseen"]
+# every cell but the agent's, as (x, y, right, forward), nearest first, then left to right, near to far
+_ORDER = sorted(((x, y, x - AGENT[0], AGENT[1] - y) for x in range(VIEW) for y in range(VIEW)
+                 if (x, y) != AGENT), key=lambda c: (abs(c[2]) + c[3], c[2], c[3]))
+_RAYS = [(label, [(AGENT[0] + dx * k, AGENT[1] + dy * k) for k in range(1, VIEW)
+                  if 0 <= AGENT[0] + dx * k < VIEW and 0 <= AGENT[1] + dy * k < VIEW])
+         for label, (dx, dy) in (("forward", (0, -1)), ("left", (-1, 0)), ("right", (1, 0)))]
 
 
-def _walls(kinds: np.ndarray) -> list[str]:
+def _walls(kinds: list[list[int]]) -> list[str]:
     """Nearest wall straight forward, left and right, scanning through objects (a door is in a wall)."""
     out = []
-    ax, ay = AGENT
-    wall, door, unseen = OBJECT_TO_IDX["wall"], OBJECT_TO_IDX["door"], OBJECT_TO_IDX["unseen"]
-    for label, (dx, dy) in (("forward", (0, -1)), ("left", (-1, 0)), ("right", (1, 0))):
-        x, y, k = ax + dx, ay + dy, 1
-        while 0 <= x < VIEW and 0 <= y < VIEW and kinds[x, y] != unseen:
-            if kinds[x, y] in (wall, door):
+    for label, ray in _RAYS:
+        for k, (x, y) in enumerate(ray, start=1):
+            kind = kinds[x][y]
+            if kind == _UNSEEN:
+                break
+            if kind in _WALLISH:
                 out.append(f"You see a wall {_steps(k)} {label}")
                 break
-            x, y, k = x + dx, y + dy, k + 1
     return out
 
 
 def _objects(image: np.ndarray) -> list[tuple[str, str | None, int, int]]:
     """Visible objects as (name, door state or None, right, forward), nearest first, then left
     to right, then near to far; the agent's own cell (what it carries) is left out."""
-    kinds = image[:, :, 0]
-    mask = ~_SKIP[kinds]
-    mask[AGENT] = False
-    xs, ys = np.nonzero(mask)
-    cells = sorted(zip(_DIST[xs, ys].tolist(), (xs - AGENT[0]).tolist(), (AGENT[1] - ys).tolist(),
-                       xs.tolist(), ys.tolist(), strict=True))
+    cells = image.tolist()
     out = []
-    for _, right, forward, x, y in cells:
-        kind, color = IDX_TO_OBJECT[kinds[x, y]], IDX_TO_COLOR[image[x, y, 1]]
-        state = DOOR_STATES[int(image[x, y, 2])] if kind == "door" else None
-        out.append((f"{color} {kind}", state, right, forward))
+    for x, y, right, forward in _ORDER:
+        kind, color, state = cells[x][y]
+        if kind in _SKIP:
+            continue
+        name = f"{IDX_TO_COLOR[color]} {IDX_TO_OBJECT[kind]}"
+        out.append((name, DOOR_STATES[state] if IDX_TO_OBJECT[kind] == "door" else None, right, forward))
     return out
 
 
@@ -201,7 +205,7 @@ def describe(image: np.ndarray, carrying: Any = None,
              objects: list[tuple[str, str | None, int, int]] | None = None) -> list[str]:
     """GLAM-style sentences for a (7, 7, 3) egocentric minigrid image (unseen cells are skipped)."""
     out = [f"You carry a {carrying.color} {carrying.type}"] if carrying is not None else []
-    out += _walls(image[:, :, 0])
+    out += _walls(image[:, :, 0].tolist())
     out += [_sentence(*obj) for obj in (objects if objects is not None else _objects(image))]
     return out
 
@@ -279,12 +283,12 @@ class BabyAIText(gym.Env):
         return out
 
     def _observation(self, obs: dict) -> dict[str, np.ndarray]:
-        img = obs["image"].transpose(1, 0, 2)  # (H=row, W=col, 3)
-        planes = np.zeros(self.observation_space["image"].shape, np.float32)
-        rows, cols = np.arange(VIEW)[:, None], np.arange(VIEW)[None, :]
-        planes[img[:, :, 0], rows, cols] = 1.0
-        planes[N_OBJ + img[:, :, 1], rows, cols] = 1.0
-        planes[N_OBJ + N_COL + np.minimum(img[:, :, 2], 2), rows, cols] = 1.0
+        idx = obs["image"].transpose(1, 0, 2).reshape(VIEW * VIEW, 3).astype(np.intp)  # row-major
+        np.minimum(idx[:, 2], 2, out=idx[:, 2])
+        idx += _PLANE_OFFSETS
+        planes = np.zeros((VIEW * VIEW, N_OBJ + N_COL + N_STATE), np.float32)
+        planes[_CELLS, idx] = 1.0
+        planes = np.ascontiguousarray(planes.T).reshape(-1, VIEW, VIEW)
         direction = np.zeros(4, np.float32)
         direction[int(obs["direction"])] = 1.0
         return {"image": planes, "vector": np.concatenate([direction, mission_bow(obs["mission"])])}

@@ -54,5 +54,5 @@ class LanguageModel(ABC):
         normalize: bool = False,
     ) -> list[list[float]]: ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release resources (processes, sockets)."""

@@ -93,7 +93,7 @@ def lm_metrics(service: Any, module: Any) -> dict[str, float]:
 
 
 def train(cfg: DictConfig) -> int:
-    """Train PPO with the configured ONI / ELLM-BoW intrinsic reward; returns 0."""
+    """Train PPO with the configured ONI / ELLM-BoW intrinsic reward (``none``: extrinsic only); returns 0."""
     from llmguide.envs import make_vector_env
     from llmguide.learners.ppo import PPO
 
@@ -106,7 +106,9 @@ def train(cfg: DictConfig) -> int:
     with RunDir.open(cfg) as run:
         envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
         try:
-            if cfg.method.name == "ellm_bow":
+            if cfg.method.name == "none":  # the extrinsic-only baseline, same loop and logging
+                module = None
+            elif cfg.method.name == "ellm_bow":
                 from llmguide.rewards.bow import build_ellm_bow
 
                 module = build_ellm_bow(cfg.method, envs.single_observation_space, envs.single_action_space,
@@ -116,7 +118,8 @@ def train(cfg: DictConfig) -> int:
 
                 service = LLMService(make_lm(cfg.llm, cfg.env.name), max_batch=int(cfg.method.service_batch))
                 module = build_oni_module(cfg.method, int(cfg.num_envs), service, int(cfg.seed))
-            agent = PPO(envs, cfg.agent, reward_modules=[(float(cfg.method.intrinsic_coef), module)],
+            modules = [(float(cfg.method.intrinsic_coef), module)] if module is not None else []
+            agent = PPO(envs, cfg.agent, reward_modules=modules,
                         extrinsic_coef=float(cfg.method.extrinsic_coef), run=run, seed=int(cfg.seed),
                         device=str(cfg.device))
             if cfg.run.resume and (state := run.load_checkpoint()) is not None:

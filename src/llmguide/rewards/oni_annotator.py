@@ -63,8 +63,10 @@ class Annotator:
         self.labels: dict[Hashable, float | None] = {}
         self.in_flight: dict[Hashable, Future] = {}
         self.backlog: OrderedDict[Hashable, None] = OrderedDict()
-        self.counts = {"requests": 0, "skipped_duplicates": 0, "cache_reused": 0, "fallbacks": 0,
-                       "unparseable": 0, "labelled": 0}
+        self.counts = {"requests": 0, "duplicate_requests": 0, "skipped_duplicates": 0, "cache_reused": 0,
+                       "fallbacks": 0, "unparseable": 0, "labelled": 0}
+        self._requested: set[Hashable] = set()
+        self._fell_back: set[Hashable] = set()
         self._lock = threading.Lock()
 
     # --- to implement --------------------------------------------------------------------------
@@ -127,6 +129,10 @@ class Annotator:
             item, _ = self.backlog.popitem(last=False)  # oldest first
             self.in_flight[item] = self.request(item)
             self.counts["requests"] += 1
+            if item in self._requested and item not in self._fell_back:
+                self.counts["duplicate_requests"] += 1  # an invariant breach: must stay 0
+            self._requested.add(item)
+            self._fell_back.discard(item)
             sent += 1
         return sent
 
@@ -143,6 +149,7 @@ class Annotator:
                     result = None
                 if self._is_fallback(result):
                     self.counts["fallbacks"] += 1  # back to unlabelled: asked again when seen again
+                    self._fell_back.add(item)
                     continue
                 label = self.parse(result)
                 if label is None:

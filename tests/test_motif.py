@@ -1,0 +1,80 @@
+"""Motif offline pipeline: real MiniHack messages → resumable LM annotation → reward model → reward."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("minihack")
+
+from llmguide.core.config import load_config  # noqa: E402
+from llmguide.llm.cache import CachedLM, LLMCache  # noqa: E402
+from llmguide.llm.service import LLMService  # noqa: E402
+from llmguide.rewards.base import TransitionBatch  # noqa: E402
+from llmguide.rewards.motif import MotifReward, PairsDB, annotate_pairs, sample_pairs, train_reward_model  # noqa: E402
+from llmguide.rewards.oni_annotator import PairAnnotator  # noqa: E402
+from test_oni import CountingLM  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    from llmguide.llm.embedded import EmbeddedLM
+
+    lm = EmbeddedLM()
+    yield lm
+    lm.close()
+
+
+def motif_cfg(tmp_path, *extra: str):
+    return load_config(["env=minihack", "env.id=MiniHack-KeyRoom-S5-v0", "method=motif", "num_envs=2",
+                        f"method.data_dir={tmp_path / 'motif'}", "method.collect_steps=300", "method.num_pairs=8",
+                        f"run.dir={tmp_path / 'runs'}", "run.name=motif-test", *extra])
+
+
+def test_collect_then_resumable_annotation_labels_every_pair_exactly_once(embedded, tmp_path):
+    from llmguide.pipelines.motif import collect
+
+    cfg = motif_cfg(tmp_path)
+    assert collect(cfg) == 0
+    db = PairsDB(tmp_path / "motif" / "pairs.sqlite")
+    messages = db.messages()
+    assert sum(messages.values()) >= 300 and len(messages) >= 3  # real env messages, e.g. "It's a wall."
+    total = db.count()
+    assert total == min(8, len(messages) * (len(messages) - 1) // 2)
+    assert all(a < b for a, b, in db.conn.execute("SELECT a, b FROM pairs"))  # unordered, never identical
+
+    counting = CountingLM(embedded)
+    cache = LLMCache(tmp_path / "cache.sqlite")
+    with LLMService(CachedLM(counting, cache), max_batch=8) as service:  # first run: stopped after one batch
+        first = annotate_pairs(db, PairAnnotator(service), batch_size=3, max_batches=1)
+    assert first["batches"] == 1 and first["done"] + first["unparseable"] == 3 and first["todo"] == total - 3
+
+    db2 = PairsDB(tmp_path / "motif" / "pairs.sqlite")  # rerun: a new process would see the same file
+    with LLMService(CachedLM(counting, LLMCache(tmp_path / "cache.sqlite")), max_batch=8) as service:
+        second = annotate_pairs(db2, PairAnnotator(service), batch_size=3)
+    assert second["todo"] == 0 and second["done"] + second["unparseable"] == total  # none lost
+    rows = db2.conn.execute("SELECT annotations, status, label FROM pairs").fetchall()
+    assert all(n == 1 for n, _, _ in rows)  # none labelled twice
+    assert all(y in (0.0, 0.5, 1.0) for _, s, y in rows if s == "done")
+    assert sum(counting.prompts.values()) == total and max(counting.prompts.values()) == 1  # one LM request each
+
+
+def test_reward_model_threshold_and_count_division(tmp_path):
+    db = PairsDB(tmp_path / "pairs.sqlite")
+    good = ["You kill the newt!", "You see here 5 gold pieces.", "There is a staircase down here."]
+    bad = ["It's a wall.", "It's solid stone.", "Never mind."]
+    db.add_pairs(sample_pairs(__import__("collections").Counter(good + bad), 100))
+    # preferences from a known rule (good beats bad, ties otherwise) to check the training itself
+    rows = db.todo(100)
+    db.write_labels([(i, 0.5 if (a in good) == (b in good) else (1.0 if a in good else 0.0)) for i, a, b in rows])
+    ckpt, metrics = train_reward_model(db, epochs=60, lr=1e-3, threshold_quantile=0.5, seed=0)
+    assert metrics["pairs"] == 15
+    module = MotifReward(ckpt, num_envs=1, beta=1.0)
+    shaped = module.shaped(good + bad)
+    assert shaped[:3].min() > 0 and np.all(shaped[3:] == 0)  # bad messages fall under the median threshold
+    infos = [[{"caption": good[0]}], [{"caption": good[0]}], [{"caption": bad[0]}]]
+    batch = TransitionBatch(obs={}, actions=np.zeros((3, 1)), next_obs={}, rewards=np.zeros((3, 1)),
+                            dones=np.zeros((3, 1), bool), infos=infos)
+    r = module.compute(batch)[:, 0]
+    assert r.tolist() == pytest.approx([shaped[0], shaped[0] / 2, 0.0])
