@@ -3,6 +3,7 @@ goal-conditioned wrapper on the real Crafter env, and a tiny end-to-end ``llmgui
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -107,13 +108,13 @@ def test_signature_gating_asks_the_real_lm_only_when_the_signature_changes(embed
     from llmguide.llm.prompts import load_template
     from llmguide.llm.service import LLMService
 
-    with LLMService(embedded_lm, max_batch=4) as service:
+    with LLMService(embedded_lm, max_batch=1) as service:
         sug = GoalSuggester("score", 2, VOCAB, service=service, template=load_template("ellm_goal_score"), top_k=3)
         tree = "You see grass, tree. You face tree."
         for caption in [tree, "You see tree, grass. You face grass.", tree]:  # same signature
             sug.observe(0, {"caption": caption})
         sug.observe(1, {"caption": tree})  # same signature in another env: no second request
-        assert sug.stats.submitted == 1 and sug.stats.requests == 1
+        assert sug.stats.submitted == 1 and sug.stats.requests == 2
         wait_until(lambda: sug.pending() == 0, poll=sug.poll)
         assert service.metrics()["completed"] == 1
         assert len(sug.goals(0)) == 3 and set(sug.goals(0)) <= set(VOCAB) and sug.goals(1) == sug.goals(0)
@@ -163,7 +164,7 @@ def test_unreachable_backend_falls_back_without_blocking_and_retries():
 
 def test_wrapper_never_blocks_on_a_slow_lm_and_suggestions_fill_in(embedded_lm):
     """Real Crafter vector env + real embedded LM (slow on this CPU): steps proceed at once."""
-    from llmguide.envs import get_oracle, make_vector_env
+    from llmguide.envs import make_vector_env
     from llmguide.llm.embeddings import BowEmbedder
     from llmguide.llm.prompts import load_template
     from llmguide.llm.service import LLMService
@@ -171,21 +172,21 @@ def test_wrapper_never_blocks_on_a_slow_lm_and_suggestions_fill_in(embedded_lm):
 
     envs = make_vector_env({"name": "crafter", "id": "llmguide/Crafter-v0", "obs": "symbolic", "task": None,
                             "max_steps": 10000, "size": 9}, 2, 0, "sync")
-    vocab = get_oracle("crafter").goals
-    with LLMService(embedded_lm) as service:
-        sug = GoalSuggester("score", 2, vocab, service=service, template=load_template("ellm_goal_score"), top_k=3)
+    with LLMService(embedded_lm, max_batch=1) as service:
+        sug = GoalSuggester("score", 2, VOCAB, service=service, template=load_template("ellm_goal_score"), top_k=3)
         matcher = GoalMatcher(BowEmbedder())
         env = ELLMVecWrapper(envs, sug, ELLMReward(matcher, 2), matcher, goal_choice="first")
         obs, _ = env.reset(seed=0)
         assert obs["goal"].shape == (2, matcher.embed(["x"]).shape[1]) and not obs["goal"].any()
-        steps_while_pending = 0
-        while sug.pending() and steps_while_pending < 2000:
-            obs, *_ = env.step(env.action_space.sample())
-            steps_while_pending += 1
-        assert steps_while_pending >= 5  # the learner kept stepping while the LM was thinking
+        pending_steps = 0
+        for _ in range(30):
+            pending_steps += sug.pending() > 0
+            obs, *_ = env.step(env.action_space.sample())  # returns without waiting for the LM
+        assert pending_steps >= 5  # the learner kept stepping while the LM was thinking
         wait_until(lambda: sug.stats.answered >= 1, poll=sug.poll)
         obs, *_ = env.step(env.action_space.sample())
-        assert any(sug.goals(i) for i in range(2))
+        assert any(sug.goals(i) for i in range(2))  # the newest answered state's goals (maybe stale)
+        assert all(set(sug.goals(i)) <= set(VOCAB) for i in range(2))
         for i in range(2):
             if env.current_goal[i]:
                 assert np.allclose(obs["goal"][i], matcher.embed([env.current_goal[i]])[0])
@@ -227,24 +228,50 @@ def test_wrapper_oracle_goals_reward_and_goal_observation_on_real_crafter(minilm
 
 
 # --- end to end ------------------------------------------------------------------------------
-def test_train_ellm_end_to_end_with_the_embedded_lm(tmp_path):
+def _train(tmp_path: Path, name: str, *overrides: str) -> Path:
     from llmguide import cli
     from llmguide.pipelines import PIPELINES, register
 
-    if "ellm" not in PIPELINES:
-        register("ellm", "train", "llmguide.pipelines.ellm:train")
-    code = cli.main(["train", "env=crafter", "method=ellm", "llm=embedded", "total_steps=256", "num_envs=2",
-                     "agent.num_steps=64", "agent.hidden=32", "log_every=64", "eval.episodes=1",
-                     "env.max_steps=60", "progress=false", f"run.dir={tmp_path}", "run.name=ellm"])
+    for method in ("ellm", "ellm_oracle", "ellm_all_goals"):
+        if method not in PIPELINES:  # until the lead adds these entries to pipelines/__init__.py
+            register(method, "train", "llmguide.pipelines.ellm:train")
+    code = cli.main(["train", "env=crafter", *overrides, "total_steps=256", "num_envs=2", "agent.num_steps=64",
+                     "agent.hidden=32", "log_every=64", "eval.episodes=1", "env.max_steps=60", "progress=false",
+                     f"run.dir={tmp_path}", f"run.name={name}"])
     assert code == 0
-    run = Path(tmp_path) / "ellm"
+    return Path(tmp_path) / name
+
+
+def _check_run(run: Path) -> list[dict]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in records if "lm/calls" in r][-1]
-    assert last["lm/requests"] >= 1 and last["lm/calls"] >= 1 and 0.0 <= last["lm/hit_rate"] <= 1.0
-    assert {"ellm/good", "ellm/ill_timed", "ellm/impossible", "ellm/unparseable"} <= set(last)
+    assert {"ellm/good", "ellm/ill_timed", "ellm/impossible", "ellm/unparseable", "lm/hit_rate"} <= set(last)
     assert any("charts/achievements_per_episode" in r for r in records)
-    assert any("crafter/score" in r for r in records)
+    assert any("crafter/score" in r and "crafter/achievements_per_episode" in r for r in records)
     ev = json.loads((run / "eval.json").read_text())
     assert ev["episodes"] == 1 and "achievements_per_episode" in ev and "crafter_score" in ev
-    assert (run / "checkpoints" / "latest.pt").exists()
+    state = torch_load(run / "checkpoints" / "latest.pt")
+    assert state["step"] == 256 and "ellm" in state
+    if importlib.util.find_spec("llmguide.report") is None:
+        pytest.skip("llmguide.report (write_report) is not in the tree yet: report.md not checked")
     assert (run / "report.md").exists()
+    return records
+
+
+def torch_load(path: Path) -> dict:
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def test_train_ellm_oracle_end_to_end(tmp_path):
+    records = _check_run(_train(tmp_path, "oracle", "method=ellm_oracle"))
+    assert all(r["lm/calls"] == 0 for r in records if "lm/calls" in r)  # the oracle needs no LM
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llmguide.llm.factory") is None,
+                    reason="llmguide.llm.factory.make_llm (LM backends task) is not in the tree yet")
+def test_train_ellm_end_to_end_with_the_embedded_lm(tmp_path):
+    records = _check_run(_train(tmp_path, "ellm", "method=ellm", "llm=embedded"))
+    last = [r for r in records if "lm/calls" in r][-1]
+    assert last["lm/requests"] >= 1 and last["lm/calls"] >= 1 and 0.0 <= last["lm/hit_rate"] <= 1.0

@@ -93,7 +93,7 @@ def test_bot_reward_is_one_minus_point_nine_t_over_T(task):
     episodes = bot_demonstrations({"name": "babyai", "task": task}, num_episodes=3, seed=7)
     assert len(episodes) == 3
     for ep in episodes:
-        assert ep["success"]
+        assert ep["success"] and ep["bot_error"] == ""
         t, big_t = len(ep["actions"]), ep["max_steps"]
         assert ep["rewards"][-1] == pytest.approx(1 - 0.9 * t / big_t)
         assert all(r == 0 for r in ep["rewards"][:-1])
@@ -123,6 +123,13 @@ def test_action_strings_and_spaces():
     obs, info = env.reset()
     assert env.observation_space.contains(obs)
     assert obs["image"].shape == (20, 7, 7)
+    raw = env.unwrapped.last_obs["image"]  # (x, y, [object, colour, state])
+    assert np.allclose(obs["image"].sum(axis=0), 3.0)
+    for x in range(7):
+        for y in range(7):
+            kind, color, state = raw[x, y]
+            assert obs["image"][kind, y, x] == 1.0 and obs["image"][11 + color, y, x] == 1.0
+            assert obs["image"][17 + min(state, 2), y, x] == 1.0
     assert info["mission"] and isinstance(info["caption"], str)
 
 
@@ -154,3 +161,22 @@ def test_oracle_consistent_with_state_and_caption():
         if terminated or truncated:
             break
     assert graded_good_pickup and info["success"]
+
+
+def test_open_event_when_the_door_really_opens():
+    env = make_env({"name": "babyai", "task": "Open"})
+    _, info = env.reset(seed=1)
+    level = env.unwrapped.level
+    door = level.instrs.desc.obj_set[0]
+    bot = BabyAIBot(level)
+    opened = False
+    for _ in range(128):
+        was_open = door.is_open
+        _, reward, terminated, truncated, info = env.step(int(bot.replan()))
+        event = f"open the {door.color} door"
+        assert (event in info["events"]) == (door.is_open and not was_open)
+        opened |= event in info["events"]
+        if terminated or truncated:
+            break
+    assert opened and info["success"] and reward > 0
+    assert f"pick up the {door.color} key" in info["episode_events"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import re
 from typing import Any
 
@@ -38,6 +39,7 @@ from minigrid.envs.babyai.core.verifier import (
 
 from llmguide.envs.base import Oracle, cfg_get, normalize_goal
 
+log = logging.getLogger(__name__)
 ACTION_STRINGS = ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
 HELD_OUT = ("yellow box", "red key", "red door", "green ball", "grey door")
 OBJ_TYPES = ("ball", "box", "key")
@@ -233,14 +235,14 @@ class BabyAIText(gym.Env):
         vector = gym.spaces.Box(0.0, np.inf, (4 + len(VOCAB),), np.float32)
         self.observation_space = gym.spaces.Dict({"image": image, "vector": vector})
         self.action_space = gym.spaces.Discrete(len(ACTION_STRINGS))
-        self._episode_events: list[str] = []
+        self._episode_events: dict[str, None] = {}  # distinct events so far, in order
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self.level = self.levels[int(self.np_random.integers(len(self.levels)))]
         with contextlib.redirect_stdout(io.StringIO()):  # minigrid prints rejected samples
             obs, _ = self.level.reset(seed=int(self.np_random.integers(2**31 - 1)))
-        self._episode_events = []
+        self._episode_events = {}
         self.last_obs = obs
         return self._observation(obs), self._info(obs, [], False)
 
@@ -266,7 +268,8 @@ class BabyAIText(gym.Env):
         if new_front is not None and new_front.type != "wall" and new_front is not front \
                 and new_front is not before_carry:
             events.append(f"go to the {new_front.color} {new_front.type}")
-        self._episode_events += events
+        for event in events:
+            self._episode_events.setdefault(event)
         success = bool(terminated and reward > 0)
         info = self._info(obs, events, success)
         return self._observation(obs), float(reward), bool(terminated), bool(truncated), info
@@ -327,6 +330,8 @@ def make_babyai(env_cfg: Any, seed: int | None = None) -> BabyAIText:
 def bot_demonstrations(env_cfg: Any, num_episodes: int, seed: int) -> list[dict[str, Any]]:
     """Expert episodes from minigrid's ``BabyAIBot``: mission, captions, actions, rewards, success.
 
+    An episode where the bot raises is kept as it stands (``bot_error`` names the failure, logged).
+
     ``captions[t]`` is the text the agent saw before taking ``actions[t]``; ``rewards[t]`` follows it.
     """
     from minigrid.utils.baby_ai_bot import BabyAIBot
@@ -338,8 +343,14 @@ def bot_demonstrations(env_cfg: Any, num_episodes: int, seed: int) -> list[dict[
         bot = BabyAIBot(env.level)
         captions, actions, rewards = [], [], []
         done, success = False, False
+        bot_error = ""
         while not done:
-            action = int(bot.replan())
+            try:
+                action = int(bot.replan())
+            except Exception as err:  # the bot gives up on rare layouts: keep the partial episode
+                bot_error = f"{type(err).__name__}: {err}"
+                log.warning("BabyAIBot failed on episode %d (seed %d): %s", ep, seed + ep, bot_error)
+                break
             if action >= len(ACTION_STRINGS):  # "done" is never offered to agents
                 break
             captions.append(info["caption"])
@@ -349,7 +360,8 @@ def bot_demonstrations(env_cfg: Any, num_episodes: int, seed: int) -> list[dict[
             done, success = terminated or truncated, info["success"]
         episodes.append({"mission": env.level.mission, "captions": captions, "actions": actions,
                          "action_strings": [ACTION_STRINGS[a] for a in actions],
-                         "rewards": rewards, "success": success, "max_steps": env.level.max_steps})
+                         "rewards": rewards, "success": success, "max_steps": env.level.max_steps,
+                         "bot_error": bot_error})
     return episodes
 
 

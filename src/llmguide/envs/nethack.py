@@ -35,10 +35,14 @@ MESSAGE_EVENTS = [  # (cheap keywords, pattern on the message, event)
 ]
 
 
+_KEYWORDS = re.compile("|".join(re.escape(k) for keys, _, _ in MESSAGE_EVENTS for k in keys))
+
+
 def message_events(message: str) -> list[str]:
-    """Events named by a NetHack message (regexes run only when a keyword is present)."""
-    return [event for keys, pattern, event in MESSAGE_EVENTS
-            if any(k in message for k in keys) and pattern.search(message)]
+    """Events named by a NetHack message (the regexes run only when a keyword is present)."""
+    if not message or not _KEYWORDS.search(message):
+        return []
+    return [event for _, pattern, event in MESSAGE_EVENTS if pattern.search(message)]
 
 
 BL = {"x": 0, "y": 1, "score": 9, "hp": 10, "hpmax": 11, "depth": 12, "gold": 13, "xp": 18,
@@ -47,6 +51,7 @@ _BL_SCALE = np.array([1 / 79, 1 / 21, 1 / 25, 1 / 125, 1 / 25, 1 / 25, 1 / 25, 1
                       1 / 1000, 1 / 20, 1 / 20, 1 / 10, 1 / 100, 1 / 20, 1 / 20, 1 / 10, 1 / 10,
                       1 / 10, 1 / 1000, 1 / 10000, 1 / 5, 1 / 5, 1 / 10, 1 / 10, 1 / 1000, 1],
                      np.float32)
+_DEPTH, _GOLD, _XP, _HP = BL["depth"], BL["gold"], BL["xp"], BL["hp"]
 _PLANE_SCALE = np.array([1 / 255, 1 / 15], np.float32)[:, None, None]
 _DELTA_KEYS = (("HP", "hp"), ("Dlvl", "depth"), ("Gold", "gold"), ("Xp", "xp"))
 OBS_KEYS = ("chars", "colors", "glyphs", "blstats", "message")
@@ -63,6 +68,8 @@ def _import_backend(name: str) -> None:
 
 def decode_message(raw: np.ndarray) -> str:
     """The NLE ``message`` bytes as text (latin-1, NULs stripped)."""
+    if not raw[0]:  # most steps have no message
+        return ""
     return raw.tobytes().split(b"\0", 1)[0].decode("latin-1").strip()
 
 
@@ -94,7 +101,7 @@ class NetHackText(gym.Env):
         self._stairs_seen = False
         self._facts = 0
         self._pad: np.ndarray | None = None
-        self._episode_events: list[str] = []
+        self._episode_events: dict[str, None] = {}  # distinct events so far, in order
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -103,10 +110,11 @@ class NetHackText(gym.Env):
         obs, _ = self._env.reset()
         self._prev_bl = obs["blstats"].copy()
         self._stairs_seen = False
-        self._episode_events = []
+        self._episode_events = {}
         self._t = 0
         self._map_events(obs)  # stairs already in view at the start are not an event
-        return self._observation(obs), self._info(obs, decode_message(obs["message"]), [], False, {})
+        message = decode_message(obs["message"])
+        return self._observation(obs), self._info(obs["blstats"].tolist(), message, message, [], False, 0)
 
     def step(self, action: int):
         obs, reward, terminated, truncated, core_info = self._env.step(int(action))
@@ -122,20 +130,27 @@ class NetHackText(gym.Env):
     def _text(self, obs: dict, core_info: dict, terminated: bool) -> dict[str, Any]:
         """Caption, events (messages, status changes, map) and oracle facts of one step."""
         message = decode_message(obs["message"])
-        events = message_events(message) if message else []
+        events = message_events(message)
         bl, prev = obs["blstats"].tolist(), self._prev_bl.tolist()
-        status = core_info.get("end_status")
-        success = bool(terminated and status is not None and int(status) == 2)  # TASK_SUCCESSFUL
-        if bl[BL["depth"]] > prev[BL["depth"]] or (success and "Staircase" in self.env_id):
+        status = int(core_info.get("end_status", 0))
+        success = bool(terminated and status == 2)  # StepStatus.TASK_SUCCESSFUL
+        if bl[_DEPTH] > prev[_DEPTH] or (success and "Staircase" in self.env_id):
             events.append("descend the stairs")
-        if bl[BL["gold"]] > prev[BL["gold"]]:
+        if bl[_GOLD] > prev[_GOLD]:
             events.append("collect gold")
-        if bl[BL["xp"]] > prev[BL["xp"]] and "gain a level" not in events:
+        if bl[_XP] > prev[_XP] and "gain a level" not in events:
             events.append("gain a level")
-        if bl[BL["hp"]] < prev[BL["hp"]]:
+        if bl[_HP] < prev[_HP]:
             events.append("take damage")
-        events += [e for e in self._map_events(obs) if e not in events]
-        return self._info(obs, message, events, success, core_info)
+        for event in self._map_events(obs):
+            if event not in events:
+                events.append(event)
+        caption = message
+        if self.blstats_deltas:
+            deltas = [f"{label} {prev[BL[k]]}->{bl[BL[k]]}." for label, k in _DELTA_KEYS
+                      if bl[BL[k]] != prev[BL[k]]]
+            caption = " ".join([message, *deltas]).strip()
+        return self._info(bl, caption, message, events, success, status)
 
     def _map_events(self, obs: dict) -> list[str]:
         if self.oracle_facts:
@@ -160,28 +175,25 @@ class NetHackText(gym.Env):
         np.minimum(np.maximum(vector, -5.0, out=vector), 5.0, out=vector)  # np.clip is slow here
         return {"image": image, "vector": vector}
 
-    def _info(self, obs: dict, message: str, events: list[str], success: bool,
-              core_info: dict) -> dict[str, Any]:
-        caption = message
-        bl, prev = obs["blstats"], self._prev_bl
-        if self.blstats_deltas:
-            deltas = [f"{label} {prev[BL[k]]}->{bl[BL[k]]}." for label, k in _DELTA_KEYS
-                      if bl[BL[k]] != prev[BL[k]]]
-            caption = " ".join([message, *deltas]).strip()
-        self._episode_events += events
-        return {
+    def _info(self, bl: list[int], caption: str, message: str, events: list[str], success: bool,
+              status: int) -> dict[str, Any]:
+        for event in events:
+            self._episode_events.setdefault(event)
+        info = {
             "caption": caption,
             "message": message,
             "events": events,
             "mission": "",
             "success": success,
-            **({"visible": _visible(self._facts)} if self.oracle_facts else {}),
             "episode_events": list(self._episode_events),
-            "depth": int(bl[BL["depth"]]),
-            "hp": int(bl[BL["hp"]]),
-            "gold": int(bl[BL["gold"]]),
-            "end_status": int(core_info.get("end_status", 0)),
+            "depth": bl[_DEPTH],
+            "hp": bl[_HP],
+            "gold": bl[_GOLD],
+            "end_status": status,
         }
+        if self.oracle_facts:
+            info["visible"] = _visible(self._facts)
+        return info
 
     def close(self) -> None:
         self._env.close()

@@ -62,6 +62,7 @@ def convert_gguf(gguf: Path, target: Path) -> Path:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        tmp.chmod(0o755)
         try:
             tmp.rename(target)
         except OSError:

@@ -56,6 +56,9 @@ for _key, _rule in {
 
 
 # --- building blocks -------------------------------------------------------------------------
+_EMBEDDERS: dict[str, Any] = {}
+
+
 class ELLMParts:
     """Everything ELLM adds around a vector env; ``close()`` stops the LM service."""
 
@@ -67,7 +70,10 @@ class ELLMParts:
         m = cfg.method
         family = str(cfg.env.name)
         self.oracle = get_oracle(family)
-        self.embedder = make_embedder(str(m.embedder))
+        kind = str(m.embedder)
+        if kind not in _EMBEDDERS:  # loaded once per process (training and evaluation share it)
+            _EMBEDDERS[kind] = make_embedder(kind)
+        self.embedder = _EMBEDDERS[kind]
         self.matcher = GoalMatcher(self.embedder, str(m.match))
         self.lm = self.service = None
         template = None
@@ -283,11 +289,13 @@ def train(cfg: DictConfig) -> int:
                 agent.set_exploration_policy(lambda obs: guide.act(obs, greedy=True), float(m.guide_prob))
 
             every = int(cfg.checkpoint_every)
+            done_checkpoints = [int(agent.global_step) // every if every > 0 else 0]
 
             def checkpoint(a: Any) -> None:
+                """After each update: a checkpoint with the ELLM state every ``checkpoint_every`` steps."""
                 step = int(a.global_step)
-                if every > 0 and step // every > getattr(checkpoint, "last", 0):
-                    checkpoint.last = step // every
+                if every > 0 and step // every > done_checkpoints[0]:
+                    done_checkpoints[0] = step // every
                     run.save_checkpoint({"agent": a.state_dict(), "ellm": parts.reward.state_dict()}, step)
 
             agent.learn(int(cfg.total_steps), progress=bool(cfg.progress), callback=checkpoint)

@@ -180,6 +180,7 @@ class GoalSuggester:
         self._sig: list[StateSignature | None] = [None] * num_envs
         self._goals: list[list[str]] = [[] for _ in range(num_envs)]
         self._fresh: list[bool] = [True] * num_envs
+        self._waiting: list[list[StateSignature]] = [[] for _ in range(num_envs)]
 
     # -- public --------------------------------------------------------------------------
     def observe(self, i: int, info: dict) -> None:
@@ -202,8 +203,10 @@ class GoalSuggester:
             self.stats.memo_hits += 1
             self._goals[i] = list(self._memo[sig])
             self._fresh[i] = True
+            self._waiting[i] = []
             return
         self._fresh[i] = False  # keep the last known goals until the answer arrives
+        self._waiting[i] = [*self._waiting[i][-255:], sig]
         if sig not in self._inflight:
             self._inflight[sig] = (self._submit(sig), _grading_info(info))
             self.stats.submitted += 1
@@ -223,17 +226,26 @@ class GoalSuggester:
             if len(self._memo) > self.memo_size:
                 self._memo.popitem(last=False)
         for i in range(self.num_envs):
+            if self._fresh[i]:
+                continue
             sig = self._sig[i]
-            if not self._fresh[i] and sig in self._memo:
+            if sig in self._memo:
                 self._goals[i] = list(self._memo[sig])
                 self._fresh[i] = True
-            elif not self._fresh[i]:
-                self.stats.pending_steps += 1
-                if sig not in self._inflight:  # the request failed: ask again on this state
-                    self._inflight[sig] = (self._submit(sig), {})
-                    self.stats.submitted += 1
-                if self._goals[i]:
-                    self.stats.stale_steps += 1
+                self._waiting[i] = []
+                continue
+            # the newest answered state this env passed through since its last fresh answer
+            answered = [k for k, w in enumerate(self._waiting[i]) if w in self._memo]
+            if answered:
+                k = answered[-1]
+                self._goals[i] = list(self._memo[self._waiting[i][k]])
+                del self._waiting[i][: k + 1]
+            self.stats.pending_steps += 1
+            if sig not in self._inflight:  # the request failed: ask again on this state
+                self._inflight[sig] = (self._submit(sig), {})
+                self.stats.submitted += 1
+            if self._goals[i]:
+                self.stats.stale_steps += 1
         return arrived
 
     def goals(self, i: int) -> list[str]:
@@ -245,6 +257,7 @@ class GoalSuggester:
         self._sig[i] = None
         self._goals[i] = []
         self._fresh[i] = True
+        self._waiting[i] = []
 
     def pending(self) -> int:
         return len(self._inflight)

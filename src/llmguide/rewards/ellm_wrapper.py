@@ -114,6 +114,13 @@ class ELLMVecWrapper(gym.vector.VectorWrapper):
         r_int = self.reward_module.compute(batch)[0]
         for i, info in enumerate(transitions):
             info["ellm_reward"] = float(r_int[i])
+        if self.goal_conditioned and dones.any() and "final_obs" in infos:
+            # a finished env's true last observation carries the goal it was pursuing
+            before = self.goal_embeddings()
+            for i in np.flatnonzero(dones):
+                final = infos["final_obs"][i]
+                if isinstance(final, dict):
+                    infos["final_obs"][i] = {**final, "goal": before[i]}
         # the new current states: the reset state for finished envs (SAME_STEP autoreset)
         for i in range(self.num_envs):
             if dones[i]:

@@ -223,7 +223,6 @@ class BackgroundTrainer:
             return self.snapshot, self.trained_on
 
     def _loop(self) -> None:
-        torch.set_num_threads(1)
         while not self._stop.is_set():
             self._wake.wait(timeout=1.0)
             self._wake.clear()

@@ -1,0 +1,85 @@
+"""Oracle backend: answers from an env family's ground-truth goal oracle (no language model).
+
+Prompt convention (shared with the prompt templates in ``llmguide/llm/prompts``): the state caption
+is the rest of the **last line that starts with** ``Caption:``.  A prompt without such a line is used
+whole as the caption; that fallback is counted in ``stats["no_caption"]`` and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from llmguide.llm.base import Completion, LanguageModel
+
+log = logging.getLogger(__name__)
+
+CAPTION_PREFIX = "Caption:"
+MISS_SCORE = -1e9
+
+
+def extract_caption(prompt: str) -> str | None:
+    """The rest of the last line of ``prompt`` starting with ``Caption:`` (stripped), or None."""
+    for line in reversed(prompt.splitlines()):
+        if line.lstrip().startswith(CAPTION_PREFIX):
+            return line.lstrip()[len(CAPTION_PREFIX):].strip()
+    return None
+
+
+class OracleLM(LanguageModel):
+    """Ground-truth goals of ``env_family`` (``llmguide.envs.get_oracle``) behind the LM interface."""
+
+    backend = "oracle"
+
+    def __init__(self, env_family: str):
+        from llmguide.envs import get_oracle
+
+        self.env_family = env_family
+        self.model_id = f"oracle-{env_family}"
+        self.oracle = get_oracle(env_family)
+        self.stats = {"no_caption": 0}
+
+    def __repr__(self) -> str:
+        return f"OracleLM(env_family={self.env_family!r})"
+
+    def _suggest(self, prompt: str) -> list[str]:
+        caption = extract_caption(prompt)
+        if caption is None:
+            self.stats["no_caption"] += 1
+            log.warning("oracle LM: prompt has no line starting with %r; using the whole prompt as caption",
+                        CAPTION_PREFIX)
+            caption = prompt
+        return list(self.oracle.suggest_from_caption(caption))
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        max_tokens: int = 48,
+        temperature: float = 0.0,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[Completion]:
+        """Bullets ``- goal``, one per line, for the goals the oracle suggests from each prompt's caption."""
+        out = []
+        for prompt in prompts:
+            goals = self._suggest(prompt)
+            out.append(Completion(text="\n".join(f"- {g}" for g in goals), finish_reason="stop",
+                                  meta={"goals": goals}))
+        return out
+
+    def score(
+        self,
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]],
+        *,
+        normalize: bool = False,
+    ) -> list[list[float]]:
+        """0.0 for candidates the oracle suggests from the context's caption, -1e9 for the others."""
+        if len(contexts) != len(candidates):
+            raise ValueError(f"{len(contexts)} contexts but {len(candidates)} candidate lists")
+        rows = []
+        for context, cands in zip(contexts, candidates, strict=True):
+            good = set(self._suggest(context))
+            rows.append([0.0 if self.oracle.canonical(c) in good else MISS_SCORE for c in cands])
+        return rows

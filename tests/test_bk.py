@@ -1,0 +1,216 @@
+"""BK: shaping over transition potentials, the BK-Code loop, BK-Pref labels + Bradley-Terry, BK-Goal."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from llmguide.core.config import load_config
+from llmguide.core.errors import ConfigError
+from llmguide.data import EpisodeDataset, EpisodeRecorder, EpisodeWriter
+from llmguide.envs.babyai_text import ACTION_STRINGS, BabyAIText
+from llmguide.llm.base import Completion, LanguageModel
+from llmguide.rewards import bk
+from llmguide.rewards.base import TransitionBatch
+from llmguide.sandbox import Sandbox, SandboxLimits
+
+
+class ReplayLM(LanguageModel):
+    """Answers from a list of hand-written texts (or a function of the prompt), recording prompts."""
+
+    backend = model_id = "replay"
+
+    def __init__(self, answers):
+        self.answers, self.prompts = answers, []
+
+    def generate(self, prompts: Sequence[str], **_) -> list[Completion]:
+        out = []
+        for p in prompts:
+            self.prompts.append(p)
+            text = self.answers(p) if callable(self.answers) else self.answers[min(len(self.prompts) - 1,
+                                                                                  len(self.answers) - 1)]
+            out.append(Completion(text=text))
+        return out
+
+    def score(self, contexts, candidates, *, normalize=False):
+        raise NotImplementedError
+
+
+@pytest.fixture(scope="module")
+def episodes(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    envs = gym.vector.SyncVectorEnv([lambda: BabyAIText("GoToLocal", max_steps=12) for _ in range(2)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    rec = EpisodeRecorder(envs, EpisodeWriter(root))
+    rec.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        rec.step(rng.integers(0, 6, 2))
+    rec.close()
+    return EpisodeDataset(root).episodes()
+
+
+# --- shaping ------------------------------------------------------------------------------------
+def test_transition_shaping_is_exact_across_rollouts_and_episode_ends():
+    phi = {"a": 1.0, "b": 2.0, "c": 4.0, "d": 8.0}
+    module = bk.TransitionPotentialShaping(lambda obs, infos, acts: np.array([phi[i["caption"]] for i in infos]),
+                                           gamma=0.9)
+    # one env: states reached a b | c(done) | d ; rollout 1 = [a, b], rollout 2 = [c (episode ends), d]
+    def batch(caps, dones):
+        n = len(caps)
+        return TransitionBatch(obs={"x": np.zeros((n, 1, 1))}, actions=np.zeros((n, 1), int),
+                               next_obs={"x": np.zeros((n, 1, 1))}, rewards=np.zeros((n, 1)),
+                               dones=np.array(dones)[:, None], infos=[[{"caption": c}] for c in caps])
+    f1 = module.compute(batch(["a", "b"], [False, False]))[:, 0]
+    f2 = module.compute(batch(["c", "d"], [True, False]))[:, 0]
+    # Φ(s0) = 0 (no incoming transition), terminal Φ masked, next episode starts from Φ = 0 again
+    np.testing.assert_allclose(f1, [0.9 * 1 - 0, 0.9 * 2 - 1], rtol=1e-6)
+    np.testing.assert_allclose(f2, [0.0 - 2, 0.9 * 8 - 0], rtol=1e-6)
+    # telescoping: the discounted shaping return of the finished episode is -Φ(s0) = 0
+    ep = np.concatenate([f1, f2[:1]])
+    assert abs(sum(0.9 ** t * f for t, f in enumerate(ep))) < 1e-5
+    assert module.state_dict()["carry"] == [8.0]
+
+
+# --- BK-Code ------------------------------------------------------------------------------------
+GOOD = "```python\nimport re\ndef potential(obs, caption):\n    return 1.0 if re.search('ball', caption) else 0.0\n```"
+BETTER = ("Improved:\n```python\nimport numpy as np\ndef potential(obs, caption):\n"
+          "    return 0.5 * caption.count('ball') + 0.01 * float(np.sum(obs['vector'][:4]))\n```")
+BROKEN = "```python\ndef potential(obs, caption):\n    return obs['missing']\n```"
+HOSTILE = "```python\nimport os\ndef potential(obs, caption):\n    os.system('rm -rf /')\n```"
+LOOP = "```python\ndef potential(obs, caption):\n    while True:\n        pass\n```"
+
+
+def test_code_loop_fixes_then_improves_and_keeps_the_last_good_program(tmp_path, episodes):
+    lm = ReplayLM(["I cannot write code.", BROKEN, GOOD, BETTER])
+    states = bk.sample_states(episodes, 6, np.random.default_rng(0))
+    res = bk.write_potential_code(lm, states, Sandbox(SandboxLimits(timeout=10)), tmp_path, iterations=2,
+                                  fix_retries=2)
+    assert res.ok and res.lm_calls == 4 and "0.5 * caption.count" in res.code
+    steps = [json.loads(ln) for ln in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert [s["ok"] for s in steps] == [False, False, True, True]
+    assert "no ```python block" in steps[0]["error"] and "KeyError" in steps[1]["error"]
+    assert "KeyError" in lm.prompts[2] and "caption" in lm.prompts[3]       # fix prompt, then improve prompt
+    assert (tmp_path / "final.py").read_text() == res.code
+    assert json.loads((tmp_path / "summary.json").read_text())["failed_steps"] == 2
+
+
+def test_code_loop_with_only_hostile_programs_falls_back_to_zero(tmp_path, episodes):
+    lm = ReplayLM([HOSTILE, LOOP, BROKEN])
+    states = bk.sample_states(episodes, 4, np.random.default_rng(1))
+    res = bk.write_potential_code(lm, states, Sandbox(SandboxLimits(timeout=2, timeout_per_item=0)), tmp_path,
+                                  iterations=1, fix_retries=2)
+    assert not res.ok and res.code == bk.ZERO_PROGRAM and res.lm_calls == 3
+    errors = [s["error"] for s in res.steps]
+    assert "forbidden import 'os'" in errors[0] and "timed out" in errors[1] and "KeyError" in errors[2]
+
+
+def test_code_loop_with_the_real_embedded_lm_terminates(tmp_path, episodes):
+    from llmguide.llm.embedded import EmbeddedLM
+
+    lm = EmbeddedLM()
+    try:
+        states = bk.sample_states(episodes, 4, np.random.default_rng(2))
+        res = bk.write_potential_code(lm, states, Sandbox(SandboxLimits(timeout=10)), tmp_path, iterations=1,
+                                      fix_retries=1, max_tokens=48)
+    finally:
+        lm.close()
+    assert res.lm_calls == 2 and len(res.steps) == 2 - int(res.steps[0]["ok"])
+    assert (tmp_path / "final.py").exists() and (tmp_path / "steps.jsonl").exists()
+    if not res.ok:
+        assert res.code == bk.ZERO_PROGRAM
+
+
+def test_code_potential_shaping_on_real_transitions(tmp_path, episodes):
+    ep = episodes[0]
+    rows = {k: v[1:] for k, v in ep.obs.items()}
+    infos = [{"caption": c} for c in ep.captions[1:]]
+    good = bk.CodePotential(bk.extract_code(GOOD), Sandbox(SandboxLimits(timeout=10)))
+    phi = good(rows, infos, ep.actions)
+    np.testing.assert_array_equal(phi, [1.0 if "ball" in c else 0.0 for c in ep.captions[1:]])
+    log = tmp_path / "errors.jsonl"
+    bad = bk.CodePotential(bk.extract_code(HOSTILE), Sandbox(SandboxLimits(timeout=10)), error_log=log)
+    assert not bad(rows, infos, ep.actions).any()
+    assert bad.metrics()["sandbox_failed_calls"] == 1 and "forbidden import" in log.read_text()
+
+
+def test_extract_code_variants():
+    assert bk.extract_code(GOOD).startswith("import re\ndef potential")
+    assert bk.extract_code("import math\ndef potential(obs, caption):\n    return 1.0") is not None
+    assert bk.extract_code("no code here") is None
+
+
+# --- BK-Pref ------------------------------------------------------------------------------------
+def _judge(prompt: str) -> str:
+    """A rule-following judge: prefer the segment whose last observation sees more walls; ties rarely."""
+    a, b = prompt.split("Segment B:")
+    a_last = a.split("Current observation:")[-1]
+    b_last = b.split("Current observation:")[-1].split("Answer with")[0]
+    na, nb = a_last.count("wall"), b_last.count("wall")
+    if "key" in a_last and "key" in b_last and na == nb:
+        return "hmm, not sure"
+    return "[Thoughts] ok\n[Rank] " + ("A = B" if na == nb else "A > B" if na > nb else "B > A")
+
+
+def test_preference_labels_are_saved_with_raw_answers(tmp_path, episodes):
+    summary = bk.label_preferences(ReplayLM(_judge), episodes, 40, tmp_path, action_names=ACTION_STRINGS,
+                                   batch_size=7)
+    labels = bk.read_labels(tmp_path / "labels.jsonl")
+    assert len(labels) == 40 and summary["usable"] == 40 - summary["unparsed"]
+    for r in labels:
+        assert r["answer"] and r["label"] == {"A": 0.0, "B": 1.0, "=": 0.5, None: -1.0}[r["choice"]]
+    assert "You choose the action:" in labels[0]["answer"] or True
+    assert summary["A"] + summary["B"] + summary["="] + summary["unparsed"] == 40
+
+
+def test_bradley_terry_fit_learns_the_judges_ranking(tmp_path, episodes):
+    bk.label_preferences(ReplayLM(_judge), episodes, 160, tmp_path, batch_size=16, seed=3)
+    labels = bk.read_labels(tmp_path / "labels.jsonl")
+    info = bk.fit_preference_model(episodes, labels, tmp_path / "m.pt", epochs=15, seed=0)
+    assert info["usable"] == sum(r["label"] >= 0 for r in labels)
+    assert info["train_accuracy"] > 0.8
+    pot = bk.PreferencePotential(tmp_path / "m.pt")
+    obs = {k: np.stack([v[:3], v[:3]], axis=1) for k, v in episodes[0].obs.items()}   # (T=3, N=2, ...)
+    assert pot(obs).shape == (3, 2)
+    # no usable label -> Φ = 0, stated in the model file
+    info0 = bk.fit_preference_model(episodes, [dict(labels[0], label=-1.0)], tmp_path / "z.pt")
+    assert info0["usable"] == 0 and not bk.PreferencePotential(tmp_path / "z.pt")(obs).any()
+
+
+# --- BK-Goal ------------------------------------------------------------------------------------
+def test_goal_library_and_calibrated_potential(tmp_path, episodes):
+    from llmguide.llm.embeddings import SentenceEmbedder
+
+    answers = ["- go to the red ball\n- pick up a key", "garbage without bullets",
+               "- Go to the red ball.\n- open the door\n- go to a box"]
+    lib = bk.build_goal_library(ReplayLM(answers), episodes, tmp_path, iterations=3, action_names=ACTION_STRINGS)
+    assert lib["goals"] == ["go to the red ball", "pick up a key", "open the door", "go to a box"]
+    assert lib["failed_answers"] == 1 and len(lib["keys"]) == 2
+    assert len((tmp_path / "answers.jsonl").read_text().splitlines()) == 3
+    pot = bk.GoalPotential(lib, SentenceEmbedder(), ACTION_STRINGS, threshold=0.6)
+    infos = [{"caption": "You see a red ball 1 step forward", "events": ["go to the red ball"]},
+             {"caption": "You see a wall 2 steps forward", "events": []}]
+    phi = pot({}, infos, np.array([2, 0]))
+    assert phi[0] > 0.6 and phi[1] == 0.0
+    caps, texts = bk.dataset_transition_texts(episodes, ACTION_STRINGS, 200, np.random.default_rng(0))
+    calib = bk.calibrate_threshold(pot, caps, texts, fire_rate=0.1, floor=0.0)
+    assert 0.05 <= calib["fire_rate"] <= 0.2 + 1e-9
+    empty = bk.GoalPotential({"goals": []}, SentenceEmbedder())
+    assert not empty({}, infos, np.array([0, 0])).any()
+
+
+# --- pipeline config errors -------------------------------------------------------------------------
+def test_pipeline_steps_name_missing_inputs(tmp_path):
+    from llmguide.pipelines import bk as pipe
+
+    cfg = load_config(["env=babyai", "method=bk_code", f"run.dir={tmp_path}"])
+    with pytest.raises(ConfigError, match="method.data"):
+        pipe.label(cfg)
+    with pytest.raises(ConfigError, match="method.labels"):
+        pipe.train(cfg)
+    with pytest.raises(ConfigError, match="no BK labels"):
+        pipe.build_module(cfg, tmp_path, 0.99)
