@@ -26,6 +26,7 @@ import numpy as np
 METHODS = {  # label -> overrides
     "ellm-oracle": ["method=ellm_oracle"],
     "ellm-embedded": ["method=ellm", "llm=embedded", "method.suggester=score"],
+    "ellm-all-goals": ["method=ellm_all_goals"],
     "rnd": ["method=rnd"],
     "none": ["method=none"],
 }
@@ -125,6 +126,7 @@ def main() -> int:
     p.add_argument("--max-steps", type=int, default=400, help="Crafter episode cap (ELLM's reference: 400)")
     p.add_argument("--out", default="runs/bench_ellm_crafter")
     p.add_argument("--extra", nargs="*", default=[], help="extra overrides for every run")
+    p.add_argument("--reuse", action="store_true", help="keep finished runs already in --out (re-run the others)")
     args = p.parse_args()
 
     out = Path(args.out)
@@ -143,6 +145,9 @@ def main() -> int:
             env = {**os.environ, "HF_HUB_OFFLINE": "1"}
             if label == "ellm-embedded":  # seed 0 starts from an empty LM cache; later seeds reuse it
                 env["LLMGUIDE_CACHE_DIR"] = str(cold_cache)
+            if args.reuse and (out / name / "checkpoints" / "latest.pt").exists():
+                results[label].append({"seed": seed, **summarise(out / name, args.steps)})
+                continue
             t0 = time.time()
             code = subprocess.call([sys.executable, "-c", RUNNER, *overrides], env=env)
             print(f"[{time.time() - started:7.0f}s] {name}: exit {code} in {time.time() - t0:.0f}s", flush=True)

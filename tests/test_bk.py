@@ -116,10 +116,11 @@ def test_code_loop_with_the_real_embedded_lm_terminates(tmp_path, episodes):
     try:
         states = bk.sample_states(episodes, 4, np.random.default_rng(2))
         res = bk.write_potential_code(lm, states, Sandbox(SandboxLimits(timeout=10)), tmp_path, iterations=1,
-                                      fix_retries=1, max_tokens=48)
+                                      fix_retries=0, max_tokens=32)
     finally:
         lm.close()
-    assert res.lm_calls == 2 and len(res.steps) == 2 - int(res.steps[0]["ok"])
+    assert res.lm_calls == 1 and len(res.steps) == 1 and res.steps[0]["answer"] is not None
+    assert res.ok == res.steps[0]["ok"]
     assert (tmp_path / "final.py").exists() and (tmp_path / "steps.jsonl").exists()
     if not res.ok:
         assert res.code == bk.ZERO_PROGRAM
@@ -146,11 +147,11 @@ def test_extract_code_variants():
 
 # --- BK-Pref ------------------------------------------------------------------------------------
 def _judge(prompt: str) -> str:
-    """A rule-following judge: prefer the segment whose last observation sees more walls; ties rarely."""
+    """A rule-following judge: prefer the segment whose last observation shows more balls."""
     a, b = prompt.split("Segment B:")
     a_last = a.split("Current observation:")[-1]
     b_last = b.split("Current observation:")[-1].split("Answer with")[0]
-    na, nb = a_last.count("wall"), b_last.count("wall")
+    na, nb = a_last.count("ball"), b_last.count("ball")
     if "key" in a_last and "key" in b_last and na == nb:
         return "hmm, not sure"
     return "[Thoughts] ok\n[Rank] " + ("A = B" if na == nb else "A > B" if na > nb else "B > A")
@@ -163,7 +164,6 @@ def test_preference_labels_are_saved_with_raw_answers(tmp_path, episodes):
     assert len(labels) == 40 and summary["usable"] == 40 - summary["unparsed"]
     for r in labels:
         assert r["answer"] and r["label"] == {"A": 0.0, "B": 1.0, "=": 0.5, None: -1.0}[r["choice"]]
-    assert "You choose the action:" in labels[0]["answer"] or True
     assert summary["A"] + summary["B"] + summary["="] + summary["unparsed"] == 40
 
 

@@ -145,7 +145,6 @@ def test_closed_vocabulary_scoring_with_the_embedded_lm(embedded_lm):
 
 def test_unreachable_backend_falls_back_without_blocking_and_retries():
     from llmguide.llm.http import HTTPLM
-
     from llmguide.llm.prompts import load_template
     from llmguide.llm.service import LLMService
 
@@ -264,8 +263,27 @@ def torch_load(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def test_train_ellm_oracle_end_to_end(tmp_path):
-    records = _check_run(_train(tmp_path, "oracle", "method=ellm_oracle"))
+def test_train_ellm_oracle_then_finetune_on_one_task(tmp_path):
+    from llmguide.core.config import load_config
+    from llmguide.core.errors import ConfigError
+    from llmguide.pipelines.ellm import train
+
+    for bad, key in [("method.suggester=bogus", "method.suggester"), ("method.threshold=3.0", "method.threshold")]:
+        with pytest.raises(ConfigError, match=key):
+            train(load_config(["method=ellm", bad, f"run.dir={tmp_path}"]))
+    pre = _train(tmp_path, "oracle", "method=ellm_oracle")
+    # finetuning without a pretrained run or without a task fails before any compute, naming the key
+    with pytest.raises(ConfigError, match="method.pretrained"):
+        train(load_config(["method=ellm", "method.mode=finetune", "env.task=place_table", f"run.dir={tmp_path}"]))
+    with pytest.raises(ConfigError, match="env.task"):
+        train(load_config(["method=ellm", "method.mode=finetune", f"method.pretrained={pre}", f"run.dir={tmp_path}"]))
+    fine = _train(tmp_path, "fine", "method=ellm_oracle", "method.mode=finetune", "env.task=place_table",
+                  f"method.pretrained={pre}")
+    state = torch_load(fine / "checkpoints" / "latest.pt")["agent"]
+    assert state["global_step"] == 256
+    ev = json.loads((fine / "eval.json").read_text())
+    assert "success_rate" in ev and ev["episodes"] == 1
+    records = _check_run(pre)
     assert all(r["lm/calls"] == 0 for r in records if "lm/calls" in r)  # the oracle needs no LM
 
 

@@ -241,24 +241,24 @@ def test_ranking_normalisation_and_threshold_reach_the_learner(stack):
     _, _, service = stack
     module = ONIRanking(PairAnnotator(service), num_envs=2, beta=1.0, threshold=0.0, pairs_per_batch=6,
                         background=False, seed=0)
-    msgs = [[KILL, GOLD], [WALL, DOOR], [KILL, ""]]
+    msgs = [[KILL, GOLD], [WALL, KILL], [KILL, ""]]
     batch = make_batch(msgs)
     r0 = module.compute(batch)
     assert np.all(r0 == 0.0)  # no reward model yet: pending default
-    assert module.annotator.counts["requests"] == 6  # all 6 distinct pairs of the 4 messages, none identical
+    assert module.annotator.counts["requests"] == 3  # the 3 distinct pairs of the 3 messages, none identical
     assert module.annotator.wait(240)
     module.update(batch)
     module.trainer.train_round(steps=20)
     assert module.ready
 
     before = module.normalizer.state_dict()
-    raw_net = module.trainer.current()[0].rewards([KILL, GOLD, WALL, DOOR])
+    raw_net = module.trainer.current()[0].rewards([KILL, GOLD, WALL])
     r = module.compute(make_batch(msgs))
     # the expected value, computed independently: normaliser updated with the raw outputs of the
     # non-empty transitions, z-scored, thresholded, then divided by the episodic counts (env 0 saw
-    # KILL, WALL, KILL in the first batch; env 1 saw GOLD, DOOR)
-    raw = {KILL: raw_net[0], GOLD: raw_net[1], WALL: raw_net[2], DOOR: raw_net[3]}
-    flat = np.array([raw[KILL], raw[GOLD], raw[WALL], raw[DOOR], raw[KILL]])
+    # KILL, WALL, KILL in the first batch; env 1 saw GOLD, KILL)
+    raw = {KILL: raw_net[0], GOLD: raw_net[1], WALL: raw_net[2]}
+    flat = np.array([raw[KILL], raw[GOLD], raw[WALL], raw[KILL], raw[KILL]])
     n = before["count"] + len(flat)
     delta = flat.mean() - before["mean"]
     mean = before["mean"] + delta * len(flat) / n
@@ -267,7 +267,7 @@ def test_ranking_normalisation_and_threshold_reach_the_learner(stack):
     shaped = np.where(z > 0.0, z, 0.0)
     expected = [[shaped[0] / 3, shaped[1] / 2], [shaped[2] / 2, shaped[3] / 2], [shaped[4] / 4, 0.0]]
     np.testing.assert_allclose(r, expected, rtol=1e-5, atol=1e-6)
-    assert not np.allclose(r[:2], [[raw[KILL] / 3, raw[GOLD] / 2], [raw[WALL] / 2, raw[DOOR] / 2]])
+    assert not np.allclose(r[:2], [[raw[KILL] / 3, raw[GOLD] / 2], [raw[WALL] / 2, raw[KILL] / 2]])
     assert np.all(r >= 0.0)  # the threshold (0.0) removed every negative z
     module.close()
 

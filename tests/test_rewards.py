@@ -12,13 +12,13 @@ from gymnasium import spaces
 from llmguide.core.config import load_config
 from llmguide.core.errors import ConfigError
 from llmguide.rewards import REWARDS, TransitionBatch, build_reward_modules, register_reward
-from llmguide.rewards.noveld import NovelD
 from llmguide.rewards.normalization import (
     IntrinsicRewardNormalizer,
     ObservationNormalizer,
     RewardForwardFilter,
     RunningMeanStd,
 )
+from llmguide.rewards.noveld import NovelD
 from llmguide.rewards.shaping import PotentialShaping
 
 # --- a small grid world: the agent moves on a GxG grid; obs = one-hot cell + (x, y) or an image ---
@@ -275,3 +275,16 @@ def test_crafter_sized_images_take_the_strided_cnn_path():
         m = build(name, space=space, num_envs=2)
         assert m.compute(batch).shape == (2, 2)
         assert all(np.isfinite(v) for v in m.update(batch).values())
+
+
+@pytest.mark.parametrize("name", ["rnd", "noveld", "icm", "apt"])
+def test_nonfinite_observations_are_counted_and_do_not_poison_the_module(name):
+    m = build(name, num_envs=4, normalize=True)
+    rng = np.random.default_rng(0)
+    batch = grid_batch(rng, 8, [SEEN] * 4)
+    batch.next_obs["pos"][3, 2, 0] = np.nan
+    r = m.compute(batch)
+    assert r[3, 2] == 0.0 and np.isfinite(r).all()
+    assert m.reward_norm.nonfinite == 1
+    m.update(batch)
+    assert np.isfinite(m.compute(grid_batch(rng, 8, [SEEN] * 4))).all()  # statistics and weights stay clean

@@ -163,7 +163,7 @@ class ActorCritic(nn.Module):
         """Return (action, log-prob, entropy, values (B, heads), new recurrent state)."""
         h, new_state = self._features(obs, state, done)
         logits = self.actor(h)
-        dist = torch.distributions.Categorical(logits=logits)
+        dist = torch.distributions.Categorical(logits=logits, validate_args=False)
         if action is None:
             action = logits.argmax(dim=-1) if greedy else dist.sample()
         return action, dist.log_prob(action), dist.entropy(), self.critic(h), new_state

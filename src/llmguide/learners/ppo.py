@@ -98,12 +98,15 @@ class PPO:
         self.int_gamma = float(c("int_gamma", 0.99))
         self.int_episodic = bool(c("int_episodic", True))
         recurrent = c("recurrent", None)
+        if int(c("torch_threads", 0)) > 0:  # small nets on a shared CPU: 1 thread is fastest
+            torch.set_num_threads(int(c("torch_threads", 0)))
 
         torch.manual_seed(self.seed)
         self.net = ActorCritic(envs.single_observation_space, int(envs.single_action_space.n),
                                hidden=int(c("hidden", 256)), recurrent=recurrent,
                                two_value_heads=self.two_value_heads).to(self.device)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.lr, eps=float(c("adam_eps", 1e-5)))
+        self.rng = np.random.default_rng(self.seed)  # minibatch shuffling
         self.global_step = 0
         self.updates = 0
         self.counters: dict[str, int] = {}
@@ -259,7 +262,7 @@ class PPO:
         clipfracs, approx_kl, old_approx_kl = [], torch.tensor(0.0), torch.tensor(0.0)
         pg_loss = v_loss = entropy_loss = torch.tensor(0.0)
         for _ in range(self.update_epochs):
-            order = np.random.permutation(units)
+            order = self.rng.permutation(units)
             for start in range(0, units, per_mb):
                 ids = order[start:start + per_mb]
                 if recurrent:  # whole env sequences, time-major rows t*N + env
@@ -314,7 +317,8 @@ class PPO:
         return {
             "algo": "ppo", "net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
             "global_step": self.global_step, "updates": self.updates, "counters": dict(self.counters),
-            "rng": rng_state(), "reward_modules": modules_state(self.reward_modules),
+            "rng": rng_state(), "agent_rng": self.rng.bit_generator.state,
+            "reward_modules": modules_state(self.reward_modules),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -327,5 +331,6 @@ class PPO:
         self.updates = int(state["updates"])
         self.counters = dict(state.get("counters", {}))
         set_rng_state(state["rng"])
+        self.rng.bit_generator.state = state["agent_rng"]
         load_modules_state(self.reward_modules, state["reward_modules"])
         self._next_obs = None

@@ -228,7 +228,7 @@ class HFLM(LanguageModel):
             return self._score_one_seq2seq(ctx_ids, cand_ids)
         model = self.model
         prefix = torch.tensor([ctx_ids[:-1]], device=self.device)
-        past = model(prefix, use_cache=True).past_key_values if prefix.shape[1] else None
+        past = model(prefix, use_cache=True, logits_to_keep=1).past_key_values if prefix.shape[1] else None
         real = [j for j, c in enumerate(cand_ids) if c]
         out = torch.zeros(len(cand_ids), device=self.device)
         hidden = None
@@ -307,7 +307,7 @@ class HFLM(LanguageModel):
                         logits = res.logits[0]
                     else:
                         seq = torch.tensor([[*ctx_ids, *ids[:-1]]], device=self.device)
-                        logits = self.model(seq).logits[0, len(ctx_ids) - 1 :]
+                        logits = self.model(seq, logits_to_keep=len(ids)).logits[0]
                     total = float(self._gather(logits, torch.tensor(ids, device=self.device)).sum())
                     row.append(total / len(ids) if normalize else total)
                 results.append(row)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from llmguide.core.config import in_range, non_negative, one_of, positive, register_rule
+from llmguide.core.config import in_range, non_negative, one_of, positive, register_rule, validate
 from llmguide.core.errors import ConfigError
 from llmguide.core.rundir import RunDir
 from llmguide.core.seeding import seed_everything
@@ -117,7 +117,9 @@ class ELLMParts:
         if isinstance(stats, dict) and "misses" in stats:
             calls = int(stats["misses"])
         out["lm/calls"] = max(int(calls), 0)
-        out["lm/hit_rate"] = 1.0 - out["lm/calls"] / s.requests if s.requests else 0.0
+        # answered without the backend (memo + persistent cache) over all answered lookups
+        hits = s.memo_hits + int(cache_hits)
+        out["lm/hit_rate"] = hits / (hits + out["lm/calls"]) if hits + out["lm/calls"] else 0.0
         out["lm/fallbacks"] = s.fallbacks + int(_first(service, ("fallbacks",), 0))
         latency = _first(service, ("latency_p50", "latency_p50_s"), None)
         if latency is not None:
@@ -254,10 +256,9 @@ def train(cfg: DictConfig) -> int:
     """``llmguide train method=ellm ...``: pretrain / finetune / guided ELLM run into runs/<name>/."""
     from llmguide.envs import make_vector_env
 
+    validate(cfg)  # again, now that this module's rules for method.* are registered
     m = cfg.method
     mode = str(m.mode)
-    if mode not in MODES:
-        raise ConfigError("method.mode", f"must be one of {list(MODES)}, got {mode!r}")
     fixed_goal = extrinsic = intrinsic = None
     pretrained = None
     if mode in ("finetune", "guided"):
@@ -284,6 +285,9 @@ def train(cfg: DictConfig) -> int:
             elif mode == "finetune":
                 _load_weights(agent, pretrained)
             elif mode == "guided":
+                if not hasattr(agent, "set_exploration_policy"):
+                    raise ConfigError("method.mode", "guided mode needs DQN.set_exploration_policy(policy, prob) "
+                                      "(the pretrained agent picks ε-actions); this DQN has none")
                 guide = _make_agent(cfg, parts.envs, None, None)
                 _load_weights(guide, pretrained)
                 agent.set_exploration_policy(lambda obs: guide.act(obs, greedy=True), float(m.guide_prob))
@@ -321,8 +325,8 @@ def train(cfg: DictConfig) -> int:
 
 def _load_weights(agent: Any, state: dict[str, Any]) -> None:
     """Network weights of a pretrained agent (optimiser and counters start fresh)."""
-    net = getattr(agent, "net", None) or getattr(agent, "q_net", None)
-    key = "net" if "net" in state else "q_net"
+    key = "net" if hasattr(agent, "net") else "q_net"
+    net = getattr(agent, key, None)
     if net is None or key not in state:
         raise ConfigError("method.pretrained", "the pretrained checkpoint does not match this agent; "
                           "pretrain and finetune with the same agent and method.goal_conditioned")

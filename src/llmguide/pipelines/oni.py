@@ -134,6 +134,10 @@ def train(cfg: DictConfig) -> int:
 
             agent.learn(int(cfg.total_steps), progress=bool(cfg.progress), checkpoint_every=int(cfg.checkpoint_every),
                         callback=log_lm)
+            annot = getattr(module, "annotator", None)
+            if annot is not None and annot.pending:  # training is over: let in-flight labels land in the cache
+                drained = annot.wait(float(cfg.method.get("drain_timeout", 60.0)))
+                log.info("annotation drain at the end: %s", "complete" if drained else f"{annot.pending} left")
             run.save_checkpoint({"agent": agent.state_dict()}, agent.global_step)
             stats = lm_metrics(service, module)
             run.log(agent.global_step, stats)

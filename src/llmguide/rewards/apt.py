@@ -9,6 +9,7 @@ Particles: the current rollout plus a FIFO memory of the embeddings of the last
 the memory is short and drifts slowly). Reward of ``s'``: ``log(1 + d_k(s') / mean(d_k))``, where
 ``d_k`` is the mean distance to the ``k`` nearest other particles and ``mean(d_k)`` its running
 mean (the URLB normalisation); optionally divided further by the return std (``normalize``).
+``compute`` inserts the rollout into the memory, so call it once per rollout.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from gymnasium import spaces
 
 from llmguide.rewards.base import TransitionBatch
-from llmguide.rewards.encoders import as_obs_dict, flatten_leading, to_tensors
+from llmguide.rewards.encoders import as_obs_dict, finite_rows, flatten_leading, to_tensors
 from llmguide.rewards.icm import ICM
 from llmguide.rewards.normalization import RunningMeanStd
 
@@ -49,7 +50,7 @@ class APT(ICM):
         n = next(iter(obs.values())).shape[0]
         parts = [self.features(to_tensors({k: v[s:s + 1024] for k, v in obs.items()}, self.device))
                  for s in range(0, n, 1024)]
-        return torch.cat(parts) if parts else torch.zeros(0, self.encoder.out_dim)
+        return torch.cat(parts) if parts else torch.zeros(0, self.encoder.out_dim, device=self.device)
 
     @torch.no_grad()
     def knn_distance(self, feats: torch.Tensor) -> np.ndarray:
@@ -72,10 +73,13 @@ class APT(ICM):
         self.memory_count = min(self.memory_count + len(feats), size)
 
     def compute(self, batch: TransitionBatch) -> np.ndarray:
-        feats = self.embed(flatten_leading(as_obs_dict(batch.next_obs)))
+        next_obs = flatten_leading(as_obs_dict(batch.next_obs))
+        ok = finite_rows(next_obs)  # non-finite observations get NaN (counted downstream), not particles
+        feats = self.embed({k: v[ok] for k, v in next_obs.items()})
         dist = self.knn_distance(feats)
         self.distance_rms.update(dist)
-        reward = np.log1p(dist / (self.distance_rms.mean + 1e-8)).astype(np.float32)
+        reward = np.full(len(ok), np.nan, dtype=np.float32)
+        reward[ok] = np.log1p(dist / (self.distance_rms.mean + 1e-8))
         self._remember(feats)
         reward = reward.reshape(batch.rewards.shape)
         return self.reward_norm(reward) if self.normalize else reward

@@ -373,14 +373,26 @@ def fit_preference_model(episodes: Sequence[Episode], labels: Sequence[dict[str,
     usable = [r for r in labels if r["label"] >= 0 and (include_ties or r["label"] != 0.5)]
     in_dim = flat_features({k: v[:1] for k, v in episodes[0].obs.items()}).shape[-1]
     net = PreferenceNet(in_dim, hidden)
-    info: dict[str, Any] = {"labels": len(labels), "usable": len(usable), "in_dim": in_dim, "hidden": hidden}
+    sample_ndims = {k: int(v.ndim - 1) for k, v in episodes[0].obs.items()}
+    info: dict[str, Any] = {"labels": len(labels), "usable": len(usable), "in_dim": in_dim, "hidden": hidden,
+                            "sample_ndims": sample_ndims}
     if not usable:
         log.warning("BK-Pref: no usable preference labels; the potential is Φ = 0")
         atomic_torch_save({"usable": 0, "in_dim": in_dim, "hidden": hidden, "state": net.state_dict(),
                            "mean": 0.0, "std": 1.0, "info": info}, out_path)
         return info
-    seg_a = [_segment_states(episodes[r["a"][0]], Segment(*r["a"])) for r in usable]
-    seg_b = [_segment_states(episodes[r["b"][0]], Segment(*r["b"])) for r in usable]
+    H = max(max(r["a"][2], r["b"][2]) for r in usable)
+
+    def padded(key: str) -> tuple[torch.Tensor, torch.Tensor]:
+        feats = torch.zeros(len(usable), H, in_dim)
+        mask = torch.zeros(len(usable), H)
+        for j, r in enumerate(usable):
+            x = _segment_states(episodes[r[key][0]], Segment(*r[key]))
+            feats[j, : len(x)] = torch.from_numpy(x)
+            mask[j, : len(x)] = 1.0
+        return feats, mask
+
+    (xa, ma), (xb, mb) = padded("a"), padded("b")
     target = torch.tensor([r["label"] for r in usable], dtype=torch.float32)
     order = rng.permutation(len(usable))
     n_hold = int(round(holdout * len(usable))) if len(usable) >= 10 else 0
@@ -388,20 +400,20 @@ def fit_preference_model(episodes: Sequence[Episode], labels: Sequence[dict[str,
     opt = torch.optim.AdamW(net.parameters(), lr=lr)
 
     def scores(idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        sa = torch.stack([net(torch.from_numpy(seg_a[i])).sum() for i in idx])
-        sb = torch.stack([net(torch.from_numpy(seg_b[i])).sum() for i in idx])
-        return sa, sb
+        """Segment scores sum_t phi(s_t) (padding masked) for the pairs ``idx``."""
+        return (net(xa[idx]) * ma[idx]).sum(-1), (net(xb[idx]) * mb[idx]).sum(-1)
 
     def accuracy(idx: np.ndarray) -> float:
-        strict = [i for i in idx if target[i] != 0.5]
-        if not strict:
+        strict = np.asarray([i for i in idx if float(target[i]) != 0.5], dtype=np.int64)
+        if len(strict) == 0:
             return float("nan")
         with torch.no_grad():
-            sa, sb = scores(np.asarray(strict))
+            sa, sb = scores(strict)
         return float(((sb > sa).float() == target[strict]).float().mean())
 
     best, best_state, history = -1.0, None, []
     for epoch in range(epochs):
+        rng.shuffle(train)
         for start in range(0, len(train), batch_size):
             idx = train[start:start + batch_size]
             sa, sb = scores(idx)
@@ -410,9 +422,8 @@ def fit_preference_model(episodes: Sequence[Episode], labels: Sequence[dict[str,
             loss.backward()
             nn.utils.clip_grad_norm_(net.parameters(), 1.0)
             opt.step()
-        rng.shuffle(train)
         acc = accuracy(hold if len(hold) else train)
-        history.append({"epoch": epoch, "loss": float(loss), "accuracy": acc})
+        history.append({"epoch": epoch, "loss": float(loss.detach()), "accuracy": acc})
         if best_state is None or (np.isfinite(acc) and acc > best):
             best, best_state = (acc if np.isfinite(acc) else best), {k: v.clone() for k, v in net.state_dict().items()}
     net.load_state_dict(best_state)
@@ -437,10 +448,12 @@ class PreferencePotential:
         self.net.eval()
         self.mean, self.std = float(data["mean"]), float(data["std"])
         self.in_dim = int(data["in_dim"])
+        self.sample_ndims: dict[str, int] = dict(data["info"]["sample_ndims"])
 
     @torch.no_grad()
     def __call__(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        lead = np.asarray(next(iter(obs.values()))).ndim - min(np.asarray(v).ndim for v in obs.values()) + 1
+        key = next(iter(self.sample_ndims))
+        lead = np.asarray(obs[key]).ndim - self.sample_ndims[key]
         feats = flat_features(obs, batch_dims=lead)
         if self.usable == 0:
             return np.zeros(feats.shape[:-1])

@@ -154,6 +154,7 @@ class GoalSuggester:
         grade_map: Callable[[str], str | None] | None = None,
         memo_size: int = 100_000,
         parse_stats: Any = None,
+        max_pending: int | None = None,
     ):
         if mode not in SUGGESTERS:
             raise ValueError(f"suggester mode must be one of {SUGGESTERS}, got {mode!r}")
@@ -174,6 +175,9 @@ class GoalSuggester:
         self.grade_map = grade_map or (lambda g: g if g in self.vocabulary else None)
         self.memo_size = memo_size
         self.parse_stats = parse_stats
+        # at most this many states wait for an answer; newer states are asked when a slot frees,
+        # so a slow LM works on the states the envs are in now, not on a backlog of old ones
+        self.max_pending = max_pending or 2 * num_envs
         self.stats = SuggestionStats()
         self._memo: OrderedDict[StateSignature, list[str]] = OrderedDict()
         self._inflight: dict[StateSignature, tuple[Future, dict]] = {}
@@ -181,6 +185,7 @@ class GoalSuggester:
         self._goals: list[list[str]] = [[] for _ in range(num_envs)]
         self._fresh: list[bool] = [True] * num_envs
         self._waiting: list[list[StateSignature]] = [[] for _ in range(num_envs)]
+        self._info: list[dict] = [{} for _ in range(num_envs)]
 
     # -- public --------------------------------------------------------------------------
     def observe(self, i: int, info: dict) -> None:
@@ -207,9 +212,8 @@ class GoalSuggester:
             return
         self._fresh[i] = False  # keep the last known goals until the answer arrives
         self._waiting[i] = [*self._waiting[i][-255:], sig]
-        if sig not in self._inflight:
-            self._inflight[sig] = (self._submit(sig), _grading_info(info))
-            self.stats.submitted += 1
+        self._info[i] = info
+        self._ask(sig, info)
 
     def poll(self) -> int:
         """Collect finished LM answers without waiting; return how many arrived."""
@@ -241,9 +245,7 @@ class GoalSuggester:
                 self._goals[i] = list(self._memo[self._waiting[i][k]])
                 del self._waiting[i][: k + 1]
             self.stats.pending_steps += 1
-            if sig not in self._inflight:  # the request failed: ask again on this state
-                self._inflight[sig] = (self._submit(sig), {})
-                self.stats.submitted += 1
+            self._ask(sig, self._info[i])  # not asked yet (no free slot) or the request failed
             if self._goals[i]:
                 self.stats.stale_steps += 1
         return arrived
@@ -290,6 +292,11 @@ class GoalSuggester:
         self._inflight.clear()
 
     # -- internals -----------------------------------------------------------------------
+    def _ask(self, sig: StateSignature, info: dict) -> None:
+        if sig not in self._inflight and len(self._inflight) < self.max_pending:
+            self._inflight[sig] = (self._submit(sig), _grading_info(info))
+            self.stats.submitted += 1
+
     def _submit(self, sig: StateSignature) -> Future:
         if self.mode == "generate":
             prompt = self.template.render(caption=sig.caption())

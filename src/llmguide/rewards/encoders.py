@@ -43,6 +43,18 @@ def flatten_leading(obs: dict[str, np.ndarray], dims: int = 2) -> dict[str, np.n
     return {k: v.reshape(-1, *v.shape[dims:]) for k, v in obs.items()}
 
 
+def finite_rows(*batches: dict[str, np.ndarray]) -> np.ndarray:
+    """Boolean mask of the rows (leading axis) whose values are all finite in every batch."""
+    n = len(next(iter(batches[0].values())))
+    ok = np.ones(n, dtype=bool)
+    for obs in batches:
+        for value in obs.values():
+            value = np.asarray(value)
+            if value.dtype.kind == "f":
+                ok &= np.isfinite(value.reshape(n, -1)).all(axis=1)
+    return ok
+
+
 def to_tensors(obs: dict[str, np.ndarray], device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Arrays to tensors; uint8 stays uint8 (the encoder scales it), everything else float32."""
     out = {}

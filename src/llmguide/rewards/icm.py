@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from gymnasium import spaces
 
 from llmguide.rewards.base import RewardModule, TransitionBatch
-from llmguide.rewards.encoders import ObsEncoder, as_obs_dict, flatten_leading, mlp, to_tensors
+from llmguide.rewards.encoders import ObsEncoder, as_obs_dict, finite_rows, flatten_leading, mlp, to_tensors
 from llmguide.rewards.normalization import IntrinsicRewardNormalizer
 
 
@@ -104,6 +104,9 @@ class ICM(RewardModule):
 
     def update(self, batch: TransitionBatch) -> dict[str, float]:
         obs, actions, next_obs = self._flat(batch)
+        ok = finite_rows(obs, next_obs)  # a non-finite observation must not reach the weights
+        obs, next_obs = {k: v[ok] for k, v in obs.items()}, {k: v[ok] for k, v in next_obs.items()}
+        actions = actions[ok]
         fwd_losses, inv_losses = [], []
         for _ in range(self.epochs):
             order = self.np_rng.permutation(len(actions))
@@ -117,8 +120,9 @@ class ICM(RewardModule):
                 self.optimizer.step()
                 fwd_losses.append(fwd.mean().item())
                 inv_losses.append(inv.item())
-        return {f"{self.name}/forward_loss": float(np.mean(fwd_losses)),
-                f"{self.name}/inverse_loss": float(np.mean(inv_losses))}
+        if not fwd_losses:
+            return {}
+        return {"forward_loss": float(np.mean(fwd_losses)), "inverse_loss": float(np.mean(inv_losses))}
 
     def state_dict(self) -> dict[str, Any]:
         return copy.deepcopy({

@@ -11,9 +11,12 @@ checks it against a hand computation.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 
 class RunningMeanStd:
@@ -92,39 +95,61 @@ class IntrinsicRewardNormalizer:
 
     :meth:`__call__` advances the return filter over the rollout (call it once per rollout,
     in time order), folds the ``T*N`` returns into a :class:`RunningMeanStd`, then divides.
+    Non-finite rewards become 0 before they can poison the statistics; they are counted in
+    ``nonfinite`` and logged.
     """
 
     def __init__(self, gamma: float, num_envs: int, epsilon: float = 1e-8):
         self.filter = RewardForwardFilter(gamma, num_envs)
         self.return_rms = RunningMeanStd()
         self.epsilon = epsilon
+        self.nonfinite = 0
 
     def __call__(self, rewards: np.ndarray, update: bool = True) -> np.ndarray:
         rewards = np.asarray(rewards, dtype=np.float64)
+        bad = ~np.isfinite(rewards)
+        if bad.any():
+            self.nonfinite += int(bad.sum())
+            log.warning("%d non-finite intrinsic rewards set to 0 (total %d)", int(bad.sum()), self.nonfinite)
+            rewards = np.where(bad, 0.0, rewards)
         if update:
             returns = self.filter.filter(rewards)
             self.return_rms.update(returns.reshape(-1))
         return (rewards / (self.return_rms.std + self.epsilon)).astype(np.float32)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"filter": self.filter.state_dict(), "return_rms": self.return_rms.state_dict()}
+        return {"filter": self.filter.state_dict(), "return_rms": self.return_rms.state_dict(),
+                "nonfinite": self.nonfinite}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.filter.load_state_dict(state["filter"])
         self.return_rms.load_state_dict(state["return_rms"])
+        self.nonfinite = int(state.get("nonfinite", 0))
 
 
 class ObservationNormalizer:
-    """Per-element running normalisation of each observation key, clipped to ``±clip`` (RND)."""
+    """Per-element running normalisation of each observation key, clipped to ``±clip`` (RND).
+
+    Observations with non-finite values are left out of the statistics (counted in ``skipped``).
+    """
 
     def __init__(self, shapes: dict[str, tuple[int, ...]], clip: float = 5.0):
         self.rms = {key: RunningMeanStd(shape) for key, shape in shapes.items()}
         self.clip = float(clip)
+        self.skipped = 0
 
     def update(self, obs: dict[str, np.ndarray]) -> None:
         """``obs[key]`` has shape ``(B, *shape)``."""
+        arrays = {key: np.asarray(obs[key], dtype=np.float64) for key in self.rms}
+        n = len(next(iter(arrays.values())))
+        ok = np.ones(n, dtype=bool)
+        for x in arrays.values():
+            ok &= np.isfinite(x.reshape(n, -1)).all(axis=1)
+        if not ok.all():
+            self.skipped += int((~ok).sum())
+            log.warning("%d observations with non-finite values left out of the RND statistics", int((~ok).sum()))
         for key, rms in self.rms.items():
-            rms.update(np.asarray(obs[key], dtype=np.float64))
+            rms.update(arrays[key][ok])
 
     def __call__(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out = {}
@@ -134,8 +159,9 @@ class ObservationNormalizer:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {key: rms.state_dict() for key, rms in self.rms.items()}
+        return {"rms": {key: rms.state_dict() for key, rms in self.rms.items()}, "skipped": self.skipped}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, rms in self.rms.items():
-            rms.load_state_dict(state[key])
+            rms.load_state_dict(state["rms"][key])
+        self.skipped = int(state.get("skipped", 0))

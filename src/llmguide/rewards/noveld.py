@@ -6,6 +6,9 @@ condition: exact state counts by hashing every observation key's bytes, one set 
 at episode end (``dones``), with the episode's first observation counted as visited. This is
 exact for symbolic observations (Crafter semantic view, BabyAI grids); on pixels it only
 suppresses exact repeats. Turn it off with ``first_visit=False``.
+
+Like :class:`~llmguide.rewards.rnd.RND`, ``compute`` advances state (statistics and the
+episodic sets), so call it once per rollout in time order.
 """
 
 from __future__ import annotations

@@ -21,7 +21,15 @@ from gymnasium import spaces
 from torch import nn
 
 from llmguide.rewards.base import RewardModule, TransitionBatch
-from llmguide.rewards.encoders import ObsEncoder, as_obs_dict, box_spaces, flatten_leading, mlp, to_tensors
+from llmguide.rewards.encoders import (
+    ObsEncoder,
+    as_obs_dict,
+    box_spaces,
+    finite_rows,
+    flatten_leading,
+    mlp,
+    to_tensors,
+)
 from llmguide.rewards.normalization import IntrinsicRewardNormalizer, ObservationNormalizer
 
 
@@ -79,7 +87,8 @@ class RND(RewardModule):
     # --- training ----------------------------------------------------------------------
     def update(self, batch: TransitionBatch) -> dict[str, float]:
         x = self.obs_norm(flatten_leading(as_obs_dict(batch.next_obs)))
-        return {f"{self.name}/loss": self._train(x)}
+        ok = finite_rows(x)  # a non-finite observation must not reach the weights
+        return {"loss": self._train({k: v[ok] for k, v in x.items()})}
 
     def _train(self, x: dict[str, np.ndarray]) -> float:
         n = next(iter(x.values())).shape[0]

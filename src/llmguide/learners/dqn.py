@@ -1,0 +1,388 @@
+"""Dueling double DQN with n-step returns and goal conditioning (ELLM's agent), in plain PyTorch.
+
+Loop: ε-greedy actions on N vector envs for ``chunk_steps`` steps → intrinsic rewards from the
+reward modules on that chunk (then the modules train on it) → n-step transitions into an
+in-memory replay → one gradient step per ``train_every`` env steps (Huber loss on the double-DQN
+target) → hard target copy every ``target_update_every`` env steps.
+
+Goal conditioning: the goal embedding is the observation key ``goal`` — put there by a wrapper,
+or, with ``goal_dim > 0``, taken from ``goal_provider()`` (one (N, goal_dim) row per env) in
+``learn`` and from the explicit ``goal_emb`` argument of :meth:`DQN.act`.
+
+Unlike PPO, truncation *is* bootstrapped here: an n-step window ends at any episode end, but the
+target drops the bootstrap term only on termination.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from torch import nn
+
+from llmguide.core.progress import Progress
+from llmguide.core.rundir import RunDir
+from llmguide.learners.common import (
+    EpisodeTracker,
+    cfg_get,
+    load_modules_state,
+    mix_rewards,
+    modules_state,
+    rng_state,
+    set_rng_state,
+    split_infos,
+    stack_obs,
+    true_next_obs,
+)
+from llmguide.learners.networks import DuelingQNet, obs_to_tensor
+from llmguide.rewards.base import RewardModule, TransitionBatch
+
+OnStep = Callable[[int, dict, np.ndarray, np.ndarray, np.ndarray, list], None]
+
+
+@dataclass
+class NStepTransition:
+    obs: dict[str, np.ndarray]
+    action: int
+    reward: float              # sum_{k<n} gamma^k r_{t+k}
+    next_obs: dict[str, np.ndarray]
+    terminated: bool           # no bootstrap from next_obs
+    discount: float            # gamma^n, n = steps actually summed
+
+
+class NStepBuffer:
+    """Per-env window turning 1-step transitions into n-step ones (windows end at episode ends)."""
+
+    def __init__(self, n: int, gamma: float, num_envs: int):
+        if n < 1:
+            raise ValueError(f"n_step must be >= 1, got {n}")
+        self.n, self.gamma = n, gamma
+        self.windows: list[deque] = [deque() for _ in range(num_envs)]
+
+    def _emit(self, window: deque, next_obs: dict, terminated: bool) -> NStepTransition:
+        ret = sum(self.gamma ** k * r for k, (_, _, r) in enumerate(window))
+        obs, action, _ = window[0]
+        return NStepTransition(obs, action, float(ret), next_obs, terminated, self.gamma ** len(window))
+
+    def push(self, env: int, obs: dict, action: int, reward: float, next_obs: dict,
+             terminated: bool, truncated: bool) -> list[NStepTransition]:
+        """Add one step of env ``env``; return the n-step transitions that are now complete."""
+        window = self.windows[env]
+        window.append((obs, int(action), float(reward)))
+        out = []
+        if terminated or truncated:
+            while window:
+                out.append(self._emit(window, next_obs, bool(terminated)))
+                window.popleft()
+        elif len(window) == self.n:
+            out.append(self._emit(window, next_obs, False))
+            window.popleft()
+        return out
+
+    def clear(self) -> None:
+        for w in self.windows:
+            w.clear()
+
+
+class ReplayBuffer:
+    """Circular in-memory replay of n-step transitions with Dict observations."""
+
+    def __init__(self, obs_space: spaces.Dict, capacity: int):
+        self.capacity = int(capacity)
+        self.obs = {k: np.zeros((capacity, *s.shape), dtype=s.dtype) for k, s in obs_space.spaces.items()}
+        self.next_obs = {k: np.zeros_like(v) for k, v in self.obs.items()}
+        self.actions = np.zeros(capacity, dtype=np.int64)
+        self.rewards = np.zeros(capacity, dtype=np.float32)
+        self.terminated = np.zeros(capacity, dtype=np.float32)
+        self.discounts = np.zeros(capacity, dtype=np.float32)
+        self.pos = 0
+        self.size = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(v.nbytes for v in self.obs.values()) * 2
+
+    def add(self, tr: NStepTransition) -> None:
+        i = self.pos
+        for k in self.obs:
+            self.obs[k][i] = tr.obs[k]
+            self.next_obs[k][i] = tr.next_obs[k]
+        self.actions[i], self.rewards[i] = tr.action, tr.reward
+        self.terminated[i], self.discounts[i] = float(tr.terminated), tr.discount
+        self.pos = (self.pos + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def sample(self, batch_size: int, rng: np.random.Generator, device: torch.device) -> dict[str, Any]:
+        idx = rng.integers(0, self.size, size=batch_size)
+        t = lambda a: torch.as_tensor(a[idx], device=device)  # noqa: E731
+        return {"obs": {k: t(v) for k, v in self.obs.items()}, "next_obs": {k: t(v) for k, v in self.next_obs.items()},
+                "actions": t(self.actions), "rewards": t(self.rewards), "terminated": t(self.terminated),
+                "discounts": t(self.discounts)}
+
+    def state_dict(self) -> dict[str, Any]:
+        n = self.size
+        return {"obs": {k: v[:n].copy() for k, v in self.obs.items()},
+                "next_obs": {k: v[:n].copy() for k, v in self.next_obs.items()},
+                "actions": self.actions[:n].copy(), "rewards": self.rewards[:n].copy(),
+                "terminated": self.terminated[:n].copy(), "discounts": self.discounts[:n].copy(),
+                "pos": self.pos, "size": n}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        n = int(state["size"])
+        for k in self.obs:
+            self.obs[k][:n], self.next_obs[k][:n] = state["obs"][k], state["next_obs"][k]
+        for name in ("actions", "rewards", "terminated", "discounts"):
+            getattr(self, name)[:n] = state[name]
+        self.pos, self.size = int(state["pos"]), n
+
+
+def double_dqn_targets(q_net: nn.Module, target_net: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+    """``R + γ^n (1 − terminated) Q_target(s', argmax_a Q_online(s', a))``."""
+    with torch.no_grad():
+        best = q_net(batch["next_obs"]).argmax(dim=1, keepdim=True)
+        q_next = target_net(batch["next_obs"]).gather(1, best).squeeze(1)
+        return batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * q_next
+
+
+class DQN:
+    """Goal-conditioned dueling double DQN on a Gymnasium vector env with Dict observations."""
+
+    def __init__(self, envs, cfg_agent: Any, reward_modules: Sequence[tuple[float, RewardModule]] = (),
+                 extrinsic_coef: float = 1.0, run: RunDir | None = None, seed: int = 0,
+                 device: str = "cpu", on_step: OnStep | None = None, goal_dim: int = 0,
+                 goal_provider: Callable[[], np.ndarray] | None = None):
+        if not isinstance(envs.single_action_space, spaces.Discrete):
+            raise TypeError(f"DQN needs a Discrete action space, got {envs.single_action_space}")
+        self.envs, self.num_envs, self.cfg = envs, envs.num_envs, cfg_agent
+        self.reward_modules = list(reward_modules)
+        self.extrinsic_coef = float(extrinsic_coef)
+        self.run, self.seed, self.device, self.on_step = run, int(seed), torch.device(device), on_step
+        c = lambda key, default: cfg_get(cfg_agent, key, default)  # noqa: E731
+        self.lr = float(c("lr", 1e-4))
+        self.gamma = float(c("gamma", 0.99))
+        self.n_step = int(c("n_step", 3))
+        self.batch_size = int(c("batch_size", 64))
+        self.learning_starts = int(c("learning_starts", 1000))
+        self.train_every = int(c("train_every", 4))
+        self.target_update_every = int(c("target_update_every", 1000))
+        self.eps_start, self.eps_end = float(c("eps_start", 1.0)), float(c("eps_end", 0.05))
+        self.eps_decay_steps = int(c("eps_decay_steps", 50_000))
+        self.eval_eps = float(c("eval_eps", 0.05))
+        self.max_grad_norm = float(c("max_grad_norm", 10.0))
+        self.chunk_steps = int(c("chunk_steps", 16))
+        self.log_interval = int(c("log_interval", 1000))
+        self.checkpoint_replay = bool(c("checkpoint_replay", False))
+        if int(c("torch_threads", 0)) > 0:
+            torch.set_num_threads(int(c("torch_threads", 0)))
+
+        obs_space = envs.single_observation_space
+        self.goal_dim, self.goal_provider = int(goal_dim), goal_provider
+        if self.goal_dim > 0:
+            goal_box = spaces.Box(-np.inf, np.inf, (self.goal_dim,), np.float32)
+            obs_space = spaces.Dict({**obs_space.spaces, "goal": goal_box})
+        self.obs_space = obs_space
+        n_actions = int(envs.single_action_space.n)
+        self.n_actions = n_actions
+        torch.manual_seed(self.seed)
+        hidden = int(c("hidden", 256))
+        self.q_net = DuelingQNet(obs_space, n_actions, hidden).to(self.device)
+        self.target_net = DuelingQNet(obs_space, n_actions, hidden).to(self.device)
+        self.target_net.load_state_dict(self.q_net.state_dict())
+        self.optimizer = torch.optim.Adam(self.q_net.parameters(), lr=self.lr, eps=float(c("adam_eps", 1.5e-4)))
+        self.replay = ReplayBuffer(obs_space, int(c("buffer_size", 100_000)))
+        self.nstep = NStepBuffer(self.n_step, self.gamma, self.num_envs)
+        self.rng = np.random.default_rng(self.seed)
+        self.global_step = 0
+        self.updates = 0
+        self.counters: dict[str, int] = {}
+        self.episodes: deque[dict[str, Any]] = deque(maxlen=10_000)
+        self.last_metrics: dict[str, float] = {}
+        self._explore_fn: Callable[[dict], np.ndarray] | None = None
+        self._explore_prob = 0.0
+        self._next_obs: dict[str, np.ndarray] | None = None
+
+    # --- acting ---------------------------------------------------------------------------
+    def epsilon(self, step: int | None = None) -> float:
+        """Linear ε schedule from ``eps_start`` to ``eps_end`` over ``eps_decay_steps`` env steps."""
+        step = self.global_step if step is None else step
+        frac = min(step / max(self.eps_decay_steps, 1), 1.0)
+        return self.eps_start + frac * (self.eps_end - self.eps_start)
+
+    def set_exploration_policy(self, fn: Callable[[dict], np.ndarray] | None, prob: float) -> None:
+        """When ε fires, take ``fn(obs)``'s action with probability ``prob`` instead of a uniform one."""
+        self._explore_fn, self._explore_prob = fn, float(prob)
+
+    def reset_act_state(self) -> None:
+        """No recurrent memory (kept for the evaluation protocol shared with PPO)."""
+
+    def _with_goal(self, obs: dict[str, np.ndarray], goal_emb: np.ndarray | None) -> dict[str, np.ndarray]:
+        if goal_emb is not None:
+            return {**obs, "goal": np.asarray(goal_emb, dtype=np.float32)}
+        if "goal" in self.obs_space.spaces and "goal" not in obs:
+            raise ValueError("this DQN is goal-conditioned: pass goal_emb=(N, goal_dim) or an obs key 'goal'")
+        return obs
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, np.ndarray], greedy: bool = False, goal_emb: np.ndarray | None = None,
+            epsilon: float | None = None) -> np.ndarray:
+        """ε-greedy actions (ε = 0 with ``greedy``, else ``epsilon`` or ``eval_eps``)."""
+        obs = self._with_goal(obs, goal_emb)
+        q = self.q_net(obs_to_tensor(obs, self.device))
+        actions = q.argmax(dim=1).cpu().numpy()
+        eps = 0.0 if greedy else (self.eval_eps if epsilon is None else epsilon)
+        explore = self.rng.random(len(actions)) < eps
+        if explore.any():
+            random_actions = self.rng.integers(0, self.n_actions, size=len(actions))
+            if self._explore_fn is not None and self._explore_prob > 0:
+                guided = self.rng.random(len(actions)) < self._explore_prob
+                if guided.any():
+                    random_actions = np.where(guided, np.asarray(self._explore_fn(obs)), random_actions)
+            actions = np.where(explore, random_actions, actions)
+        return actions
+
+    # --- training -------------------------------------------------------------------------
+    def _current_goal(self) -> np.ndarray | None:
+        if self.goal_dim == 0:
+            return None
+        if self.goal_provider is None:
+            raise ValueError("goal_dim > 0 needs a goal_provider() returning (num_envs, goal_dim) embeddings")
+        goal = np.asarray(self.goal_provider(), dtype=np.float32)
+        if goal.shape != (self.num_envs, self.goal_dim):
+            raise ValueError(f"goal_provider returned shape {goal.shape}, expected {(self.num_envs, self.goal_dim)}")
+        return goal
+
+    def _log(self, metrics: dict[str, Any]) -> None:
+        if self.run is not None:
+            self.run.log(self.global_step, metrics)
+
+    def train_step(self) -> dict[str, float]:
+        """One gradient step on a replay minibatch (Huber loss to the double-DQN n-step target)."""
+        batch = self.replay.sample(self.batch_size, self.rng, self.device)
+        target = double_dqn_targets(self.q_net, self.target_net, batch)
+        q = self.q_net(batch["obs"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
+        loss = F.smooth_l1_loss(q, target)
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.q_net.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        return {"losses/td_loss": loss.item(), "losses/q_values": q.mean().item()}
+
+    def learn(self, total_steps: int, progress: bool = True, checkpoint_every: int = 0,
+              callback: Callable[[DQN], None] | None = None) -> DQN:
+        """Train until ``global_step >= total_steps`` (a total, so a resumed run continues)."""
+        N, K = self.num_envs, self.chunk_steps
+        if self._next_obs is None:
+            self._next_obs, _ = self.envs.reset(seed=self.seed + self.global_step)
+            self.nstep.clear()
+        tracker = EpisodeTracker(N)
+        bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc="dqn")
+        start_time, start_step = time.perf_counter(), self.global_step
+        next_log = (self.global_step // self.log_interval + 1) * self.log_interval
+        train_metrics: dict[str, float] = {}
+        while self.global_step < total_steps:
+            chunk_start = self.global_step
+            obs_steps, next_obs_steps, infos_steps = [], [], []
+            actions, rewards, terms, truncs = [], [], [], []
+            for _ in range(K):
+                if self.global_step >= total_steps:
+                    break
+                goal = self._current_goal()
+                obs = self._with_goal(self._next_obs, goal)
+                action = self.act(obs, epsilon=self.epsilon())
+                next_obs, reward, terminated, truncated, infos = self.envs.step(action)
+                done = np.logical_or(terminated, truncated)
+                env_infos = split_infos(infos, N)
+                obs_steps.append(obs)
+                next_obs_steps.append(self._with_goal(true_next_obs(next_obs, infos, done), goal))
+                infos_steps.append(env_infos)
+                actions.append(action)
+                rewards.append(np.asarray(reward, dtype=np.float32))
+                terms.append(np.asarray(terminated, dtype=bool))
+                truncs.append(np.asarray(truncated, dtype=bool))
+                self.global_step += N
+                for record in tracker.step(np.asarray(reward, dtype=np.float64), done, env_infos):
+                    self.episodes.append({"step": self.global_step, **record})
+                    bar.episode(record["charts/episodic_return"], record["charts/episodic_length"])
+                    self._log(record)
+                if self.on_step is not None:
+                    self.on_step(self.global_step, next_obs, action, rewards[-1], done, env_infos)
+                self._next_obs = next_obs
+
+            ext = np.stack(rewards)
+            dones = np.logical_or(np.stack(terms), np.stack(truncs))
+            batch = TransitionBatch(obs=stack_obs(obs_steps), actions=np.stack(actions),
+                                    next_obs=stack_obs(next_obs_steps), rewards=ext, dones=dones, infos=infos_steps)
+            int_rewards, metrics = mix_rewards(batch, self.reward_modules, self.counters)
+            for _, module in self.reward_modules:
+                metrics.update({f"reward/{module.name}/{k}": v for k, v in module.update(batch).items()})
+            total = self.extrinsic_coef * ext + int_rewards
+            for t in range(len(obs_steps)):
+                for i in range(N):
+                    for tr in self.nstep.push(i, {k: v[i] for k, v in obs_steps[t].items()}, actions[t][i],
+                                              total[t, i], {k: v[i] for k, v in next_obs_steps[t].items()},
+                                              bool(terms[t][i]), bool(truncs[t][i])):
+                        self.replay.add(tr)
+
+            # one update per train_every env steps crossed in this chunk (after learning_starts)
+            n_updates = self.global_step // self.train_every - chunk_start // self.train_every
+            if self.global_step >= self.learning_starts and self.replay.size >= self.batch_size:
+                for _ in range(n_updates):
+                    train_metrics = self.train_step()
+            if self.global_step // self.target_update_every > chunk_start // self.target_update_every:
+                self.target_net.load_state_dict(self.q_net.state_dict())
+
+            bar.update(self.global_step - chunk_start)
+            if self.global_step >= next_log or self.global_step >= total_steps:
+                next_log = (self.global_step // self.log_interval + 1) * self.log_interval
+                sps = (self.global_step - start_step) / max(time.perf_counter() - start_time, 1e-9)
+                metrics.update(train_metrics)
+                metrics.update({"charts/epsilon": self.epsilon(), "charts/sps": sps,
+                                "charts/extrinsic_reward": float(ext.mean()),
+                                "charts/intrinsic_reward": float(int_rewards.mean()),
+                                "charts/replay_size": self.replay.size})
+                self.last_metrics = metrics
+                self._log(metrics)
+            if (checkpoint_every > 0 and self.run is not None
+                    and self.global_step // checkpoint_every > chunk_start // checkpoint_every):
+                self.run.save_checkpoint({"agent": self.state_dict()}, self.global_step)
+            if callback is not None:
+                callback(self)
+        bar.close()
+        return self
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimiser, counters, RNG states, reward modules (and replay if configured)."""
+        state = {
+            "algo": "dqn", "q_net": self.q_net.state_dict(), "target_net": self.target_net.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "global_step": self.global_step, "updates": self.updates,
+            "counters": dict(self.counters), "rng": rng_state(), "agent_rng": self.rng.bit_generator.state,
+            "reward_modules": modules_state(self.reward_modules),
+        }
+        if self.checkpoint_replay:
+            state["replay"] = self.replay.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; without a saved replay, learning waits for it to refill."""
+        if state.get("algo") != "dqn":
+            raise ValueError(f"checkpoint is for agent '{state.get('algo')}', not 'dqn'")
+        self.q_net.load_state_dict(state["q_net"])
+        self.target_net.load_state_dict(state["target_net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.global_step, self.updates = int(state["global_step"]), int(state["updates"])
+        self.counters = dict(state.get("counters", {}))
+        set_rng_state(state["rng"])
+        self.rng.bit_generator.state = state["agent_rng"]
+        load_modules_state(self.reward_modules, state["reward_modules"])
+        if "replay" in state:
+            self.replay.load_state_dict(state["replay"])
+        self._next_obs = None

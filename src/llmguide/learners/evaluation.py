@@ -1,0 +1,85 @@
+"""Evaluation episodes of a trained agent (greedy or sampled) on a fresh env, seeded and repeatable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+
+def _batched(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v)[None] for k, v in obs.items()}
+
+
+def evaluate(agent: Any, env_cfg: Any, episodes: int, seed: int, greedy: bool = True,
+             make_env_fn: Callable[[Any, int], gym.Env] | None = None,
+             max_steps: int | None = None) -> dict[str, Any]:
+    """Run ``episodes`` episodes (episode i reset with ``seed + i``) with ``agent.act``.
+
+    Returns mean/std return and length, per-episode returns, success rate where infos carry
+    ``success``, and per-episode achievements plus the Crafter summary where they carry
+    ``achievements``. Torch and NumPy RNG states are restored afterwards, so evaluating in the
+    middle of training does not change the training run, and the same seed gives the same result.
+    """
+    if make_env_fn is None:
+        from llmguide.envs import make_env as make_env_fn
+    results: dict[str, Any] = {"episodes": int(episodes), "greedy": bool(greedy), "seed": int(seed)}
+    if episodes <= 0:
+        return results
+    env = make_env_fn(env_cfg, seed)
+    returns, lengths, successes, achievements = [], [], [], []
+    agent_rng = getattr(agent, "rng", None)
+    saved_agent_rng = agent_rng.bit_generator.state if agent_rng is not None else None
+    np_state = np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            if agent_rng is not None:
+                agent.rng = np.random.default_rng(seed)
+            for ep in range(episodes):
+                obs, info = env.reset(seed=seed + ep)
+                if hasattr(agent, "reset_act_state"):
+                    agent.reset_act_state()
+                ret, length, done = 0.0, 0, False
+                while not done:
+                    action = int(agent.act(_batched(obs), greedy=greedy)[0])
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    ret += float(reward)
+                    length += 1
+                    done = terminated or truncated or (max_steps is not None and length >= max_steps)
+                returns.append(ret)
+                lengths.append(length)
+                if "success" in info:
+                    successes.append(float(bool(info["success"])))
+                if isinstance(info.get("achievements"), dict):
+                    achievements.append({k: int(v) for k, v in info["achievements"].items()})
+    finally:
+        env.close()
+        np.random.set_state(np_state)
+        if agent_rng is not None:
+            agent.rng = agent_rng
+            agent.rng.bit_generator.state = saved_agent_rng
+        if hasattr(agent, "reset_act_state"):
+            agent.reset_act_state()
+    results.update({
+        "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
+        "length_mean": float(np.mean(lengths)), "length_std": float(np.std(lengths)),
+        "episode_returns": returns, "episode_lengths": lengths,
+    })
+    if successes:
+        results["success_rate"] = float(np.mean(successes))
+    if achievements:
+        results["episode_achievements"] = achievements
+        try:
+            from llmguide.envs.crafter import achievement_summary
+
+            summary = achievement_summary(achievements)
+            results["achievements"] = summary
+            results["achievements_per_episode"] = summary["achievements_per_episode"]
+            results["crafter_score"] = summary["crafter_score_percent"]
+        except ImportError:
+            pass
+    return results

@@ -1,0 +1,123 @@
+"""Build the LM backend chosen by the ``llm=`` config group (``conf/llm/*.yaml``), cached if enabled."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from llmguide.core.config import non_negative, one_of, positive, register_rule
+from llmguide.core.errors import ConfigError
+from llmguide.llm.base import LanguageModel
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("embedded", "http", "hf", "oracle")
+
+
+def _url(value: Any) -> str | None:
+    ok = isinstance(value, str) and value.startswith(("http://", "https://"))
+    return None if ok else f"must be an http(s):// URL, got {value!r}"
+
+
+def _device(value: Any) -> str | None:
+    ok = isinstance(value, str) and value.split(":")[0] in ("cpu", "cuda", "mps", "xpu")
+    return None if ok else f"must be cpu, cuda, cuda:N, mps or xpu, got {value!r}"
+
+
+def _env_var_name(value: Any) -> str | None:
+    ok = isinstance(value, str) and value.replace("_", "").isalnum() and not value[:1].isdigit()
+    return None if ok else "must be the NAME of an environment variable (never the key itself), got a bad name"
+
+
+LLM_RULES = {
+    "llm.backend": one_of(*BACKENDS),
+    "llm.n_ctx": positive,
+    "llm.n_threads": positive,
+    "llm.max_retries": non_negative,
+    "llm.max_batch": positive,
+    "llm.base_url": _url,
+    "llm.api_key_env": _env_var_name,
+    "llm.dtype": one_of("float32", "bfloat16", "float16"),
+    "llm.device": _device,
+}
+for _key, _rule in LLM_RULES.items():
+    register_rule(_key, _rule)
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    value = cfg.get(key, default) if isinstance(cfg, Mapping) or hasattr(cfg, "get") else default
+    return default if value is None else value
+
+
+def _validate(cfg: Any) -> None:
+    from llmguide.core.config import RULES
+
+    for key, rule in RULES.items():
+        if not key.startswith("llm."):
+            continue
+        name = key[len("llm."):]
+        if "." in name or cfg.get(name) is None:
+            continue
+        problem = rule(cfg.get(name))
+        if problem:
+            raise ConfigError(key, problem)
+
+
+def make_backend(llm_cfg: Any, env_family: str | None = None) -> LanguageModel:
+    """The uncached backend named by ``llm_cfg.backend``."""
+    _validate(llm_cfg)
+    backend = _get(llm_cfg, "backend")
+    if backend == "embedded":
+        from llmguide.llm.embedded import EmbeddedLM
+
+        return EmbeddedLM(model_path=_get(llm_cfg, "model_path"), n_ctx=int(_get(llm_cfg, "n_ctx", 2048)),
+                          n_threads=int(_get(llm_cfg, "n_threads", 2)), seed=int(_get(llm_cfg, "seed", 0)))
+    if backend == "http":
+        from llmguide.llm.http import HTTPLM
+
+        for key in ("base_url", "model"):
+            if not _get(llm_cfg, key):
+                raise ConfigError(f"llm.{key}", "is required for llm=http")
+        return HTTPLM(base_url=_get(llm_cfg, "base_url"), model=_get(llm_cfg, "model"),
+                      api_key_env=_get(llm_cfg, "api_key_env", "OPENAI_API_KEY"),
+                      concurrency=int(_get(llm_cfg, "concurrency", 4)), timeout=float(_get(llm_cfg, "timeout", 30.0)),
+                      max_retries=int(_get(llm_cfg, "max_retries", 5)), chat=bool(_get(llm_cfg, "chat", False)))
+    if backend == "hf":
+        from llmguide.llm.hf import HFLM
+
+        return HFLM(model_path=_get(llm_cfg, "model_path"), gguf_file=_get(llm_cfg, "gguf_file"),
+                    device=_get(llm_cfg, "device", "cpu"), dtype=_get(llm_cfg, "dtype", "float32"),
+                    trainable=bool(_get(llm_cfg, "trainable", False)), max_batch=int(_get(llm_cfg, "max_batch", 16)))
+    if backend == "oracle":
+        from llmguide.llm.oracle import OracleLM
+
+        family = env_family or _get(llm_cfg, "env_family")
+        if not family:
+            raise ConfigError("llm.backend", "llm=oracle needs the env family (make_llm(cfg.llm, cfg.env.name))")
+        return OracleLM(family)
+    raise ConfigError("llm.backend", f"unknown backend {backend!r}; choose one of {list(BACKENDS)}")
+
+
+def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str | None = None) -> LanguageModel:
+    """Backend from ``llm_cfg`` (the ``llm`` config group), wrapped in the persistent cache when enabled.
+
+    Cache file: ``llm_cfg.cache.path``, or ``default_cache_dir() / "llm_cache.sqlite"`` when null.
+    """
+    backend = make_backend(llm_cfg, env_family)
+    cache_cfg = _get(llm_cfg, "cache", {})
+    if not _get(cache_cfg, "enabled", False):
+        return backend
+    try:
+        from llmguide.llm.cache import CachedLM, LLMCache
+    except ImportError as err:  # the cache module is optional at this layer
+        log.warning("LLM cache requested but llmguide.llm.cache is unavailable (%s); running uncached", err)
+        return backend
+    from pathlib import Path
+
+    from llmguide.core.config import default_cache_dir
+
+    path = Path(_get(cache_cfg, "path") or default_cache_dir() / "llm_cache.sqlite").expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    version = template_version or str(_get(cache_cfg, "template_version", "v0"))
+    return CachedLM(backend, LLMCache(path), template_version=version)
