@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +67,7 @@ def summarise(run: Path, total_steps: int) -> dict:
         out["crafter_score"] = s["crafter_score_percent"]
     sps = [r["charts/sps"] for r in records if "charts/sps" in r]
     out["sps"] = float(sps[-1]) if sps else float("nan")
-    lm = [r for r in records if "lm/calls" in r]
+    lm = [r for r in records if r.get("lm/requests")]  # runs that asked an LM (not oracle / all goals)
     if lm:
         out["lm_calls"] = lm[-1]["lm/calls"]
         out["lm_hit_rate"] = lm[-1]["lm/hit_rate"]
@@ -101,11 +102,13 @@ def plot(results: dict[str, list[dict]], out: Path, total_steps: int) -> Path:
         if not curves:
             continue
         c = np.array(curves)
-        mean = np.nanmean(c, axis=0)
+        with warnings.catch_warnings():  # bins without episodes stay NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean, low, high = np.nanmean(c, axis=0), np.nanmin(c, axis=0), np.nanmax(c, axis=0)
         centers = (bins[:-1] + bins[1:]) / 2
         ax.plot(centers, mean, marker="o", label=label)
         if len(curves) > 1:
-            ax.fill_between(centers, np.nanmin(c, axis=0), np.nanmax(c, axis=0), alpha=0.2)
+            ax.fill_between(centers, low, high, alpha=0.2)
     ax.set_xlabel("env steps")
     ax.set_ylabel("ground-truth achievements per episode")
     ax.set_title("Crafter, reduced budget (band: min–max over seeds)")

@@ -40,3 +40,17 @@ def test_train_dqn_on_crafter_then_eval_run_dir(tmp_path, capsys):
     assert main(["eval", str(run_dir), "eval.no_such_key=3"]) == 2
     assert "eval.no_such_key" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "missing")]) == 1
+
+
+def test_agent_keys_are_validated_once_learners_are_imported():
+    import pytest
+
+    import llmguide.learners  # noqa: F401  (registers the agent.* rules)
+    from llmguide.core.config import load_config
+    from llmguide.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="agent.n_step"):
+        load_config(["agent=dqn", "agent.n_step=0"])
+    with pytest.raises(ConfigError, match="agent.recurrent"):
+        load_config(["agent=ppo", "agent.recurrent=transformer"])
+    assert load_config(["agent=ppo", "agent.recurrent=lstm"]).agent.recurrent == "lstm"

@@ -69,6 +69,7 @@ def load_config(overrides: Sequence[str] = ()) -> DictConfig:
     except (HydraException, OmegaConfBaseException) as err:
         raise _translate_hydra_error(err, overrides) from None
     _check_types(cfg, base, "")
+    _import_rule_modules()
     validate(cfg)
     OmegaConf.set_readonly(cfg, False)
     return cfg
@@ -152,6 +153,17 @@ RULES: dict[str, Rule] = {
     "method.intrinsic_coef": non_negative,
     "method.extrinsic_coef": non_negative,
 }
+
+
+# Packages whose import registers value rules for their keys (env.*, agent.*, method.*, llm.*).
+RULE_MODULES = ("llmguide.envs", "llmguide.learners", "llmguide.rewards", "llmguide.llm")
+
+
+def _import_rule_modules() -> None:
+    from importlib import import_module
+
+    for name in RULE_MODULES:
+        import_module(name)
 
 
 def register_rule(key: str, rule: Rule) -> None:

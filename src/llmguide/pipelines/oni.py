@@ -29,7 +29,7 @@ for _key, _rule in {
     "method.service_batch": positive, "method.max_tokens": positive, "method.lr": positive,
     "method.batch_size": positive, "method.steps_per_round": positive, "method.duty": in_range(0.01, 1.0),
     "method.pairs_per_batch": positive, "method.max_messages": positive, "method.min_labels": positive,
-    "method.min_pairs": positive,
+    "method.min_pairs": positive, "method.service_timeout": positive, "method.drain_timeout": non_negative,
 }.items():
     register_rule(_key, _rule)
 
@@ -116,7 +116,8 @@ def train(cfg: DictConfig) -> int:
             else:
                 from llmguide.llm.service import LLMService
 
-                service = LLMService(make_lm(cfg.llm, cfg.env.name), max_batch=int(cfg.method.service_batch))
+                service = LLMService(make_lm(cfg.llm, cfg.env.name), max_batch=int(cfg.method.service_batch),
+                                     timeout=float(cfg.method.get("service_timeout", 600.0)))
                 module = build_oni_module(cfg.method, int(cfg.num_envs), service, int(cfg.seed))
             modules = [(float(cfg.method.intrinsic_coef), module)] if module is not None else []
             agent = PPO(envs, cfg.agent, reward_modules=modules,
