@@ -149,7 +149,7 @@ def main() -> int:
             if label == "ellm-embedded":  # seed 0 starts from an empty LM cache; later seeds reuse it
                 env["LLMGUIDE_CACHE_DIR"] = str(cold_cache)
             if args.reuse and (out / name / "checkpoints" / "latest.pt").exists():
-                results[label].append({"seed": seed, **summarise(out / name, args.steps)})
+                results[label].append({"seed": seed, "reused": True, **summarise(out / name, args.steps)})
                 continue
             t0 = time.time()
             code = subprocess.call([sys.executable, "-c", RUNNER, *overrides], env=env)
@@ -165,8 +165,9 @@ def main() -> int:
             f"{fmt([r.get('crafter_score') for r in runs])} | {fmt([r['sps'] for r in runs])} | "
             f"{fmt([r.get('lm_calls') for r in runs])} | {fmt([r.get('lm_hit_rate') for r in runs])} |")
     ratio = None
-    on = [r["sps"] for r in results.get("ellm-embedded", []) if r["seed"] == 0]
-    off = [r["sps"] for r in results.get("none", []) if r["seed"] == 0]
+    # only runs made in this invocation are compared (same machine load)
+    on = [r["sps"] for r in results.get("ellm-embedded", []) if r["seed"] == 0 and not r.get("reused")]
+    off = [r["sps"] for r in results.get("none", []) if r["seed"] == 0 and not r.get("reused")]
     if on and off and off[0] > 0:
         ratio = on[0] / off[0]
     text = "\n".join([
@@ -176,7 +177,8 @@ def main() -> int:
         "of the last half of each run (mean ± std over seeds).", "",
         *rows, "",
         f"Throughput, same invocation, seed 0: ELLM with the embedded LM on a cold cache / no intrinsic reward "
-        f"= {ratio:.2f}" if ratio is not None else "Throughput ratio: not measured (ellm-embedded or none missing).",
+        f"= {ratio:.2f}" if ratio is not None else
+        "Throughput ratio: not measured in this invocation (ellm-embedded or none seed 0 missing or reused).",
         "", "![achievements](achievements.png)", "",
     ])
     plot(results, out, args.steps)

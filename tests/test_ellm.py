@@ -234,8 +234,8 @@ def _train(tmp_path: Path, name: str, *overrides: str) -> Path:
     for method in ("ellm", "ellm_oracle", "ellm_all_goals"):
         if method not in PIPELINES:  # until the lead adds these entries to pipelines/__init__.py
             register(method, "train", "llmguide.pipelines.ellm:train")
-    code = cli.main(["train", "env=crafter", *overrides, "total_steps=256", "num_envs=2", "agent.num_steps=64",
-                     "agent.hidden=32", "log_every=64", "eval.episodes=1", "env.max_steps=60", "progress=false",
+    ppo = [] if "agent=dqn" in overrides else ["agent.num_steps=64"]
+    code = cli.main(["train", "env=crafter", *overrides, "total_steps=256", "num_envs=2", *ppo, "agent.hidden=32", "log_every=64", "eval.episodes=1", "env.max_steps=60", "progress=false",
                      f"run.dir={tmp_path}", f"run.name={name}"])
     assert code == 0
     return Path(tmp_path) / name
@@ -293,3 +293,20 @@ def test_train_ellm_end_to_end_with_the_embedded_lm(tmp_path):
     records = _check_run(_train(tmp_path, "ellm", "method=ellm", "llm=embedded"))
     last = [r for r in records if "lm/calls" in r][-1]
     assert last["lm/requests"] >= 1 and last["lm/calls"] >= 1 and 0.0 <= last["lm/hit_rate"] <= 1.0
+
+
+def test_guided_exploration_with_a_pretrained_dqn(tmp_path):
+    from llmguide.core.config import load_config
+    from llmguide.core.errors import ConfigError
+    from llmguide.pipelines.ellm import train
+
+    dqn = ["agent=dqn", "agent.learning_starts=64"]
+    pre = _train(tmp_path, "pre", "method=ellm_oracle", *dqn)
+    with pytest.raises(ConfigError, match="agent.name"):  # PPO has no ε-actions to hand to a guide
+        train(load_config(["method=ellm", "method.mode=guided", "env.task=collect_wood", f"method.pretrained={pre}",
+                           f"run.dir={tmp_path}"]))
+    guided = _train(tmp_path, "guided", "method=ellm_oracle", "method.mode=guided", "env.task=collect_wood",
+                    f"method.pretrained={pre}", "method.guide_prob=1.0", *dqn)
+    state = torch_load(guided / "checkpoints" / "latest.pt")["agent"]
+    assert state["algo"] == "dqn" and state["global_step"] == 256
+    assert "success_rate" in json.loads((guided / "eval.json").read_text())

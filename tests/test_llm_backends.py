@@ -74,6 +74,12 @@ def test_embedded_tokenisation_boundary_and_bad_input(embedded):
         assert embedded.tokenize(ctx, bos=True) + embedded.tokenize(cand, bos=False) == embedded.tokenize(
             ctx + cand, bos=True)
     assert embedded.score([FRANCE], [[""]]) == [[0.0]]
+    # a context longer than llama.cpp's batch (512 tokens) is decoded in chunks
+    long_ctx = "The red ball is next to the blue box. " * 60 + "The red ball is next to the"
+    assert len(embedded.tokenize(long_ctx, bos=True)) > embedded._llm.n_batch
+    [[near]] = embedded.score([long_ctx], [[" blue box"]])
+    assert near == pytest.approx(embedded.naive_score([long_ctx], [[" blue box"]])[0][0], abs=LLAMA_TOL)
+    assert near > -1.0   # the repeated pattern is predicted
     with pytest.raises(ValueError, match="contexts but"):
         embedded.score([FRANCE, BABYAI], [FRANCE_CANDS])
     with pytest.raises(ValueError, match="exceed n_ctx"):
@@ -294,6 +300,33 @@ def test_hf_cached_score_equals_naive_and_gradients_flow():
     norm = lm.score([BABYAI], [BABYAI_CANDS[:2]], normalize=True)[0]
     counts = [len(lm._candidate_ids(c)) for c in BABYAI_CANDS[:2]]
     assert norm == pytest.approx([s / n for s, n in zip(naive[1], counts, strict=True)], abs=1e-4)
+
+
+@pytest.mark.skipif(not _converted(), reason="needs the cached Gemma tokenizer files (see the test above)")
+def test_hf_seq2seq_scoring_encodes_context_once_and_matches_naive(tmp_path):
+    """A tiny randomly initialised T5 built here (no download), with the Gemma tokenizer files."""
+    import shutil
+
+    import torch
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from llmguide.llm.hf import HFLM, embedded_safetensors_dir
+
+    torch.manual_seed(0)
+    config = T5Config(vocab_size=262144, d_model=16, d_ff=32, d_kv=8, num_layers=1, num_heads=2,
+                      decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    T5ForConditionalGeneration(config).save_pretrained(tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(embedded_safetensors_dir() / name, tmp_path / name)
+    lm = HFLM(model_path=tmp_path, trainable=True)
+    assert lm.is_seq2seq
+    scores, hidden = lm.score_with_hidden([FRANCE, BABYAI], [FRANCE_CANDS, BABYAI_CANDS])
+    naive = lm.naive_score([FRANCE, BABYAI], [FRANCE_CANDS, BABYAI_CANDS])
+    for row, ref in zip(scores, naive, strict=True):
+        assert row.detach().tolist() == pytest.approx(ref, abs=1e-4)
+    assert hidden.shape == (2, 16)
+    scores[1].sum().backward()
+    assert lm.model.get_encoder().block[0].layer[0].SelfAttention.q.weight.grad.abs().sum() > 0
 
 
 @pytest.mark.slow

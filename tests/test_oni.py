@@ -280,3 +280,14 @@ def test_normalize_threshold_zeroes_below_threshold():
     z = (np.array([0.0, 1.0, 2.0, 3.0]) - rms.mean) / np.sqrt(rms.var + 1e-8)
     assert out.tolist() == pytest.approx(np.where(z > 0.5, z, 0.0).tolist())
     assert out[0] == 0.0 and out[1] == 0.0 and out[3] > 1.0
+
+
+def test_ellm_bow_rewards_messages_that_share_words_with_the_goal():
+    from llmguide.rewards.bow import ELLMBoW
+
+    module = ELLMBoW(num_envs=2, goal="kill monsters, collect gold, go down the stairs", threshold=0.1, beta=1.0)
+    sim = module.similarity(["You kill the newt! You collect 5 gold.", "It's solid stone.", ""])
+    assert sim[0] > 0.1 and sim[1] == 0.0 and sim[2] == 0.0
+    r = module.compute(make_batch([["You kill the newt! You collect 5 gold.", "It's solid stone."],
+                                   ["You kill the newt! You collect 5 gold.", "It's solid stone."]]))
+    assert r[:, 0].tolist() == pytest.approx([sim[0], sim[0] / 2]) and np.all(r[:, 1] == 0)

@@ -156,7 +156,10 @@ RULES: dict[str, Rule] = {
 
 
 # Packages whose import registers value rules for their keys (env.*, agent.*, method.*, llm.*).
-RULE_MODULES = ("llmguide.envs", "llmguide.learners", "llmguide.rewards", "llmguide.llm")
+RULE_MODULES = (
+    "llmguide.envs", "llmguide.learners", "llmguide.rewards", "llmguide.llm.factory",
+    "llmguide.pipelines.ellm", "llmguide.pipelines.oni",
+)
 
 
 def _import_rule_modules() -> None:

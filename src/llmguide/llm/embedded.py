@@ -103,17 +103,26 @@ class EmbeddedLM(LanguageModel):
         if common < len(tokens):
             llm.eval(list(tokens[common:]))
 
-    def _decode_all_logits(self, tokens: Sequence[int]) -> np.ndarray:
-        """Append ``tokens`` to the KV cache and return the logits at every one of their positions."""
+    def _decode(self, tokens: Sequence[int], n_out: int) -> np.ndarray:
+        """Append ``tokens`` to the KV cache; return the logits at their last ``n_out`` positions."""
         llm = self._llm
         llm._ctx.kv_cache_seq_rm(-1, llm.n_tokens, -1)
+        first_out = len(tokens) - n_out
         rows = []
         for i in range(0, len(tokens), llm.n_batch):
             chunk = list(tokens[i : i + llm.n_batch])
-            llm._batch.set_batch(batch=chunk, n_past=llm.n_tokens, logits_all=True)
+            flags = [i + k >= first_out for k in range(len(chunk))]
+            llm._batch.set_batch(batch=chunk, n_past=llm.n_tokens, logits_all=False)
+            for k, flag in enumerate(flags):
+                llm._batch.batch.logits[k] = flag
+            llm._batch.batch.logits[len(chunk) - 1] = True   # llama.cpp wants the last one anyway
             llm._ctx.decode(llm._batch)
-            logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(chunk) * self.n_vocab,))
-            rows.append(logits.reshape(len(chunk), self.n_vocab).copy())
+            n_rows = sum(flags[:-1]) + 1
+            logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_rows * self.n_vocab,))
+            logits = logits.reshape(n_rows, self.n_vocab)
+            if not flags[-1]:
+                logits = logits[:-1]
+            rows.append(logits.copy())
             llm.input_ids[llm.n_tokens : llm.n_tokens + len(chunk)] = chunk
             llm.n_tokens += len(chunk)
         llm._requires_eval = True
@@ -147,7 +156,7 @@ class EmbeddedLM(LanguageModel):
                         continue
                     self._check_length(len(ctx_tokens), len(toks))
                     self._keep_prefix(ctx_tokens[:-1])
-                    logits = self._decode_all_logits([ctx_tokens[-1], *toks[:-1]])
+                    logits = self._decode([ctx_tokens[-1], *toks[:-1]], n_out=len(toks))
                     total = float(_log_softmax_gather(logits, toks).sum())
                     row.append(total / len(toks) if normalize else total)
             results.append(row)
@@ -174,8 +183,8 @@ class EmbeddedLM(LanguageModel):
                 with self._lock:
                     self._llm.reset()
                     self._llm._ctx.kv_cache_clear()
-                    logits = self._decode_all_logits([*ctx_tokens, *toks[:-1]])
-                total = float(_log_softmax_gather(logits[len(ctx_tokens) - 1 :], toks).sum())
+                    logits = self._decode([*ctx_tokens, *toks[:-1]], n_out=len(toks))
+                total = float(_log_softmax_gather(logits, toks).sum())
                 row.append(total / len(toks) if normalize else total)
             results.append(row)
         return results

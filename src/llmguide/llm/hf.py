@@ -106,7 +106,7 @@ class HFLM(LanguageModel):
         self.trainable = trainable
         self.max_batch = max_batch
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self.model.train(trainable)
+        self.model.eval()   # dropout off even when trainable: PPO ratios need deterministic log-probs
         self.model.requires_grad_(trainable)
         self._lock = threading.RLock()
 
@@ -256,10 +256,10 @@ class HFLM(LanguageModel):
         import torch
 
         model = self.model
+        from transformers.modeling_outputs import BaseModelOutput
+
         enc = model.get_encoder()(input_ids=torch.tensor([ctx_ids], device=self.device))
-        start_id = model.config.decoder_start_token_id
-        if start_id is None:
-            start_id = self.pad_id
+        start_id = self._decoder_start()
         real = [j for j, c in enumerate(cand_ids) if c]
         out = torch.zeros(len(cand_ids), device=self.device)
         hidden = None
@@ -269,7 +269,8 @@ class HFLM(LanguageModel):
             inputs, targets, mask = self._candidate_batch(ids, [start_id])
             n = inputs.shape[0]
             enc_states = enc.last_hidden_state.expand(n, -1, -1)
-            res = model(encoder_outputs=(enc_states,), decoder_input_ids=inputs, decoder_attention_mask=mask,
+            res = model(encoder_outputs=BaseModelOutput(last_hidden_state=enc_states), decoder_input_ids=inputs,
+                        decoder_attention_mask=mask,
                         output_hidden_states=True)
             if hidden is None:
                 hidden = res.decoder_hidden_states[-1][0, 0]
@@ -279,6 +280,10 @@ class HFLM(LanguageModel):
                 keep = torch.arange(targets.shape[1], device=self.device)[None, :] < lengths[:, None]
                 out = out.index_put((torch.tensor(chunk, device=self.device),), (logp * keep).sum(1))
         return out, hidden
+
+    def _decoder_start(self) -> int:
+        start = self.model.config.decoder_start_token_id
+        return self.pad_id if start is None else int(start)
 
     def naive_score(
         self,
@@ -301,7 +306,7 @@ class HFLM(LanguageModel):
                         row.append(0.0)
                         continue
                     if self.is_seq2seq:
-                        start_id = self.model.config.decoder_start_token_id or self.pad_id
+                        start_id = self._decoder_start()
                         res = self.model(input_ids=torch.tensor([ctx_ids], device=self.device),
                                          decoder_input_ids=torch.tensor([[start_id, *ids[:-1]]], device=self.device))
                         logits = res.logits[0]

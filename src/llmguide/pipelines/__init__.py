@@ -19,6 +19,19 @@ PIPELINES: dict[str, dict[str, str]] = {
     "noveld": {"train": "llmguide.pipelines.standard:train"},
     "icm": {"train": "llmguide.pipelines.standard:train"},
     "apt": {"train": "llmguide.pipelines.standard:train"},
+    # ELLM (goal suggestion + similarity reward) and its LM-free baselines
+    "ellm": {"train": "llmguide.pipelines.ellm:train"},
+    "ellm_oracle": {"train": "llmguide.pipelines.ellm:train"},
+    "ellm_all_goals": {"train": "llmguide.pipelines.ellm:train"},
+    # ONI (online message labels) and ELLM-BoW
+    "oni_retrieval": {"train": "llmguide.pipelines.oni:train"},
+    "oni_classification": {"train": "llmguide.pipelines.oni:train"},
+    "oni_ranking": {"train": "llmguide.pipelines.oni:train"},
+    "ellm_bow": {"train": "llmguide.pipelines.oni:train"},
+    # Motif and BK: collect -> label -> train, each step reading the run dir
+    "motif": {verb: f"llmguide.pipelines.motif:{verb}" for verb in ("collect", "label", "train")},
+    **{bk: {verb: f"llmguide.pipelines.bk:{verb}" for verb in ("collect", "label", "train")}
+       for bk in ("bk_code", "bk_pref", "bk_goal")},
 }
 
 

@@ -151,7 +151,11 @@ class Annotator:
                     self.counts["fallbacks"] += 1  # back to unlabelled: asked again when seen again
                     self._fell_back.add(item)
                     continue
-                label = self.parse(result)
+                try:
+                    label = self.parse(result)
+                except (TypeError, ValueError, IndexError, AttributeError) as err:  # malformed backend answer
+                    log.warning("unusable annotation for %r: %s", item, err)
+                    label = None
                 if label is None:
                     self.counts["unparseable"] += 1
                 self.labels[item] = label
