@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(VENV)/bin/llmguide train env=crafter method=ellm llm=embedded run.name=demo total_steps=3000
+	$(VENV)/bin/llmguide train env=crafter method=ellm llm=embedded run.name=demo run.overwrite=true total_steps=3000
 	@echo "report: runs/demo/report.md"
 
 lint: setup

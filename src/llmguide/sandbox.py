@@ -243,7 +243,8 @@ def _describe_exit(code: int, limits: SandboxLimits) -> str:
         if sig == signal.SIGXFSZ:
             return f"file size limit exceeded ({limits.file_mb} MB)"
         if sig == signal.SIGKILL:
-            return "killed (CPU or memory limit)"
+            # SIGXCPU at the soft limit is not always delivered first; the hard limit (soft + 1) kills.
+            return f"killed at the hard CPU time limit ({limits.cpu_seconds + 1} s) or the memory limit"
         return f"killed by signal {signal.Signals(sig).name}"
     if code == 0:
         return "the program ended the sandbox process before it returned its results"
