@@ -164,6 +164,8 @@ class DQN:
         self.reward_modules = list(reward_modules)
         self.extrinsic_coef = float(extrinsic_coef)
         self.run, self.seed, self.device, self.on_step = run, int(seed), torch.device(device), on_step
+        # optional () -> {"calls": int, "hit_rate": float} shown in the progress bar (set by LM pipelines)
+        self.progress_stats: Callable[[], dict] | None = None
         c = lambda key, default: cfg_get(cfg_agent, key, default)  # noqa: E731
         self.lr = float(c("lr", 1e-4))
         self.gamma = float(c("gamma", 0.99))
@@ -339,7 +341,7 @@ class DQN:
             if self.global_step // self.target_update_every > chunk_start // self.target_update_every:
                 self.target_net.load_state_dict(self.q_net.state_dict())
 
-            bar.update(self.global_step - chunk_start)
+            bar.update(self.global_step - chunk_start, lm_stats=self.progress_stats() if self.progress_stats else None)
             if self.global_step >= next_log or self.global_step >= total_steps:
                 next_log = (self.global_step // self.log_interval + 1) * self.log_interval
                 sps = (self.global_step - start_step) / max(time.perf_counter() - start_time, 1e-9)

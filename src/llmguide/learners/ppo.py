@@ -78,6 +78,8 @@ class PPO:
         self.seed = int(seed)
         self.device = torch.device(device)
         self.on_step = on_step
+        # optional () -> {"calls": int, "hit_rate": float} shown in the progress bar (set by LM pipelines)
+        self.progress_stats: Callable[[], dict] | None = None
 
         c = lambda key, default: cfg_get(cfg_agent, key, default)  # noqa: E731
         self.lr = float(c("lr", 2.5e-4))
@@ -237,7 +239,7 @@ class PPO:
             })
             self.last_metrics = metrics
             self._log(metrics)
-            bar.update(N * T)
+            bar.update(N * T, lm_stats=self.progress_stats() if self.progress_stats else None)
             if (checkpoint_every > 0 and self.run is not None
                     and self.global_step // checkpoint_every > (self.global_step - N * T) // checkpoint_every):
                 self.run.save_checkpoint({"agent": self.state_dict()}, self.global_step)

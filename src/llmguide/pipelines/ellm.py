@@ -276,6 +276,7 @@ def train(cfg: DictConfig) -> int:
         monitor = _Monitor(parts, run, int(cfg.log_every))
         try:
             agent = _make_agent(cfg, parts.envs, run, monitor)
+            agent.progress_stats = lambda: {"calls": (m := parts.lm_metrics())["lm/calls"], "hit_rate": m["lm/hit_rate"]}
             state = run.load_checkpoint() if cfg.run.resume else None
             if state is not None:
                 agent.load_state_dict(state["agent"])

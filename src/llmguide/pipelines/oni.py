@@ -128,6 +128,9 @@ def train(cfg: DictConfig) -> int:
                 run.truncate_metrics_after(agent.global_step)
                 log.info("resumed %s at step %d", run.path, agent.global_step)
             every = max(1, int(cfg.log_every))
+            if service is not None:
+                agent.progress_stats = lambda: {"calls": (m := lm_metrics(service, module)).get("lm/calls", 0),
+                                                "hit_rate": m.get("lm/hit_rate", 0.0)}
 
             def log_lm(a: Any) -> None:
                 if a.global_step // every > (a.global_step - a.num_envs * a.num_steps) // every:
