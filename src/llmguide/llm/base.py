@@ -56,3 +56,9 @@ class LanguageModel(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release resources (processes, sockets)."""
+
+
+def check_score_args(contexts: Sequence[str], candidates: Sequence[Sequence[str]]) -> None:
+    """Raise ValueError unless there is one candidate list per context."""
+    if len(contexts) != len(candidates):
+        raise ValueError(f"{len(contexts)} contexts but {len(candidates)} candidate lists")

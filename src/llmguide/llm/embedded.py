@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmguide.llm.base import Completion, LanguageModel
+from llmguide.llm.base import Completion, LanguageModel, check_score_args
 
 
 def _log_softmax_gather(logits: np.ndarray, targets: Sequence[int]) -> np.ndarray:
@@ -142,8 +142,7 @@ class EmbeddedLM(LanguageModel):
         normalize: bool = False,
     ) -> list[list[float]]:
         """Summed candidate token log-probs given each context; the context is evaluated once."""
-        if len(contexts) != len(candidates):
-            raise ValueError(f"{len(contexts)} contexts but {len(candidates)} candidate lists")
+        check_score_args(contexts, candidates)
         results = []
         for context, cands in zip(contexts, candidates, strict=True):
             ctx_tokens = self.tokenize(context, bos=True)

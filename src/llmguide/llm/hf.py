@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmguide.llm.base import Completion, LanguageModel
+from llmguide.llm.base import Completion, LanguageModel, check_score_args
 
 if TYPE_CHECKING:
     import torch
@@ -160,8 +160,7 @@ class HFLM(LanguageModel):
         """
         import torch
 
-        if len(contexts) != len(candidates):
-            raise ValueError(f"{len(contexts)} contexts but {len(candidates)} candidate lists")
+        check_score_args(contexts, candidates)
         scores, hidden = [], []
         with self._lock, torch.set_grad_enabled(self.trainable and torch.is_grad_enabled()):
             for context, cands in zip(contexts, candidates, strict=True):

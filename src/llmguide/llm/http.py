@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import openai
 
 from llmguide.core.errors import LLMUnavailableError
-from llmguide.llm.base import Completion, LanguageModel
+from llmguide.llm.base import Completion, LanguageModel, check_score_args
 
 T = TypeVar("T")
 
@@ -162,8 +162,7 @@ class HTTPLM(LanguageModel):
         normalize: bool = False,
     ) -> list[list[float]]:
         """Summed candidate token log-probs from the server's echoed prompt log-probs."""
-        if len(contexts) != len(candidates):
-            raise ValueError(f"{len(contexts)} contexts but {len(candidates)} candidate lists")
+        check_score_args(contexts, candidates)
         pairs = [(ctx, cand) for ctx, cands in zip(contexts, candidates, strict=True) for cand in cands]
         flat = self._map(self._score_pair, pairs)
         out, k = [], 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from llmguide.llm.base import Completion, LanguageModel
+from llmguide.llm.base import Completion, LanguageModel, check_score_args
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,7 @@ class OracleLM(LanguageModel):
         normalize: bool = False,
     ) -> list[list[float]]:
         """0.0 for candidates the oracle suggests from the context's caption, -1e9 for the others."""
-        if len(contexts) != len(candidates):
-            raise ValueError(f"{len(contexts)} contexts but {len(candidates)} candidate lists")
+        check_score_args(contexts, candidates)
         rows = []
         for context, cands in zip(contexts, candidates, strict=True):
             good = set(self._suggest(context))
