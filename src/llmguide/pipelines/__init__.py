@@ -28,6 +28,8 @@ PIPELINES: dict[str, dict[str, str]] = {
     "oni_classification": {"train": "llmguide.pipelines.oni:train"},
     "oni_ranking": {"train": "llmguide.pipelines.oni:train"},
     "ellm_bow": {"train": "llmguide.pipelines.oni:train"},
+    # GLAM: the LM is the policy (hf backend), fine-tuned with PPO
+    "glam": {"train": "llmguide.pipelines.glam:train"},
     # Motif and BK: collect -> label -> train, each step reading the run dir
     "motif": {verb: f"llmguide.pipelines.motif:{verb}" for verb in ("collect", "label", "train")},
     **{bk: {verb: f"llmguide.pipelines.bk:{verb}" for verb in ("collect", "label", "train")}

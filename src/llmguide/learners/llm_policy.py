@@ -1,0 +1,386 @@
+"""GLAM (Carta et al. 2023): a language model *is* the policy, fine-tuned online with PPO.
+
+The prompt (action list, goal, last ``k`` captions interleaved with the last actions) is encoded once
+per context; each action string is scored by its summed token log-prob (proper log-softmax, padding
+masked; :meth:`HFLM.score_with_hidden`), and the policy is the softmax over those scores.  A value head
+(MLP) reads the context representation (last context token, or the decoder start state of a seq2seq
+model), computed once per context.  PPO: clipped surrogate, normalised advantages, a reward scale,
+optional LoRA (peft) with the base model frozen.
+
+Conventions as in :mod:`llmguide.learners.ppo`: ``dones[t]`` = transition ``t`` ended its episode,
+SAME_STEP autoreset, truncation not bootstrapped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from llmguide.core.progress import Progress
+from llmguide.core.rundir import RunDir
+from llmguide.learners.common import EpisodeTracker, cfg_get, rng_state, set_rng_state, split_infos
+from llmguide.learners.ppo import compute_gae
+
+log = logging.getLogger(__name__)
+
+HEADER = "Possible action of the agent: "
+
+
+# --- prompts -------------------------------------------------------------------------------------
+def glam_prompt(goal: str, observations: Sequence[str], actions: Sequence[str],
+                action_strings: Sequence[str]) -> str:
+    """GLAM's prompt: action list, goal, then ``Observation i`` / ``Action i`` lines ending at ``Action n:``.
+
+    ``observations`` holds the last k captions (oldest first, the current one last) and ``actions``
+    the actions taken after all but the last of them.  Candidates are scored as ``" " + action``.
+    """
+    if len(actions) != max(len(observations) - 1, 0):
+        raise ValueError(f"need one action fewer than observations, got {len(observations)} and {len(actions)}")
+    lines = [HEADER + ", ".join(action_strings), f" Goal of the agent: {goal}"]
+    for i, obs in enumerate(observations):
+        lines.append(f" Observation {i}: {obs or 'You see nothing'}")
+        lines.append(f" Action {i}:" + (f" {actions[i]}" if i < len(actions) else ""))
+    return "\n".join(lines)
+
+
+class History:
+    """Per-env memory of the last ``k`` captions and the actions between them (cleared at episode end)."""
+
+    def __init__(self, num_envs: int, k: int):
+        if k < 1:
+            raise ValueError(f"k_history must be >= 1, got {k}")
+        self.k = k
+        self.obs: list[deque[str]] = [deque(maxlen=k) for _ in range(num_envs)]
+        self.actions: list[deque[str]] = [deque(maxlen=k - 1) for _ in range(num_envs)]
+        self.goals = [""] * num_envs
+
+    def reset(self, i: int, goal: str, caption: str) -> None:
+        self.obs[i].clear()
+        self.actions[i].clear()
+        self.goals[i] = goal
+        self.obs[i].append(caption)
+
+    def step(self, i: int, action: str, caption: str) -> None:
+        if self.k > 1:
+            self.actions[i].append(action)
+        self.obs[i].append(caption)
+
+    def prompts(self, action_strings: Sequence[str]) -> list[str]:
+        return [glam_prompt(g, list(o), list(a), action_strings)
+                for g, o, a in zip(self.goals, self.obs, self.actions, strict=True)]
+
+
+# --- policy --------------------------------------------------------------------------------------
+class ValueHead(nn.Module):
+    """MLP ``d_model -> hidden -> hidden -> 1`` (tanh) on the context representation."""
+
+    def __init__(self, d_model: int, hidden: int = 1024):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+                                 nn.Linear(hidden, 1))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.net(h.float()).squeeze(-1)
+
+
+def d_model_of(hf_lm: Any) -> int:
+    """Hidden size of the LM's last layer (``config.hidden_size`` or ``d_model``)."""
+    config = hf_lm.model.config
+    for key in ("hidden_size", "d_model"):
+        value = getattr(config, key, None) or getattr(getattr(config, "text_config", None), key, None)
+        if value:
+            return int(value)
+    raise ValueError(f"cannot find the hidden size in {type(config).__name__}")
+
+
+def apply_lora(hf_lm: Any, r: int = 8, alpha: int = 16, dropout: float = 0.0,
+               target_modules: Sequence[str] = ("q_proj", "v_proj")) -> None:
+    """Wrap ``hf_lm.model`` with peft LoRA adapters; the base weights are frozen, the adapters train."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    task = TaskType.SEQ_2_SEQ_LM if hf_lm.is_seq2seq else TaskType.CAUSAL_LM
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
+                        task_type=task)
+    hf_lm.model = get_peft_model(hf_lm.model, config)
+    hf_lm.model.eval()   # no dropout: PPO ratios need deterministic log-probs
+    hf_lm.trainable = True
+
+
+class LMPolicy(nn.Module):
+    """Text policy: softmax over the LM's summed log-probs of each action string, plus a value head."""
+
+    def __init__(self, hf_lm: Any, action_strings: Sequence[str], value_head: nn.Module | None = None,
+                 normalize: bool = False):
+        super().__init__()
+        if not action_strings:
+            raise ValueError("action_strings is empty")
+        self.lm = hf_lm
+        self.action_strings = list(action_strings)
+        self.candidates = [" " + a for a in self.action_strings]
+        head = value_head if value_head is not None else ValueHead(d_model_of(hf_lm))
+        self.value_head = head.to(hf_lm.device)
+        self.normalize = normalize
+        self.lm_module = hf_lm.model   # registered, so .parameters() / state_dict() include the LM
+
+    def forward(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log-probs over actions (n, A), values (n,))`` for a batch of prompts."""
+        scores, hidden = self.lm.score_with_hidden(list(prompts), [self.candidates] * len(prompts),
+                                                   normalize=self.normalize)
+        logits = torch.stack(scores).float()
+        return torch.log_softmax(logits, dim=-1), self.value_head(hidden)
+
+    def act(self, prompts: Sequence[str], greedy: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sampled (or greedy) action indices, their log-probs and the values, without gradients."""
+        with torch.no_grad():
+            logp, values = self(prompts)
+        actions = logp.argmax(-1) if greedy else torch.distributions.Categorical(logits=logp).sample()
+        chosen = logp.gather(1, actions[:, None]).squeeze(1)
+        return actions.cpu().numpy(), chosen.cpu().numpy(), values.cpu().numpy()
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """The parameters that train (LoRA adapters or the whole LM, plus the value head)."""
+        return {n: p.detach().cpu().clone() for n, p in self.named_parameters() if p.requires_grad}
+
+    def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
+        params = dict(self.named_parameters())
+        missing = [n for n in state if n not in params]
+        if missing:
+            raise ValueError(f"checkpoint holds parameters this policy does not have: {missing[:3]}")
+        with torch.no_grad():
+            for name, value in state.items():
+                params[name].copy_(value)
+
+
+# --- PPO -----------------------------------------------------------------------------------------
+class GLAMPPO:
+    """PPO for an :class:`LMPolicy` on a vector env whose infos carry ``caption`` and ``mission``.
+
+    ``cfg`` keys (``conf/method/glam.yaml``): rollout_steps, epochs, minibatch, lr, gamma, gae_lambda,
+    clip_coef, vf_coef, ent_coef, max_grad_norm, norm_adv, reward_scale, k_history.
+    """
+
+    def __init__(self, envs, policy: LMPolicy, cfg: Any, run: RunDir | None = None, seed: int = 0):
+        self.envs, self.policy, self.run, self.seed = envs, policy, run, seed
+        self.num_envs = envs.num_envs
+        self.num_steps = int(cfg_get(cfg, "rollout_steps", 16))
+        self.epochs = int(cfg_get(cfg, "epochs", 2))
+        self.minibatch = int(cfg_get(cfg, "minibatch", 4))
+        self.gamma = float(cfg_get(cfg, "gamma", 0.99))
+        self.gae_lambda = float(cfg_get(cfg, "gae_lambda", 0.95))
+        self.clip_coef = float(cfg_get(cfg, "clip_coef", 0.2))
+        self.vf_coef = float(cfg_get(cfg, "vf_coef", 0.5))
+        self.ent_coef = float(cfg_get(cfg, "ent_coef", 0.01))
+        self.max_grad_norm = float(cfg_get(cfg, "max_grad_norm", 0.5))
+        self.norm_adv = bool(cfg_get(cfg, "norm_adv", True))
+        self.reward_scale = float(cfg_get(cfg, "reward_scale", 20.0))
+        self.k_history = int(cfg_get(cfg, "k_history", 3))
+        params = [p for p in policy.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("the policy has no trainable parameters (HFLM needs trainable=True or LoRA)")
+        self.optimizer = torch.optim.Adam(params, lr=float(cfg_get(cfg, "lr", 1e-4)), eps=1e-5)
+        self.rng = np.random.default_rng(seed)
+        self.global_step = 0
+        self.updates = 0
+        self.last_metrics: dict[str, float] = {}
+        self._history: History | None = None
+
+    # --- rollout helpers -------------------------------------------------------------------------
+    def _reset(self) -> None:
+        _, infos = self.envs.reset(seed=self.seed + self.global_step)
+        self._history = History(self.num_envs, self.k_history)
+        for i, info in enumerate(split_infos(infos, self.num_envs)):
+            self._history.reset(i, info["mission"], info["caption"])
+
+    def _advance(self, actions: np.ndarray, dones: np.ndarray, infos: dict) -> None:
+        """Update each env's history; a finished env's new episode starts from its reset info."""
+        assert self._history is not None
+        for i in range(self.num_envs):
+            if dones[i]:  # SAME_STEP autoreset: the top-level info is already the reset one
+                self._history.reset(i, str(infos["mission"][i]), str(infos["caption"][i]))
+            else:
+                self._history.step(i, self.policy.action_strings[int(actions[i])], str(infos["caption"][i]))
+
+    def ppo_update(self, prompts: Sequence[str], actions: np.ndarray, logprobs: np.ndarray,
+                   advantages: np.ndarray, returns: np.ndarray) -> dict[str, float]:
+        """Clipped-objective epochs over minibatches of prompts; returns loss metrics."""
+        n, dev = len(prompts), self.policy.lm.device
+        b_actions = torch.as_tensor(actions, dtype=torch.long, device=dev)
+        b_logprobs = torch.as_tensor(logprobs, dtype=torch.float32, device=dev)
+        b_adv = torch.as_tensor(advantages, dtype=torch.float32, device=dev)
+        b_ret = torch.as_tensor(returns, dtype=torch.float32, device=dev)
+        stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
+                                                         "clipfrac")}
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        for _ in range(self.epochs):
+            order = self.rng.permutation(n)
+            for start in range(0, n, self.minibatch):
+                rows = torch.as_tensor(order[start:start + self.minibatch])
+                logp_all, value = self.policy([prompts[int(r)] for r in rows])
+                rows = rows.to(logp_all.device)
+                newlogp = logp_all.gather(1, b_actions[rows][:, None]).squeeze(1)
+                entropy = -(logp_all.exp() * logp_all).sum(-1)
+                logratio = newlogp - b_logprobs[rows]
+                ratio = logratio.exp()
+                mb_adv = b_adv[rows]
+                if self.norm_adv and len(rows) > 1:
+                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+                pg_loss = torch.max(-mb_adv * ratio,
+                                    -mb_adv * ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)).mean()
+                v_loss = 0.5 * ((value - b_ret[rows]) ** 2).mean()
+                loss = pg_loss - self.ent_coef * entropy.mean() + self.vf_coef * v_loss
+                self.optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+                self.optimizer.step()
+                with torch.no_grad():
+                    stats["policy_loss"].append(pg_loss.item())
+                    stats["value_loss"].append(v_loss.item())
+                    stats["entropy"].append(entropy.mean().item())
+                    stats["approx_kl"].append(((ratio - 1) - logratio).mean().item())
+                    stats["clipfrac"].append(((ratio - 1).abs() > self.clip_coef).float().mean().item())
+        return {f"losses/{k}": float(np.mean(v)) for k, v in stats.items() if v}
+
+    # --- training --------------------------------------------------------------------------------
+    def learn(self, total_steps: int, progress: bool = True, checkpoint_every: int = 0) -> GLAMPPO:
+        """Train until ``global_step >= total_steps``; checkpoint every ``checkpoint_every`` env steps."""
+        N, T = self.num_envs, self.num_steps
+        if self._history is None:
+            self._reset()
+        assert self._history is not None
+        tracker = EpisodeTracker(N)
+        bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc="glam")
+        start_time, start_step = time.perf_counter(), self.global_step
+        while self.global_step < total_steps:
+            prompts: list[list[str]] = []
+            actions = np.zeros((T, N), dtype=np.int64)
+            logprobs = np.zeros((T, N), dtype=np.float32)
+            values = np.zeros((T, N), dtype=np.float32)
+            rewards = np.zeros((T, N), dtype=np.float32)
+            dones = np.zeros((T, N), dtype=bool)
+            for t in range(T):
+                prompts.append(self._history.prompts(self.policy.action_strings))
+                actions[t], logprobs[t], values[t] = self.policy.act(prompts[t])
+                _, reward, terminated, truncated, infos = self.envs.step(actions[t])
+                dones[t] = np.logical_or(terminated, truncated)
+                rewards[t] = reward
+                self.global_step += N
+                for record in tracker.step(np.asarray(reward, dtype=np.float64), dones[t],
+                                           split_infos(infos, N)):
+                    bar.episode(record["charts/episodic_return"], record["charts/episodic_length"])
+                    if self.run is not None:
+                        self.run.log(self.global_step, record)
+                self._advance(actions[t], dones[t], infos)
+            with torch.no_grad():
+                last_value = self.policy(self._history.prompts(self.policy.action_strings))[1].cpu().numpy()
+            advantages, returns = compute_gae(self.reward_scale * rewards, values, dones, last_value,
+                                              self.gamma, self.gae_lambda)
+            flat_prompts = [p for row in prompts for p in row]
+            metrics = self.ppo_update(flat_prompts, actions.reshape(-1), logprobs.reshape(-1),
+                                      advantages.reshape(-1), returns.reshape(-1))
+            self.updates += 1
+            metrics.update({"charts/sps": (self.global_step - start_step) / max(time.perf_counter() - start_time, 1e-9),
+                            "charts/extrinsic_reward": float(rewards.mean()),
+                            "charts/value_mean": float(values.mean())})
+            self.last_metrics = metrics
+            if self.run is not None:
+                self.run.log(self.global_step, metrics)
+            bar.update(N * T)
+            if (checkpoint_every > 0 and self.run is not None
+                    and self.global_step // checkpoint_every > (self.global_step - N * T) // checkpoint_every):
+                self.run.save_checkpoint({"agent": self.state_dict()}, self.global_step)
+        bar.close()
+        return self
+
+    # --- checkpoints -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Trainable parameters (LoRA or full LM, value head), optimiser, counters and RNG states."""
+        return {"algo": "glam", "policy": self.policy.trainable_state(), "optimizer": self.optimizer.state_dict(),
+                "global_step": self.global_step, "updates": self.updates, "rng": rng_state(),
+                "agent_rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; the envs restart (fresh histories) on the next ``learn``."""
+        if state.get("algo") != "glam":
+            raise ValueError(f"checkpoint is for agent '{state.get('algo')}', not 'glam'")
+        self.policy.load_trainable_state(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.global_step = int(state["global_step"])
+        self.updates = int(state["updates"])
+        set_rng_state(state["rng"])
+        self.rng.bit_generator.state = state["agent_rng"]
+        self._history = None
+
+
+def demonstration_samples(episodes: Sequence[dict[str, Any]], action_strings: Sequence[str],
+                          k_history: int = 3) -> tuple[list[str], list[int]]:
+    """(prompt, action index) pairs from :func:`bot_demonstrations` episodes, with GLAM's prompt history."""
+    prompts, actions = [], []
+    for ep in episodes:
+        history = History(1, k_history)
+        for t, (caption, action) in enumerate(zip(ep["captions"], ep["actions"], strict=True)):
+            if t == 0:
+                history.reset(0, ep["mission"], caption)
+            else:
+                history.step(0, action_strings[ep["actions"][t - 1]], caption)
+            prompts.append(history.prompts(action_strings)[0])
+            actions.append(int(action))
+    return prompts, actions
+
+
+def behaviour_clone(policy: LMPolicy, prompts: Sequence[str], actions: Sequence[int], epochs: int = 1,
+                    minibatch: int = 4, lr: float = 1e-4, seed: int = 0) -> list[float]:
+    """Fit the LM policy to demonstrated actions (cross-entropy of the action softmax); losses per step."""
+    if len(prompts) != len(actions) or not prompts:
+        raise ValueError(f"need as many actions as prompts (>0), got {len(prompts)} and {len(actions)}")
+    params = [p for n, p in policy.named_parameters() if p.requires_grad and not n.startswith("value_head")]
+    optimizer = torch.optim.Adam(params, lr=lr, eps=1e-5)
+    rng = np.random.default_rng(seed)
+    targets = torch.as_tensor(list(actions), dtype=torch.long, device=policy.lm.device)
+    losses = []
+    for _ in range(epochs):
+        order = rng.permutation(len(prompts))
+        for start in range(0, len(order), minibatch):
+            rows = order[start:start + minibatch]
+            logp, _ = policy([prompts[int(r)] for r in rows])
+            loss = nn.functional.nll_loss(logp, targets[torch.as_tensor(rows, device=logp.device)])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return losses
+
+
+def evaluate_policy(policy: LMPolicy, env_cfg: Any, episodes: int, seed: int, k_history: int = 3,
+                    greedy: bool = True) -> dict[str, float]:
+    """Run ``episodes`` episodes one env at a time; success rate, mean return and length."""
+    from llmguide.envs import make_env
+
+    env = make_env(env_cfg, seed)
+    returns, lengths, successes = [], [], []
+    try:
+        for ep in range(episodes):
+            _, info = env.reset(seed=seed + ep)
+            history = History(1, k_history)
+            history.reset(0, info["mission"], info["caption"])
+            done, ret, length = False, 0.0, 0
+            while not done:
+                action = int(policy.act(history.prompts(policy.action_strings), greedy=greedy)[0][0])
+                _, reward, terminated, truncated, info = env.step(action)
+                ret, length, done = ret + float(reward), length + 1, bool(terminated or truncated)
+                history.step(0, policy.action_strings[action], info["caption"])
+            returns.append(ret)
+            lengths.append(length)
+            successes.append(float(bool(info.get("success", ret > 0))))
+    finally:
+        env.close()
+    if not episodes:
+        return {"episodes": 0}
+    return {"episodes": episodes, "success_rate": float(np.mean(successes)), "return_mean": float(np.mean(returns)),
+            "length_mean": float(np.mean(lengths))}

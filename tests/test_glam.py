@@ -1,0 +1,172 @@
+"""GLAM: the LM as policy (real Gemma 3 270M through HFLM), LoRA, value head, PPO update, end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from llmguide.envs.babyai_text import ACTION_STRINGS
+from llmguide.learners.llm_policy import (
+    GLAMPPO,
+    History,
+    LMPolicy,
+    ValueHead,
+    apply_lora,
+    d_model_of,
+    glam_prompt,
+)
+
+SHORT = glam_prompt("go to the red ball", ["You see a red ball 1 step forward"], [], ACTION_STRINGS)
+OTHER = glam_prompt("pick up the blue key", ["You see a blue key 2 steps left"], [], ACTION_STRINGS)
+
+
+def _hf_available() -> bool:
+    from llmguide.llm.hf import _is_converted, embedded_safetensors_dir
+
+    return _is_converted(embedded_safetensors_dir())
+
+
+needs_hf = pytest.mark.skipif(not _hf_available(), reason="embedded Gemma not converted to safetensors yet")
+
+
+@pytest.fixture(scope="module")
+def lora_policy():
+    from llmguide.llm.hf import HFLM
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # on a shared 2-core machine one thread is many times faster
+    torch.manual_seed(0)
+    lm = HFLM(trainable=False)
+    apply_lora(lm, r=4, alpha=8)
+    yield LMPolicy(lm, ACTION_STRINGS, ValueHead(d_model_of(lm), 32))
+    torch.set_num_threads(threads)
+
+
+def test_prompt_follows_glam_template_and_history_keeps_last_k():
+    text = glam_prompt("go to the red ball", ["a", "b", "c"], ["turn left", "go forward"], ACTION_STRINGS)
+    assert text.startswith("Possible action of the agent: turn left, turn right, go forward, pick up, drop, toggle")
+    assert "\n Goal of the agent: go to the red ball\n Observation 0: a\n Action 0: turn left\n" in text
+    assert text.endswith(" Observation 2: c\n Action 2:")   # the candidate " <action>" continues it
+    with pytest.raises(ValueError):
+        glam_prompt("g", ["a", "b"], [], ACTION_STRINGS)
+    hist = History(2, k=2)
+    hist.reset(0, "g0", "o0")
+    hist.reset(1, "g1", "p0")
+    for t in range(1, 4):
+        hist.step(0, ACTION_STRINGS[t], f"o{t}")
+    prompts = hist.prompts(ACTION_STRINGS)
+    assert "Observation 0: o2\n Action 0: pick up\n Observation 1: o3\n Action 1:" in prompts[0]
+    assert "o1" not in prompts[0] and prompts[1].endswith("Observation 0: p0\n Action 0:")
+    hist.reset(0, "new goal", "fresh")
+    assert hist.prompts(ACTION_STRINGS)[0].endswith("Goal of the agent: new goal\n Observation 0: fresh\n Action 0:")
+
+
+@needs_hf
+def test_action_distribution_is_softmax_of_summed_logprobs(lora_policy):
+    logp, values = lora_policy([SHORT])
+    naive = torch.tensor(lora_policy.lm.naive_score([SHORT], [lora_policy.candidates])[0])
+    assert logp.shape == (1, len(ACTION_STRINGS)) and values.shape == (1,)
+    torch.testing.assert_close(logp[0].exp(), torch.softmax(naive, 0), atol=2e-3, rtol=1e-3)
+    assert abs(float(logp[0].detach().exp().sum()) - 1.0) < 1e-5
+
+
+@needs_hf
+def test_gradients_reach_lora_and_value_head_only(lora_policy):
+    lora_policy.zero_grad(set_to_none=True)
+    logp, values = lora_policy([SHORT])
+    (logp[0, 2] + values.sum()).backward()
+    named = dict(lora_policy.named_parameters())
+    lora = {n: p for n, p in named.items() if "lora_" in n}
+    assert lora and all(p.requires_grad for p in lora.values())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for n, p in lora.items() if "lora_B" in n)
+    base = [p for n, p in named.items() if "lora_" not in n and not n.startswith("value_head")]
+    assert base and all(not p.requires_grad and p.grad is None for p in base)
+    assert all(p.grad is not None for p in lora_policy.value_head.parameters())
+    # the value head reads the context representation HFLM returns (one row per context)
+    with torch.no_grad():
+        _, hidden = lora_policy.lm.score_with_hidden([SHORT, OTHER], [lora_policy.candidates] * 2)
+        _, v = lora_policy([SHORT, OTHER])
+    torch.testing.assert_close(v, lora_policy.value_head(hidden))
+    assert hidden.shape == (2, d_model_of(lora_policy.lm)) and not torch.allclose(hidden[0], hidden[1])
+    lora_policy.zero_grad(set_to_none=True)
+
+
+@needs_hf
+def test_ppo_update_raises_probability_of_positive_advantage_action(lora_policy):
+    from omegaconf import OmegaConf
+
+    from llmguide.envs import make_vector_env
+
+    envs = make_vector_env({"name": "babyai", "task": "GoToRedBall"}, 1, seed=0)
+    before_state = lora_policy.trainable_state()
+    try:
+        cfg = OmegaConf.create({"epochs": 1, "minibatch": 2, "lr": 5e-3, "ent_coef": 0.0, "vf_coef": 0.0,
+                                "clip_coef": 10.0})
+        agent = GLAMPPO(envs, lora_policy, cfg, seed=0)
+        rewarded, punished = 2, 0   # "go forward" gets +advantage, "turn left" gets -advantage
+        with torch.no_grad():
+            p_before = lora_policy([SHORT])[0][0].exp()
+        old = np.log(p_before.numpy()[[rewarded, punished]])
+        metrics = agent.ppo_update([SHORT, SHORT], np.array([rewarded, punished]), old.astype(np.float32),
+                                   np.array([1.0, -1.0], np.float32), np.zeros(2, np.float32))
+        with torch.no_grad():
+            p_after = lora_policy([SHORT])[0][0].exp()
+        assert np.isfinite(metrics["losses/policy_loss"]) and abs(metrics["losses/approx_kl"]) < 1e-4
+        assert p_after[rewarded] > p_before[rewarded]
+        assert p_after[punished] < p_before[punished]
+        state = agent.state_dict()
+        assert state["algo"] == "glam" and any("lora_B" in n for n in state["policy"])
+        assert not any("lora_" not in n and not n.startswith("value_head") for n in state["policy"])
+    finally:
+        lora_policy.load_trainable_state(before_state)
+        envs.close()
+
+
+@needs_hf
+def test_behaviour_cloning_from_bot_demonstrations_raises_demo_action_probability(lora_policy):
+    from llmguide.envs.babyai_text import bot_demonstrations
+    from llmguide.learners.llm_policy import behaviour_clone, demonstration_samples
+
+    demos = bot_demonstrations({"name": "babyai", "task": "GoToRedBall"}, 1, seed=3)
+    prompts, actions = demonstration_samples(demos, ACTION_STRINGS, k_history=2)
+    assert len(prompts) == len(demos[0]["actions"]) and actions == demos[0]["actions"]
+    assert demos[0]["mission"] in prompts[0] and demos[0]["captions"][0] in prompts[0]
+    if len(prompts) > 1:   # the second prompt remembers the first caption and the bot's first action
+        assert f"Action 0: {ACTION_STRINGS[actions[0]]}\n" in prompts[1]
+    prompts, actions = prompts[:2], actions[:2]
+    before_state = lora_policy.trainable_state()
+    try:
+        with torch.no_grad():
+            before = lora_policy(prompts)[0].gather(1, torch.tensor(actions)[:, None]).sum()
+        losses = behaviour_clone(lora_policy, prompts, actions, epochs=1, minibatch=2, lr=5e-3)
+        with torch.no_grad():
+            after = lora_policy(prompts)[0].gather(1, torch.tensor(actions)[:, None]).sum()
+        assert len(losses) == 1 and after > before
+    finally:
+        lora_policy.load_trainable_state(before_state)
+
+
+@needs_hf
+def test_train_cli_end_to_end_writes_metrics_checkpoint_and_eval(tmp_path):
+    from llmguide import cli
+    from llmguide.pipelines import register
+
+    register("glam", "train", "llmguide.pipelines.glam:train")
+    threads = torch.get_num_threads()
+    code = cli.main(["train", "env=babyai", "method=glam", "llm=hf", "total_steps=2", "num_envs=1",
+                     "env.task=GoToRedBall", "env.max_steps=2", "method.rollout_steps=2", "method.minibatch=2",
+                     "method.epochs=1", "method.k_history=1", "method.value_hidden=16", "eval.episodes=1",
+                     "progress=false", f"run.dir={tmp_path}", "run.name=glam"])
+    torch.set_num_threads(threads)   # the pipeline sets method.torch_threads
+    assert code == 0
+    run = tmp_path / "glam"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any("losses/policy_loss" in r and np.isfinite(r["losses/policy_loss"]) for r in records)
+    ckpt = torch.load(run / "checkpoints" / "latest.pt", weights_only=False)
+    assert ckpt["step"] == 2 and ckpt["agent"]["algo"] == "glam"
+    assert any("lora_" in n for n in ckpt["agent"]["policy"])
+    result = json.loads((run / "eval.json").read_text())
+    assert result["episodes"] == 1 and 0.0 <= result["success_rate"] <= 1.0 and result["length_mean"] <= 2
