@@ -245,10 +245,7 @@ class HFLM(LanguageModel):
             if hidden is None:
                 hidden = res.hidden_states[-1][0, 0]
             if chunk:
-                logp = self._gather(res.logits, targets)
-                lengths = torch.tensor([len(c) for c in ids], device=self.device)
-                keep = torch.arange(targets.shape[1], device=self.device)[None, :] < lengths[:, None]
-                out = out.index_put((torch.tensor(chunk, device=self.device),), (logp * keep).sum(1))
+                out = self._put_candidate_sums(out, chunk, res.logits, targets, ids)
         return out, hidden
 
     def _score_one_seq2seq(self, ctx_ids: list[int], cand_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -274,11 +271,17 @@ class HFLM(LanguageModel):
             if hidden is None:
                 hidden = res.decoder_hidden_states[-1][0, 0]
             if chunk:
-                logp = self._gather(res.logits, targets)
-                lengths = torch.tensor([len(c) for c in ids], device=self.device)
-                keep = torch.arange(targets.shape[1], device=self.device)[None, :] < lengths[:, None]
-                out = out.index_put((torch.tensor(chunk, device=self.device),), (logp * keep).sum(1))
+                out = self._put_candidate_sums(out, chunk, res.logits, targets, ids)
         return out, hidden
+
+    def _put_candidate_sums(self, out, chunk: list[int], logits, targets, ids: list[list[int]]):
+        """Write each candidate's summed token log-prob (padding masked) into ``out`` at ``chunk``."""
+        import torch
+
+        logp = self._gather(logits, targets)
+        lengths = torch.tensor([len(c) for c in ids], device=self.device)
+        keep = torch.arange(targets.shape[1], device=self.device)[None, :] < lengths[:, None]
+        return out.index_put((torch.tensor(chunk, device=self.device),), (logp * keep).sum(1))
 
     def _decoder_start(self) -> int:
         start = self.model.config.decoder_start_token_id
