@@ -1,15 +1,22 @@
-"""GLAM on BabyAI-Text at a reduced budget: LM policy (Gemma 3 270M + LoRA, PPO) vs symbolic PPO vs random.
+"""GLAM on BabyAI-Text at a reduced budget: the LM policy against GLAM's baselines, several seeds.
 
-Every (method, seed) training run is one ``llmguide train`` in a subprocess with the same env and
-env-step budget; GLAM is far slower per step (a 270M LM forward per env step, forward+backward per
-PPO sample), so the budget is small and says so in the table.  Reported per method (mean ± std over
-seeds): success rate of the training episodes and the final evaluation's success rate (greedy, on
-held-out seeds).  Random and the BabyAI bot are evaluated on the same evaluation seeds.
+Methods (each training run is one ``llmguide train`` subprocess on the same task):
+  glam          Gemma 3 270M + LoRA scoring the six action strings, value head, PPO (``method=glam``)
+  npae          same architecture, random weights + pretrained embeddings, action heads (``method=npae``)
+  bc-bot        LoRA behavioural cloning on BabyAI-bot episodes, no RL (``method.ppo=false``)
+  symbolic-ppo  our PPO on the symbolic grid observation, at the LM budget and at ``--long-steps``
+  drrn          DRRN on the same prompt text, at the LM budget and at ``--long-steps``
+  random, bot   evaluated on the same evaluation seeds
+
+Per method (mean ± std over seeds): success rate of the training episodes, greedy evaluation
+success on held-out seeds, wall time; GLAM's generalisation tests (``--post-tests``) on the trained
+GLAM, BC and DRRN agents; a plot of training success vs environment steps.  The LM methods run at
+a budget this 2-core CPU allows (``--steps``), which is far below GLAM's 1.5M: the table says which.
 
 Throughput: HFLM.score (context encoded once, key/value cache shared by the 6 candidates) over
-HFLM.naive_score (one full forward per candidate) on real GLAM prompts, measured here in one run.
+HFLM.naive_score (one full forward per candidate) on real GLAM prompts, measured in this run.
 
-    nice python benchmarks/glam.py --steps 128 --seeds 3 --task GoToRedBall --out runs/bench_glam
+    nice python benchmarks/glam.py --steps 384 --long-steps 20000 --seeds 3 --task GoToLocal --out runs/bench_glam
 """
 
 from __future__ import annotations
@@ -24,15 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-RUNNER = """
-import sys
-from llmguide.core.config import load_config
-from llmguide.pipelines import PIPELINES, register, run
-if "glam" not in PIPELINES:
-    register("glam", "train", "llmguide.pipelines.glam:train")
-sys.exit(run("train", load_config(sys.argv[1:])) or 0)
-"""
+RUNNER = "import sys; from llmguide.cli import main; sys.exit(main(sys.argv[1:]))"
 EVAL_SEED = 10_000  # the pipelines' evaluation seed offset
+LM_METHODS = ("glam", "npae", "bc-bot")
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -45,33 +46,30 @@ def read_metrics(path: Path) -> list[dict]:
     return out
 
 
+def collect(path: Path, wall: float) -> dict:
+    """Training-episode successes, evaluation and generalisation results of one finished run."""
+    records = read_metrics(path)
+    result = json.loads((path / "eval.json").read_text())
+    return {"episodes": [(r["step"], r["charts/success"]) for r in records if "charts/success" in r],
+            "eval_success": result.get("success_rate", float("nan")), "steps": result.get("step", 0),
+            "generalisation": {k: v.get("success_rate") for k, v in result.get("generalisation", {}).items()},
+            "wall": wall}
+
+
 def train_run(label: str, overrides: list[str], out: Path, seed: int) -> dict:
-    """One training subprocess; returns its training-episode successes, eval success and wall time."""
+    """One ``llmguide train`` subprocess; returns :func:`collect` of its run dir."""
     run_dir = out / "runs"
-    args = [*overrides, f"seed={seed}", f"run.dir={run_dir}", f"run.name={label}-s{seed}", "run.overwrite=true",
-            "progress=false"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    args = ["train", *overrides, f"seed={seed}", f"run.dir={run_dir}", f"run.name={label}-s{seed}",
+            "run.overwrite=true", "progress=false"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", RUNNER, *args], check=True, env=env)
-    wall = time.perf_counter() - start
-    records = read_metrics(run_dir / f"{label}-s{seed}")
-    episodes = [(r["step"], r["charts/success"]) for r in records if "charts/success" in r]
-    result = json.loads((run_dir / f"{label}-s{seed}" / "eval.json").read_text())
-    return {"episodes": episodes, "eval_success": result.get("success_rate", float("nan")), "wall": wall,
-            "steps": result.get("step", 0)}
+    return collect(run_dir / f"{label}-s{seed}", time.perf_counter() - start)
 
 
 def finished_runs(out: Path, label: str) -> list[dict]:
-    """Results of earlier runs of ``label`` in ``out/runs`` that reached their evaluation (for --skip-train)."""
-    runs = []
-    for path in sorted((out / "runs").glob(f"{label}-s*")):
-        if (path / "eval.json").exists():
-            records = read_metrics(path)
-            result = json.loads((path / "eval.json").read_text())
-            runs.append({"episodes": [(r["step"], r["charts/success"]) for r in records if "charts/success" in r],
-                         "eval_success": result.get("success_rate", float("nan")), "wall": float("nan"),
-                         "steps": result.get("step", 0)})
-    return runs
+    """Earlier runs of ``label`` in ``out/runs`` that reached their evaluation (for --skip-train)."""
+    return [collect(p, float("nan")) for p in sorted((out / "runs").glob(f"{label}-s*")) if (p / "eval.json").exists()]
 
 
 def random_success(env_cfg: dict, episodes: int, seed: int) -> float:
@@ -95,35 +93,34 @@ def random_success(env_cfg: dict, episodes: int, seed: int) -> float:
 def bot_success(env_cfg: dict, episodes: int, seed: int) -> float:
     from llmguide.envs.babyai_text import bot_demonstrations
 
-    demos = bot_demonstrations(env_cfg, episodes, seed)
-    return float(np.mean([d["success"] for d in demos]))
+    return float(np.mean([d["success"] for d in bot_demonstrations(env_cfg, episodes, seed)]))
 
 
-def scoring_ratio(task: str, contexts: int) -> dict:
+def scoring_ratio(task: str, contexts: int, k_history: int) -> dict:
     """Seconds per context of HFLM.score vs naive_score on real GLAM prompts (1 torch thread)."""
     import torch
 
     from llmguide.envs import make_env
     from llmguide.envs.babyai_text import ACTION_STRINGS
-    from llmguide.learners.llm_policy import glam_prompt
+    from llmguide.learners.llm_policy import History
     from llmguide.llm.hf import HFLM
 
     torch.set_num_threads(1)
     env = make_env({"name": "babyai", "task": task}, 0)
     rng = np.random.default_rng(0)
-    prompts, captions, acts = [], [], []
+    history = History(1, k_history)
     _, info = env.reset(seed=0)
-    captions.append(info["caption"])
+    history.reset(0, info["mission"], info["caption"])
+    prompts = []
     while len(prompts) < contexts:
-        prompts.append(glam_prompt(info["mission"], captions[-3:], acts[-2:] if len(captions) > 1 else [],
-                                   ACTION_STRINGS))
+        prompts += history.prompts(ACTION_STRINGS)
         a = int(rng.integers(6))
         _, _, term, trunc, info = env.step(a)
-        acts.append(ACTION_STRINGS[a])
-        captions.append(info["caption"])
         if term or trunc:
             _, info = env.reset()
-            captions, acts = [info["caption"]], []
+            history.reset(0, info["mission"], info["caption"])
+        else:
+            history.step(0, ACTION_STRINGS[a], info["caption"])
     env.close()
     lm = HFLM()
     cands = [[" " + a for a in ACTION_STRINGS]] * len(prompts)
@@ -133,40 +130,51 @@ def scoring_ratio(task: str, contexts: int) -> dict:
     t1 = time.perf_counter()
     naive = lm.naive_score(prompts, cands)
     t2 = time.perf_counter()
-    err = float(np.max(np.abs(np.array(shared) - np.array(naive))))
-    return {"contexts": len(prompts), "shared_s_per_ctx": (t1 - t0) / len(prompts),
-            "naive_s_per_ctx": (t2 - t1) / len(prompts), "speedup": (t2 - t1) / max(t1 - t0, 1e-9),
-            "max_abs_diff": err}
+    return {"contexts": len(prompts), "prompt_tokens": float(np.mean([len(lm._context_ids(p)) for p in prompts])),
+            "shared_s_per_ctx": (t1 - t0) / len(prompts), "naive_s_per_ctx": (t2 - t1) / len(prompts),
+            "speedup": (t2 - t1) / max(t1 - t0, 1e-9),
+            "max_abs_diff": float(np.max(np.abs(np.array(shared) - np.array(naive))))}
 
 
 def fmt(values: list[float]) -> str:
-    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
     return "n/a" if not len(v) else f"{v.mean():.2f} ± {v.std():.2f}"
 
 
-def plot(results: dict[str, list[dict]], baselines: dict[str, float], out: Path, steps: int) -> Path:
+def success_curve(runs: list[dict], grid: np.ndarray) -> np.ndarray:
+    """Per run, the success rate of the training episodes finished in each window of ``grid``."""
+    curves = []
+    for r in runs:
+        ep = np.array(r["episodes"], dtype=float).reshape(-1, 2)
+        edges = np.concatenate([[0.0], grid])
+        curves.append([ep[(ep[:, 0] > lo) & (ep[:, 0] <= hi), 1].mean() if ((ep[:, 0] > lo) & (ep[:, 0] <= hi)).any()
+                       else np.nan for lo, hi in zip(edges[:-1], edges[1:], strict=True)])
+    return np.array(curves, dtype=float)
+
+
+def plot(results: dict[str, list[dict]], baselines: dict[str, float], out: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    grid = np.linspace(0, steps, 9)[1:]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, runs in results.items():
-        curves = []
-        for r in runs:   # cumulative training success rate at each grid step
-            ep = np.array(r["episodes"], dtype=float).reshape(-1, 2)
-            curves.append([ep[ep[:, 0] <= g, 1].mean() if (ep[:, 0] <= g).any() else np.nan for g in grid])
-        c = np.array(curves, dtype=float)
+        steps = max((r["steps"] for r in runs), default=0)
+        if not runs or steps <= 0 or not any(r["episodes"] for r in runs):
+            continue
+        grid = np.linspace(0, steps, 7)[1:]
+        c = success_curve(runs, grid)
         mean, std = np.nanmean(c, 0), np.nanstd(c, 0)
-        ax.plot(grid, mean, label=label)
-        ax.fill_between(grid, mean - std, mean + std, alpha=0.2)
+        ax.plot(grid, mean, marker="o", ms=3, label=label)
+        ax.fill_between(grid, mean - std, mean + std, alpha=0.15)
     for label, value in baselines.items():
         ax.axhline(value, ls="--", lw=1, label=f"{label} (eval)", color="grey" if label == "random" else "black")
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("success rate (training episodes so far)")
+    ax.set_xscale("log")
+    ax.set_xlabel("environment steps (log)")
+    ax.set_ylabel("success rate of training episodes")
     ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     path = out / "glam_success.png"
     fig.savefig(path, dpi=120)
@@ -174,14 +182,42 @@ def plot(results: dict[str, list[dict]], baselines: dict[str, float], out: Path,
     return path
 
 
+def method_overrides(args: argparse.Namespace) -> dict[str, list[str]]:
+    common = ["env=babyai", f"env.task={args.task}", f"num_envs={args.num_envs}", f"eval.episodes={args.eval_episodes}"]
+    rollout = max(1, min(16, args.steps // (2 * args.num_envs)))
+    lm = [*common, "llm=hf", f"total_steps={args.steps}", f"method.rollout_steps={rollout}",
+          f"method.k_history={args.k_history}", f"method.epochs={args.epochs}", f"method.torch_threads={args.threads}"]
+    tests = [f"method.post_tests=[{args.post_tests}]", f"method.post_test_episodes={args.post_test_episodes}"]
+    lora = [f"method.lora_last_layers={args.lora_last_layers}"]
+    drrn = [*common, "method=drrn", f"method.k_history={args.k_history}"]
+    ppo = [*common, "method=none", "agent=ppo", "agent.num_minibatches=2"]
+    return {
+        "glam": [*lm, "method=glam", *lora, *tests],
+        "npae": [*lm, "method=npae"],
+        "bc-bot": [*lm, "method=glam", *lora, "method.ppo=false", f"method.bc_episodes={args.bc_episodes}", *tests],
+        "symbolic-ppo": [*ppo, f"total_steps={args.steps}", f"agent.num_steps={rollout}"],
+        "drrn": [*drrn, f"total_steps={args.steps}", *tests],
+        "symbolic-ppo-long": [*ppo, f"total_steps={args.long_steps}", "agent.num_steps=64"],
+        "drrn-long": [*drrn, f"total_steps={args.long_steps}", *tests],
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=128, help="env steps per training run (GLAM and symbolic PPO)")
-    p.add_argument("--ppo-steps", type=int, default=0, help="extra budget for symbolic PPO (0: same as --steps)")
+    p.add_argument("--steps", type=int, default=384, help="env steps per LM-method run (and the short baselines)")
+    p.add_argument("--long-steps", type=int, default=20000, help="env steps for the -long symbolic PPO and DRRN runs")
     p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--task", default="GoToRedBall", help="BabyAI-Text task (GoToLocal is hopeless at tiny budgets)")
+    p.add_argument("--task", default="GoToLocal")
     p.add_argument("--num-envs", type=int, default=2)
+    p.add_argument("--k-history", type=int, default=2, help="observations in the prompt (GLAM: 3)")
+    p.add_argument("--epochs", type=int, default=1, help="PPO epochs per update for the LM methods (GLAM: 4)")
+    p.add_argument("--lora-last-layers", type=int, default=6, help="LoRA in the top N blocks only (0: all)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads per LM run (runs are sequential)")
+    p.add_argument("--bc-episodes", type=int, default=20)
     p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--post-tests", default="oov_nouns,invented_words,synonym_actions")
+    p.add_argument("--post-test-episodes", type=int, default=5)
+    p.add_argument("--methods", default="glam,npae,bc-bot,symbolic-ppo,drrn,symbolic-ppo-long,drrn-long")
     p.add_argument("--scoring-contexts", type=int, default=8)
     p.add_argument("--skip-train", action="store_true",
                    help="no training: tabulate the finished runs already in --out, the baselines and the scoring ratio")
@@ -189,42 +225,52 @@ def main() -> int:
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    common = ["env=babyai", f"env.task={args.task}", f"num_envs={args.num_envs}",
-              f"eval.episodes={args.eval_episodes}"]
-    rollout = max(1, min(16, args.steps // (2 * args.num_envs)))
-    methods = {
-        "glam-lora": [*common, "method=glam", "llm=hf", f"total_steps={args.steps}",
-                      f"method.rollout_steps={rollout}"],
-        "symbolic-ppo": [*common, "method=none", "agent=ppo", f"total_steps={args.ppo_steps or args.steps}",
-                         f"agent.num_steps={rollout}", "agent.num_minibatches=2"],
-    }
-    results: dict[str, list[dict]] = {k: finished_runs(out, k) if args.skip_train else [] for k in methods}
+    every = method_overrides(args)
+    chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in every]
+    if unknown:
+        p.error(f"unknown method(s) {unknown}; choose from {sorted(every)}")
+    results: dict[str, list[dict]] = {m: finished_runs(out, m) if args.skip_train else [] for m in chosen}
     if not args.skip_train:
         for seed in range(args.seeds):
-            for label, overrides in methods.items():
+            for label in chosen:
                 print(f"[glam bench] {label} seed {seed}", flush=True)
-                results[label].append(train_run(label, overrides, out, seed))
+                results[label].append(train_run(label, every[label], out, seed))
+                (out / "partial.json").write_text(json.dumps(results))
     env_cfg = {"name": "babyai", "task": args.task}
     baselines = {"random": float(np.mean([random_success(env_cfg, args.eval_episodes, EVAL_SEED + s)
                                           for s in range(args.seeds)])),
                  "bot": bot_success(env_cfg, args.eval_episodes, EVAL_SEED)}
-    scoring = scoring_ratio(args.task, args.scoring_contexts)
+    scoring = scoring_ratio(args.task, args.scoring_contexts, args.k_history)
 
-    lines = [f"# GLAM on BabyAI-Text {args.task}: {args.steps} env steps, {args.seeds} seeds, "
-             f"{args.num_envs} envs, {args.eval_episodes} greedy eval episodes", "",
-             "| method | steps | train success | eval success | wall s/run |", "|---|---|---|---|---|"]
+    lines = [f"# GLAM baselines on BabyAI-Text {args.task}, {args.seeds} seeds, {args.num_envs} envs", "",
+             f"LM methods: Gemma 3 270M (hf, float32, {args.threads} torch threads), {args.steps} env steps, "
+             f"{args.k_history} observations in the prompt, {args.epochs} PPO epoch(s), LoRA in the top "
+             f"{args.lora_last_layers or 'all'} blocks; BC on {args.bc_episodes} bot episodes. GLAM's paper budget "
+             f"is 1.5M steps.  Evaluation: {args.eval_episodes} greedy episodes on held-out seeds per run.", "",
+             "| method | env steps | train success | eval success | wall s/run |", "|---|---|---|---|---|"]
     for label, runs in results.items():
         if runs:
             train = [float(np.mean([s for _, s in r["episodes"]])) if r["episodes"] else float("nan") for r in runs]
             lines.append(f"| {label} | {runs[0]['steps']} | {fmt(train)} | {fmt([r['eval_success'] for r in runs])} "
-                         f"(n={len(runs)}) | {np.mean([r['wall'] for r in runs]):.0f} |")
+                         f"(n={len(runs)}) | {np.nanmean([r['wall'] for r in runs]):.0f} |")
     for label, value in baselines.items():
         lines.append(f"| {label} | 0 | n/a | {value:.2f} | 0 |")
-    lines += ["", f"Scoring ({scoring['contexts']} GLAM prompts x 6 actions, Gemma 3 270M, 1 thread): "
-              f"shared prefix {scoring['shared_s_per_ctx']:.3f} s/context, naive {scoring['naive_s_per_ctx']:.3f} "
-              f"s/context, **ratio {scoring['speedup']:.2f}x**, max |diff| {scoring['max_abs_diff']:.2e}."]
+    tests = [t for t in args.post_tests.split(",") if t]
+    tested = {label: runs for label, runs in results.items() if any(r["generalisation"] for r in runs)}
+    if tested:
+        lines += ["", f"Generalisation tests (greedy, {args.post_test_episodes} episodes per test and seed; "
+                  "GLAM's post-training tests, `llmguide.learners.generalisation`):", "",
+                  "| method | " + " | ".join(tests) + " |", "|---|" + "---|" * len(tests)]
+        for label, runs in tested.items():
+            lines.append(f"| {label} | " + " | ".join(fmt([r["generalisation"].get(t) for r in runs]) for t in tests)
+                         + " |")
+    lines += ["", f"Scoring ({scoring['contexts']} GLAM prompts of {scoring['prompt_tokens']:.0f} tokens x 6 actions, "
+              f"1 thread): shared prefix {scoring['shared_s_per_ctx']:.3f} s/context, naive "
+              f"{scoring['naive_s_per_ctx']:.3f} s/context, **ratio {scoring['speedup']:.2f}x**, "
+              f"max |diff| {scoring['max_abs_diff']:.2e}."]
     if any(results.values()):
-        lines += ["", f"![success]({plot(results, baselines, out, args.steps).name})"]
+        lines += ["", f"![success]({plot(results, baselines, out).name})"]
     table = "\n".join(lines) + "\n"
     (out / "results.md").write_text(table)
     (out / "results.json").write_text(json.dumps({"results": results, "baselines": baselines, "scoring": scoring,

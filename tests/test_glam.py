@@ -152,9 +152,7 @@ def test_behaviour_cloning_from_bot_demonstrations_raises_demo_action_probabilit
 @needs_hf
 def test_train_cli_end_to_end_writes_metrics_checkpoint_and_eval(tmp_path):
     from llmguide import cli
-    from llmguide.pipelines import register
 
-    register("glam", "train", "llmguide.pipelines.glam:train")
     threads = torch.get_num_threads()
     code = cli.main(["train", "env=babyai", "method=glam", "llm=hf", "total_steps=2", "num_envs=1",
                      "env.task=GoToRedBall", "env.max_steps=2", "method.rollout_steps=2", "method.minibatch=2",
@@ -170,3 +168,131 @@ def test_train_cli_end_to_end_writes_metrics_checkpoint_and_eval(tmp_path):
     assert any("lora_" in n for n in ckpt["agent"]["policy"])
     result = json.loads((run / "eval.json").read_text())
     assert result["episodes"] == 1 and 0.0 <= result["success_rate"] <= 1.0 and result["length_mean"] <= 2
+
+
+@needs_hf
+def test_bc_only_run_then_eval_verb_runs_generalisation_tests(tmp_path):
+    """GLAM's BC-Bot baseline: cloning on bot episodes, no PPO; ``llmguide eval`` reloads the adapters."""
+    from llmguide import cli
+
+    threads = torch.get_num_threads()
+    common = ["env=babyai", "method=glam", "llm=hf", "num_envs=1", "env.task=GoToRedBall", "env.max_steps=2",
+              "method.k_history=1", "method.value_hidden=16", "eval.episodes=1", "progress=false",
+              f"run.dir={tmp_path}", "run.name=bc"]
+    code = cli.main(["train", *common, "total_steps=2", "method.ppo=false", "method.bc_episodes=1",
+                     "method.bc_minibatch=8", "method.bc_lr=5e-3", "method.post_tests=[oov_nouns,synonym_actions]",
+                     "method.post_test_episodes=1"])
+    assert code == 0
+    run = tmp_path / "bc"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    bc = next(r for r in records if "bc/samples" in r)
+    assert bc["bc/samples"] == 2 and bc["bc/loss_first"] > 0   # one bot episode, cut at env.max_steps=2
+    assert not any("losses/policy_loss" in r for r in records)   # method.ppo=false: no RL update
+    result = json.loads((run / "eval.json").read_text())
+    assert result["step"] == 0 and set(result["generalisation"]) == {"oov_nouns", "synonym_actions"}
+    ckpt = torch.load(run / "checkpoints" / "latest.pt", weights_only=False)["agent"]["policy"]
+    (run / "eval.json").unlink()
+    assert cli.main(["eval", str(run), "method.post_tests=[invented_words]", "method.post_test_episodes=1"]) == 0
+    again = json.loads((run / "eval.json").read_text())
+    assert again["episodes"] == again["sampled"]["episodes"] == 1   # the eval verb runs greedy and sampled
+    assert set(again["generalisation"]) == {"invented_words"} and again["generalisation"]["invented_words"]["episodes"] == 1
+    assert any("lora_B" in n and v.abs().sum() > 0 for n, v in ckpt.items())   # cloning moved the adapters
+    torch.set_num_threads(threads)
+
+
+# --- generalisation tests, NPAE, BC step -----------------------------------------------------------
+class RecordingPolicy:
+    """A scripted text policy (always action 2): records every prompt it is shown."""
+
+    def __init__(self):
+        self.action_strings = list(ACTION_STRINGS)
+        self.prompts: list[str] = []
+
+    def act(self, prompts, greedy=False):
+        self.prompts += list(prompts)
+        return np.array([2] * len(prompts)), np.zeros(len(prompts)), np.zeros(len(prompts))
+
+
+def test_word_rewrite_replaces_whole_words_only():
+    from llmguide.learners.generalisation import word_rewrite
+
+    rewrite = word_rewrite({"box": "afze", "red": "faze"})
+    assert rewrite("go to the red box, You see a red boxer") == "go to the faze afze, You see a faze boxer"
+    assert rewrite("Goal of the agent: pick up the blue key") == "Goal of the agent: pick up the blue key"
+
+
+def test_generalisation_tests_rewrite_prompts_and_swap_actions_then_restore():
+    from llmguide.learners.generalisation import SYNONYM_ACTIONS, run_tests
+
+    policy = RecordingPolicy()
+    env = {"name": "babyai", "task": "GoToLocal", "max_steps": 3}
+    results = run_tests(policy, env, ["invented_nouns"], episodes=2, seed=5, k_history=2)
+    seen = "\n".join(policy.prompts)
+    assert results["invented_nouns"]["episodes"] == 2 and len(policy.prompts) == 6
+    assert any(w in seen for w in ("dax", "xolo", "afze"))
+    assert not any(f" {w}" in seen for w in ("key", "ball", "box"))
+    policy.prompts.clear()
+    results = run_tests(policy, env, ["synonym_actions"], episodes=1, seed=5, k_history=2)
+    assert policy.prompts[0].startswith("Possible action of the agent: " + ", ".join(SYNONYM_ACTIONS))
+    assert "Action 0: move_ahead\n" in policy.prompts[1]   # the history names the action as the policy saw it
+    assert policy.action_strings == list(ACTION_STRINGS)   # restored
+    with pytest.raises(ValueError, match="unknown generalisation test"):
+        run_tests(policy, env, ["french"], episodes=1, seed=0)
+
+
+def test_new_composition_and_heldout_levels_are_solvable_and_mention_what_they_test():
+    from llmguide.envs.babyai_text import HELD_OUT, bot_demonstrations
+
+    demos = bot_demonstrations({"name": "babyai", "task": "PickupPickupLocal"}, 4, seed=1)
+    assert all(d["mission"].startswith("pick up") and ", then pick up" in d["mission"] for d in demos)
+    assert np.mean([d["success"] for d in demos]) >= 0.75
+    held = bot_demonstrations({"name": "babyai", "task": "MixedTestLocal"}, 6, seed=2)
+    assert all(any(h in d["mission"] for h in HELD_OUT) for d in held)
+
+
+@needs_hf
+def test_npae_keeps_pretrained_embeddings_and_scores_with_action_heads():
+    from llmguide.learners.llm_policy import MLPHead
+    from llmguide.llm.hf import HFLM
+
+    torch.set_num_threads(1)
+    pretrained = HFLM()
+    torch.manual_seed(0)
+    lm = HFLM(pretrained=False, trainable=True)
+    emb, emb0 = lm.model.get_input_embeddings().weight, pretrained.model.get_input_embeddings().weight
+    torch.testing.assert_close(emb, emb0)
+    names = [n for n, _ in lm.model.named_parameters() if "q_proj" in n][:1]
+    assert names and not torch.allclose(dict(lm.model.named_parameters())[names[0]],
+                                        dict(pretrained.model.named_parameters())[names[0]])
+    # context_states is the same context representation score_with_hidden gives
+    with torch.no_grad():
+        _, hidden = pretrained.score_with_hidden([SHORT, OTHER], [[" go forward"]] * 2)
+        states = pretrained.context_states([SHORT, OTHER])
+    torch.testing.assert_close(states, hidden, atol=1e-4, rtol=1e-4)
+    d = d_model_of(lm)
+    policy = LMPolicy(lm, ACTION_STRINGS, ValueHead(d, 16), action_head=MLPHead(d, 16, len(ACTION_STRINGS)))
+    logp, values = policy([SHORT, OTHER])
+    assert logp.shape == (2, 6) and values.shape == (2,)
+    logp[0, 0].backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for n, p in lm.model.named_parameters() if "mlp" in n)
+    assert all(p.grad is not None for p in policy.action_head.parameters())
+    policy.action_strings = ["a", "b", "c", "d", "e", "f"]   # action heads do not read the strings
+    with torch.no_grad():
+        torch.testing.assert_close(policy([SHORT])[0][0], logp[0].detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_npae_and_glam_config_errors_name_the_key():
+    from llmguide.core.config import load_config
+    from llmguide.core.errors import ConfigError
+
+    cfg = load_config(["env=babyai", "method=npae", "llm=hf"])
+    assert cfg.method.name == "npae" and not cfg.method.pretrained and cfg.method.action_heads and not cfg.method.lora
+    assert cfg.method.reward_scale == 20.0   # the rest comes from glam.yaml
+    with pytest.raises(ConfigError, match="method.post_tests"):
+        load_config(["env=babyai", "method=glam", "llm=hf", "method.post_tests=[french]"])
+    with pytest.raises(ConfigError, match="method.bc_episodes"):
+        load_config(["env=babyai", "method=glam", "llm=hf", "method.bc_episodes=-1"])
+    from llmguide.pipelines.glam import build_policy
+
+    with pytest.raises(ConfigError, match="method.lora"):
+        build_policy(load_config(["env=babyai", "method=npae", "llm=hf", "method.lora=true"]))

@@ -158,7 +158,7 @@ RULES: dict[str, Rule] = {
 # Packages whose import registers value rules for their keys (env.*, agent.*, method.*, llm.*).
 RULE_MODULES = (
     "llmguide.envs", "llmguide.learners", "llmguide.rewards", "llmguide.llm.factory",
-    "llmguide.pipelines.ellm", "llmguide.pipelines.oni",
+    "llmguide.pipelines.ellm", "llmguide.pipelines.oni", "llmguide.pipelines.glam",
 )
 
 

@@ -12,7 +12,8 @@ sample one of five families per episode from the reset seed: go to, pick up, put
 "pick up A then go to B" (or "go to B after you pick up A"), and open (unlock a locked door between
 two rooms with its key).  As in GLAM, MixedTrainLocal never mentions the held-out combinations
 yellow box, red key, red door, green ball, grey door; MixedTestLocal's missions always mention one
-of them (its open family uses red or grey doors).
+of them (its open family uses red or grey doors).  PickupPickupLocal ("pick up A, then pick up B")
+is GLAM's new-composition test: a composition no mixed level trains on.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class LocalLevel(RoomGridLevel):
     (a held-out combination always mentioned).
     """
 
-    FAMILIES = ("goto", "pickup", "putnext", "pickup_goto", "open")
+    FAMILIES = ("goto", "pickup", "putnext", "pickup_goto", "open", "pickup_pickup")
+    MIXED = FAMILIES[:5]   # the mixed levels' families; "pickup_pickup" is GLAM's new-composition test
 
     def __init__(self, family: str, split: str | None = None, num_dists: int = 8, **kwargs):
         if family not in self.FAMILIES:
@@ -104,6 +106,8 @@ class LocalLevel(RoomGridLevel):
             self.instrs = PickupInstr(ObjDesc(first.type, first.color))
         elif self.family == "putnext":
             self.instrs = PutNextInstr(da, db)
+        elif self.family == "pickup_pickup":
+            self.instrs = BeforeInstr(PickupInstr(da), PickupInstr(db))
         elif self._rand_bool():
             self.instrs = BeforeInstr(PickupInstr(da), GoToInstr(db))
         else:
@@ -126,8 +130,9 @@ STOCK_TASKS = {"GoToLocal": "BabyAI-GoToLocal-v0", "PutNextLocal": "BabyAI-PutNe
                "Unlock": "BabyAI-UnlockLocal-v0", "GoToRedBall": "BabyAI-GoToRedBall-v0",
                "GoToRedBallGrey": "BabyAI-GoToRedBallGrey-v0", "GoToObj": "BabyAI-GoToObj-v0"}
 CUSTOM_TASKS = {"PickupLocal": (["pickup"], None), "Open": (["open"], None),
-                "MixedTrainLocal": (list(LocalLevel.FAMILIES), "train"),
-                "MixedTestLocal": (list(LocalLevel.FAMILIES), "test")}
+                "MixedTrainLocal": (list(LocalLevel.MIXED), "train"),
+                "MixedTestLocal": (list(LocalLevel.MIXED), "test"),
+                "PickupPickupLocal": (["pickup_pickup"], None)}
 TASKS = sorted([*STOCK_TASKS, *CUSTOM_TASKS])
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,16 +78,26 @@ class History:
 
 
 # --- policy --------------------------------------------------------------------------------------
-class ValueHead(nn.Module):
-    """MLP ``d_model -> hidden -> hidden -> 1`` (tanh) on the context representation."""
+class MLPHead(nn.Module):
+    """MLP ``d_model -> hidden -> hidden -> outputs`` (tanh) on the context representation."""
 
-    def __init__(self, d_model: int, hidden: int = 1024):
+    def __init__(self, d_model: int, hidden: int = 1024, outputs: int = 1):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(d_model, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, 1))
+                                 nn.Linear(hidden, outputs))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.net(h.float()).squeeze(-1)
+        return self.net(h.float())
+
+
+class ValueHead(MLPHead):
+    """:class:`MLPHead` with one output, squeezed: ``(n, d_model) -> (n,)``."""
+
+    def __init__(self, d_model: int, hidden: int = 1024):
+        super().__init__(d_model, hidden, 1)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return super().forward(h).squeeze(-1)
 
 
 def d_model_of(hf_lm: Any) -> int:
@@ -101,39 +111,65 @@ def d_model_of(hf_lm: Any) -> int:
 
 
 def apply_lora(hf_lm: Any, r: int = 8, alpha: int = 16, dropout: float = 0.0,
-               target_modules: Sequence[str] = ("q_proj", "v_proj")) -> None:
-    """Wrap ``hf_lm.model`` with peft LoRA adapters; the base weights are frozen, the adapters train."""
+               target_modules: Sequence[str] = ("q_proj", "v_proj"), last_layers: int = 0) -> None:
+    """Wrap ``hf_lm.model`` with peft LoRA adapters; the base weights are frozen, the adapters train.
+
+    ``last_layers > 0`` puts adapters only in the top ``last_layers`` transformer blocks: the blocks
+    below carry no trainable weight, so autograd neither records nor back-propagates through them.
+    """
     from peft import LoraConfig, TaskType, get_peft_model
 
     task = TaskType.SEQ_2_SEQ_LM if hf_lm.is_seq2seq else TaskType.CAUSAL_LM
+    layers = None
+    if last_layers > 0:
+        config = hf_lm.model.config
+        total = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "num_layers", 0)
+                    or getattr(getattr(config, "text_config", None), "num_hidden_layers", 0))
+        if not total:
+            raise ValueError(f"cannot find the number of layers in {type(config).__name__}")
+        layers = list(range(max(total - last_layers, 0), total))
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
-                        task_type=task)
+                        task_type=task, layers_to_transform=layers)
     hf_lm.model = get_peft_model(hf_lm.model, config)
     hf_lm.model.eval()   # no dropout: PPO ratios need deterministic log-probs
     hf_lm.trainable = True
 
 
 class LMPolicy(nn.Module):
-    """Text policy: softmax over the LM's summed log-probs of each action string, plus a value head."""
+    """Text policy: softmax over the LM's summed log-probs of each action string, plus a value head.
+
+    With ``action_head`` (an :class:`MLPHead` with one output per action; GLAM's NPAE/AFLAN ablations)
+    the action logits come from that head on the context state instead; no action string is scored.
+    ``action_strings`` may be reassigned (the synonym-action test does): prompts and candidates follow.
+    """
 
     def __init__(self, hf_lm: Any, action_strings: Sequence[str], value_head: nn.Module | None = None,
-                 normalize: bool = False):
+                 normalize: bool = False, action_head: nn.Module | None = None):
         super().__init__()
         if not action_strings:
             raise ValueError("action_strings is empty")
         self.lm = hf_lm
         self.action_strings = list(action_strings)
-        self.candidates = [" " + a for a in self.action_strings]
         head = value_head if value_head is not None else ValueHead(d_model_of(hf_lm))
         self.value_head = head.to(hf_lm.device)
+        self.action_head = action_head.to(hf_lm.device) if action_head is not None else None
         self.normalize = normalize
         self.lm_module = hf_lm.model   # registered, so .parameters() / state_dict() include the LM
 
+    @property
+    def candidates(self) -> list[str]:
+        """The scored continuations: each action string after a space."""
+        return [" " + a for a in self.action_strings]
+
     def forward(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(log-probs over actions (n, A), values (n,))`` for a batch of prompts."""
-        scores, hidden = self.lm.score_with_hidden(list(prompts), [self.candidates] * len(prompts),
-                                                   normalize=self.normalize)
-        logits = torch.stack(scores).float()
+        if self.action_head is not None:
+            hidden = self.lm.context_states(list(prompts))
+            logits = self.action_head(hidden)
+        else:
+            scores, hidden = self.lm.score_with_hidden(list(prompts), [self.candidates] * len(prompts),
+                                                       normalize=self.normalize)
+            logits = torch.stack(scores).float()
         return torch.log_softmax(logits, dim=-1), self.value_head(hidden)
 
     def act(self, prompts: Sequence[str], greedy: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -357,9 +393,13 @@ def behaviour_clone(policy: LMPolicy, prompts: Sequence[str], actions: Sequence[
     return losses
 
 
-def evaluate_policy(policy: LMPolicy, env_cfg: Any, episodes: int, seed: int, k_history: int = 3,
-                    greedy: bool = True) -> dict[str, float]:
-    """Run ``episodes`` episodes one env at a time; success rate, mean return and length."""
+def evaluate_policy(policy: Any, env_cfg: Any, episodes: int, seed: int, k_history: int = 3,
+                    greedy: bool = True, rewrite: Callable[[str], str] | None = None) -> dict[str, float]:
+    """Run ``episodes`` episodes one env at a time; success rate, mean return and length.
+
+    ``policy``: anything with ``action_strings`` and ``act(prompts, greedy)`` (:class:`LMPolicy`, DRRN).
+    ``rewrite`` maps each prompt before the policy reads it (the generalisation tests' word swaps).
+    """
     from llmguide.envs import make_env
 
     env = make_env(env_cfg, seed)
@@ -371,7 +411,10 @@ def evaluate_policy(policy: LMPolicy, env_cfg: Any, episodes: int, seed: int, k_
             history.reset(0, info["mission"], info["caption"])
             done, ret, length = False, 0.0, 0
             while not done:
-                action = int(policy.act(history.prompts(policy.action_strings), greedy=greedy)[0][0])
+                prompts = history.prompts(policy.action_strings)
+                if rewrite is not None:
+                    prompts = [rewrite(p) for p in prompts]
+                action = int(policy.act(prompts, greedy=greedy)[0][0])
                 _, reward, terminated, truncated, info = env.step(action)
                 ret, length, done = ret + float(reward), length + 1, bool(terminated or truncated)
                 history.step(0, policy.action_strings[action], info["caption"])

@@ -87,7 +87,10 @@ class HFLM(LanguageModel):
         dtype: str = "float32",
         trainable: bool = False,
         max_batch: int = 16,
+        pretrained: bool = True,
     ):
+        """``pretrained=False``: the same architecture with random weights except the (pretrained) token
+        embeddings, GLAM's NPAE baseline (``torch.manual_seed`` before the call fixes the draw)."""
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -100,6 +103,8 @@ class HFLM(LanguageModel):
         auto = AutoModelForSeq2SeqLM if self.is_seq2seq else AutoModelForCausalLM
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder), **gguf_kw)
         self.model = auto.from_pretrained(str(folder), dtype=getattr(torch, dtype), **gguf_kw).to(device)
+        if not pretrained:
+            self.model = _random_init_keeping_embeddings(self.model, auto)
         self.model_id = Path(folder).name if not gguf_kw else Path(gguf_kw["gguf_file"]).stem
         self.model_path = Path(folder)
         self.device = torch.device(device)
@@ -287,6 +292,29 @@ class HFLM(LanguageModel):
         start = self.model.config.decoder_start_token_id
         return self.pad_id if start is None else int(start)
 
+    def context_states(self, contexts: Sequence[str]) -> torch.Tensor:
+        """``(n, d_model)`` context representations without scoring candidates (NPAE's action heads read them).
+
+        The same state :meth:`score_with_hidden` returns: last-layer hidden state at the last context
+        token (causal) or at the decoder start position (seq2seq).  Carries gradients when trainable.
+        """
+        import torch
+
+        if not contexts:
+            raise ValueError("contexts is empty")
+        states = []
+        with self._lock, torch.set_grad_enabled(self.trainable and torch.is_grad_enabled()):
+            for context in contexts:
+                ids = torch.tensor([self._context_ids(context)], device=self.device)
+                if self.is_seq2seq:
+                    start = torch.tensor([[self._decoder_start()]], device=self.device)
+                    res = self.model(input_ids=ids, decoder_input_ids=start, output_hidden_states=True)
+                    states.append(res.decoder_hidden_states[-1][0, 0])
+                else:
+                    res = self.model(ids, logits_to_keep=1, output_hidden_states=True)
+                    states.append(res.hidden_states[-1][0, -1])
+        return torch.stack(states)
+
     def naive_score(
         self,
         contexts: Sequence[str],
@@ -353,6 +381,17 @@ class HFLM(LanguageModel):
                 out.append(Completion(text=text, prompt_tokens=ids.shape[1], completion_tokens=len(new),
                                       finish_reason=finish))
         return out
+
+
+def _random_init_keeping_embeddings(model, auto):
+    """A freshly initialised copy of ``model``'s architecture that keeps its input token embeddings."""
+    import torch
+
+    fresh = auto.from_config(model.config).to(device=model.device, dtype=model.dtype)
+    with torch.no_grad():
+        fresh.get_input_embeddings().weight.copy_(model.get_input_embeddings().weight)
+    fresh.generation_config = model.generation_config
+    return fresh
 
 
 def _repeat_cache(past, n: int):

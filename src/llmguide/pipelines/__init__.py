@@ -29,7 +29,8 @@ PIPELINES: dict[str, dict[str, str]] = {
     "oni_ranking": {"train": "llmguide.pipelines.oni:train"},
     "ellm_bow": {"train": "llmguide.pipelines.oni:train"},
     # GLAM: the LM is the policy (hf backend), fine-tuned with PPO
-    "glam": {"train": "llmguide.pipelines.glam:train"},
+    "glam": {"train": "llmguide.pipelines.glam:train", "eval": "llmguide.pipelines.glam:evaluate"},
+    "npae": {"train": "llmguide.pipelines.glam:train", "eval": "llmguide.pipelines.glam:evaluate"},
     # Motif and BK: collect -> label -> train, each step reading the run dir
     "motif": {verb: f"llmguide.pipelines.motif:{verb}" for verb in ("collect", "label", "train")},
     **{bk: {verb: f"llmguide.pipelines.bk:{verb}" for verb in ("collect", "label", "train")}
@@ -59,5 +60,9 @@ def run(verb: str, cfg: DictConfig) -> int | None:
 
 
 def evaluate_run(run_dir: str, overrides: list[str]) -> int | None:
-    """``llmguide eval RUN_DIR``: evaluate the run's latest checkpoint."""
-    return _resolve("llmguide.pipelines.standard:evaluate")(run_dir, overrides)
+    """``llmguide eval RUN_DIR``: evaluate the run's latest checkpoint (the method's own ``eval`` if it has one)."""
+    from llmguide.pipelines.standard import load_run_config
+
+    method = load_run_config(run_dir).method.name
+    target = PIPELINES.get(method, {}).get("eval", "llmguide.pipelines.standard:evaluate")
+    return _resolve(target)(run_dir, overrides)

@@ -1,8 +1,12 @@
-"""GLAM pipeline: ``llmguide train env=babyai method=glam llm=hf ...``.
+"""GLAM pipeline: ``llmguide train env=babyai method=glam llm=hf ...`` (and ``method=npae``).
 
-seed -> run dir -> BabyAI-Text vector env -> HFLM (trainable; LoRA adapters when ``method.lora``) ->
-:class:`LMPolicy` -> :class:`GLAMPPO` (resume from ``checkpoints/latest.pt`` with ``run.resume=true``)
--> final checkpoint -> greedy and sampled evaluation into ``eval.json``.
+seed -> run dir -> HFLM (pretrained, or random weights with pretrained embeddings for NPAE; LoRA
+adapters when ``method.lora``) -> :class:`LMPolicy` (scored action strings, or action heads) ->
+optional behavioural cloning on BabyAI-bot demonstrations (``method.bc_episodes``) -> :class:`GLAMPPO`
+(skipped with ``method.ppo=false``: GLAM's BC-Bot baseline; resume from ``checkpoints/latest.pt`` with
+``run.resume=true``) -> final checkpoint -> greedy and sampled evaluation, plus the generalisation
+tests named in ``method.post_tests``, into ``eval.json``.  ``llmguide eval RUN_DIR`` repeats the last
+step from the checkpoint.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 
@@ -21,42 +26,98 @@ from llmguide.core.seeding import seed_everything
 log = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 10_000
+BC_SEED_OFFSET = 20_000   # demonstrations come from other layouts than training and evaluation
+
+
+def _known_tests(value: Any) -> str | None:
+    from llmguide.learners.generalisation import TESTS
+
+    unknown = [v for v in value or [] if v not in TESTS]
+    return f"unknown test(s) {unknown}; choose from {sorted(TESTS)}" if unknown else None
+
 
 for _key in ("k_history", "lora_r", "lora_alpha", "value_hidden", "rollout_steps", "epochs", "minibatch", "lr",
-             "reward_scale"):
+             "reward_scale", "bc_epochs", "bc_lr", "bc_minibatch"):
     register_rule(f"method.{_key}", positive)
-for _key in ("vf_coef", "ent_coef", "max_grad_norm", "lora_dropout", "torch_threads"):
+for _key in ("vf_coef", "ent_coef", "max_grad_norm", "lora_dropout", "torch_threads", "bc_episodes", "lora_last_layers",
+             "post_test_episodes"):
     register_rule(f"method.{_key}", non_negative)
+register_rule("method.post_tests", _known_tests)
 
 
 def build_policy(cfg: DictConfig) -> Any:
     """HFLM from ``cfg.llm`` (trainable), LoRA-wrapped if ``method.lora``, as an :class:`LMPolicy`."""
     from llmguide.envs.babyai_text import ACTION_STRINGS
-    from llmguide.learners.llm_policy import LMPolicy, ValueHead, apply_lora, d_model_of
+    from llmguide.learners.llm_policy import LMPolicy, MLPHead, ValueHead, apply_lora, d_model_of
     from llmguide.llm.hf import HFLM
 
     m, llm = cfg.method, cfg.llm
     if llm.backend != "hf":
-        raise ConfigError("llm", f"method=glam needs a trainable local model (llm=hf), got llm.backend={llm.backend}")
+        raise ConfigError("llm", f"method={m.name} needs a trainable local model (llm=hf), got llm.backend={llm.backend}")
     if cfg.env.name != "babyai":
-        raise ConfigError("env", f"method=glam runs on BabyAI-Text (env=babyai), got env={cfg.env.name}")
+        raise ConfigError("env", f"method={m.name} runs on BabyAI-Text (env=babyai), got env={cfg.env.name}")
+    if not m.pretrained and m.lora:
+        raise ConfigError("method.lora", "LoRA on a randomly initialised LM (method.pretrained=false) trains "
+                                         "almost nothing; set method.lora=false")
     lm = HFLM(model_path=llm.get("model_path"), gguf_file=llm.get("gguf_file"), device=str(llm.device),
-              dtype=str(llm.dtype), trainable=not m.lora, max_batch=int(llm.max_batch))
+              dtype=str(llm.dtype), trainable=not m.lora, max_batch=int(llm.max_batch), pretrained=bool(m.pretrained))
     if m.lora:
         apply_lora(lm, r=int(m.lora_r), alpha=int(m.lora_alpha), dropout=float(m.lora_dropout),
-                   target_modules=list(m.lora_targets))
-    head = ValueHead(d_model_of(lm), int(m.value_hidden)).to(lm.device)
-    return LMPolicy(lm, ACTION_STRINGS, head, normalize=bool(m.normalize_scores))
+                   target_modules=list(m.lora_targets), last_layers=int(m.lora_last_layers))
+    d_model = d_model_of(lm)
+    head = ValueHead(d_model, int(m.value_hidden)).to(lm.device)
+    actions = MLPHead(d_model, int(m.value_hidden), len(ACTION_STRINGS)) if m.action_heads else None
+    return LMPolicy(lm, ACTION_STRINGS, head, normalize=bool(m.normalize_scores), action_head=actions)
+
+
+def clone_bot(policy: Any, cfg: DictConfig, run: RunDir) -> None:
+    """Behavioural cloning on ``method.bc_episodes`` BabyAI-bot episodes; logs ``bc/*`` at step 0."""
+    from llmguide.envs.babyai_text import bot_demonstrations
+    from llmguide.learners.llm_policy import behaviour_clone, demonstration_samples
+
+    m = cfg.method
+    demos = bot_demonstrations(cfg.env, int(m.bc_episodes), int(cfg.seed) + BC_SEED_OFFSET)
+    prompts, actions = demonstration_samples(demos, policy.action_strings, int(m.k_history))
+    if not prompts:
+        raise RuntimeError("the BabyAI bot produced no demonstration steps")
+    losses = behaviour_clone(policy, prompts, actions, epochs=int(m.bc_epochs), minibatch=int(m.bc_minibatch),
+                             lr=float(m.bc_lr), seed=int(cfg.seed))
+    tail = losses[-max(1, len(losses) // 10):]
+    run.log(0, {"bc/samples": float(len(prompts)), "bc/loss_first": float(losses[0]),
+                "bc/loss_last": float(np.mean(tail)), "bc/demo_success": float(np.mean([d["success"] for d in demos]))})
+    log.info("behavioural cloning: %d samples, loss %.3f -> %.3f", len(prompts), losses[0], np.mean(tail))
+
+
+def evaluation(policy: Any, cfg: DictConfig, step: int, both_modes: bool = False) -> dict[str, Any]:
+    """Episodes on held-out seeds (``eval.greedy``; greedy and sampled with ``both_modes``), plus
+    ``method.post_tests`` (greedy)."""
+    from llmguide.learners.generalisation import run_tests
+    from llmguide.learners.llm_policy import evaluate_policy
+
+    episodes, seed, k = int(cfg.eval.episodes), int(cfg.seed) + EVAL_SEED_OFFSET, int(cfg.method.k_history)
+    results: dict[str, Any] = {"step": step, **evaluate_policy(policy, cfg.env, episodes, seed, k,
+                                                               greedy=bool(cfg.eval.greedy))}
+    if both_modes:
+        results["sampled" if cfg.eval.greedy else "greedy"] = evaluate_policy(policy, cfg.env, episodes, seed, k,
+                                                                              greedy=not cfg.eval.greedy)
+    tests = list(cfg.method.get("post_tests") or [])
+    if tests:
+        results["generalisation"] = run_tests(policy, cfg.env, tests, int(cfg.method.post_test_episodes), seed, k)
+    return results
+
+
+def _set_threads(cfg: DictConfig) -> None:
+    if int(cfg.method.torch_threads) > 0:
+        torch.set_num_threads(int(cfg.method.torch_threads))
 
 
 def train(cfg: DictConfig) -> int:
-    """Train a GLAM agent; writes metrics, checkpoints and ``eval.json`` into the run dir; returns 0."""
+    """Train a GLAM (or NPAE / BC) agent; writes metrics, checkpoints and ``eval.json``; returns 0."""
     from llmguide.envs import make_vector_env
-    from llmguide.learners.llm_policy import GLAMPPO, evaluate_policy
+    from llmguide.learners.llm_policy import GLAMPPO
 
     seed_everything(int(cfg.seed), bool(cfg.deterministic))
-    if int(cfg.method.torch_threads) > 0:
-        torch.set_num_threads(int(cfg.method.torch_threads))
+    _set_threads(cfg)
     policy = build_policy(cfg)
     with RunDir.open(cfg) as run:
         envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
@@ -67,13 +128,40 @@ def train(cfg: DictConfig) -> int:
                 agent.load_state_dict(state["agent"])
                 run.truncate_metrics_after(int(state["step"]))
                 log.info("resumed %s at step %d", run.path, agent.global_step)
-            agent.learn(int(cfg.total_steps), progress=bool(cfg.progress), checkpoint_every=int(cfg.checkpoint_every))
+            elif int(cfg.method.bc_episodes) > 0:
+                clone_bot(policy, cfg, run)
+            if cfg.method.ppo:
+                agent.learn(int(cfg.total_steps), progress=bool(cfg.progress),
+                            checkpoint_every=int(cfg.checkpoint_every))
             run.save_checkpoint({"agent": agent.state_dict()}, agent.global_step)
         finally:
             envs.close()
-        episodes, seed, k = int(cfg.eval.episodes), int(cfg.seed) + EVAL_SEED_OFFSET, int(cfg.method.k_history)
-        results: dict[str, Any] = {"step": agent.global_step,
-                                   **evaluate_policy(policy, cfg.env, episodes, seed, k, greedy=bool(cfg.eval.greedy))}
+        results = evaluation(policy, cfg, agent.global_step)
         run.write_json("eval.json", results)
         run.log(agent.global_step, {f"eval/{k}": v for k, v in results.items() if isinstance(v, float)})
+    return 0
+
+
+def evaluate(run_dir: str, overrides: list[str]) -> int:
+    """``llmguide eval RUN_DIR [key=value ...]``: evaluation and generalisation tests of the last checkpoint."""
+    from pathlib import Path
+
+    from llmguide.pipelines.standard import load_run_config
+
+    cfg = load_run_config(run_dir, overrides)
+    _set_threads(cfg)
+    run = RunDir(run_dir, tensorboard=False)
+    try:
+        state = run.load_checkpoint()
+        if state is None:
+            raise FileNotFoundError(f"{run_dir} has no checkpoints/latest.pt to evaluate")
+        policy = build_policy(cfg)
+        policy.load_trainable_state(state["agent"]["policy"])
+        results = evaluation(policy, cfg, int(state["step"]), both_modes=True)
+        run.write_json("eval.json", results)
+        other = "sampled" if cfg.eval.greedy else "greedy"
+        print(f"eval: {Path(run_dir) / 'eval.json'} (success {results.get('success_rate')}, "
+              f"{other} {results[other].get('success_rate')})")
+    finally:
+        run.close()
     return 0
