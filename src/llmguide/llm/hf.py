@@ -202,19 +202,18 @@ class HFLM(LanguageModel):
             rows = self.score_tensors(contexts, candidates, normalize=normalize)
         return [[float(v) for v in row] for row in rows]
 
-    def _candidate_batch(self, cand_ids: list[list[int]], first: list[int]) -> tuple[torch.Tensor, ...]:
-        """Right-padded ``first + candidate[:-1]`` inputs, targets and the mask of real target tokens."""
+    def _shifted_batch(self, seqs: list[list[int]]) -> tuple[torch.Tensor, ...]:
+        """Right-padded inputs ``seq[:-1]``, targets ``seq[1:]`` and the mask of real input tokens."""
         import torch
 
-        width = len(first) + max(len(c) for c in cand_ids) - 1
-        inputs = torch.full((len(cand_ids), width), self.pad_id, dtype=torch.long)
-        targets = torch.full((len(cand_ids), width - len(first) + 1), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(cand_ids), width), dtype=torch.long)
-        for j, ids in enumerate(cand_ids):
-            seq = [*first, *ids[:-1]]
-            inputs[j, : len(seq)] = torch.tensor(seq)
-            mask[j, : len(seq)] = 1
-            targets[j, : len(ids)] = torch.tensor(ids)
+        width = max(len(s) for s in seqs) - 1
+        inputs = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        targets = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for j, seq in enumerate(seqs):
+            inputs[j, : len(seq) - 1] = torch.tensor(seq[:-1])
+            targets[j, : len(seq) - 1] = torch.tensor(seq[1:])
+            mask[j, : len(seq) - 1] = 1
         return inputs.to(self.device), targets.to(self.device), mask.to(self.device)
 
     @staticmethod
@@ -226,31 +225,32 @@ class HFLM(LanguageModel):
         return logp
 
     def _score_one(self, ctx_ids: list[int], cand_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Causal LM: one pass over the context gives the context state and every candidate's first-token
+        log-prob; only candidates longer than one token run again, on top of the cached context."""
         import torch
 
         if self.is_seq2seq:
             return self._score_one_seq2seq(ctx_ids, cand_ids)
         model = self.model
-        prefix = torch.tensor([ctx_ids[:-1]], device=self.device)
-        past = model(prefix, use_cache=True, logits_to_keep=1).past_key_values if prefix.shape[1] else None
-        real = [j for j, c in enumerate(cand_ids) if c]
+        res = model(torch.tensor([ctx_ids], device=self.device), use_cache=True, logits_to_keep=1,
+                    output_hidden_states=True)
+        hidden = res.hidden_states[-1][0, -1]
+        first = torch.log_softmax(res.logits[0, -1].float(), dim=-1)
         out = torch.zeros(len(cand_ids), device=self.device)
-        hidden = None
-        for start in range(0, max(len(real), 1), self.max_batch):
-            chunk = real[start : start + self.max_batch] or []
-            ids = [cand_ids[j] for j in chunk] or [[ctx_ids[-1]]]   # still compute the context state
-            inputs, targets, mask = self._candidate_batch(ids, [ctx_ids[-1]])
+        real = [j for j, c in enumerate(cand_ids) if c]
+        if real:
+            heads = torch.tensor([cand_ids[j][0] for j in real], device=self.device)
+            out = out.index_put((torch.tensor(real, device=self.device),), first[heads])
+        longer = [j for j in real if len(cand_ids[j]) > 1]
+        for start in range(0, len(longer), self.max_batch):
+            chunk = longer[start : start + self.max_batch]
+            seqs = [cand_ids[j] for j in chunk]
+            inputs, targets, mask = self._shifted_batch(seqs)
             n = inputs.shape[0]
-            cache = None
-            if past is not None:
-                cache = _repeat_cache(past, n)
-                mask = torch.cat([torch.ones((n, prefix.shape[1]), dtype=mask.dtype, device=mask.device), mask], 1)
-            res = model(inputs, attention_mask=mask, past_key_values=cache, use_cache=cache is not None,
-                        output_hidden_states=True)
-            if hidden is None:
-                hidden = res.hidden_states[-1][0, 0]
-            if chunk:
-                out = self._put_candidate_sums(out, chunk, res.logits, targets, ids)
+            mask = torch.cat([torch.ones((n, len(ctx_ids)), dtype=mask.dtype, device=mask.device), mask], 1)
+            logits = model(inputs, attention_mask=mask, past_key_values=_repeat_cache(res.past_key_values, n),
+                           use_cache=True).logits
+            out = out + self._candidate_sums(len(cand_ids), chunk, logits, targets, [len(s) - 1 for s in seqs])
         return out, hidden
 
     def _score_one_seq2seq(self, ctx_ids: list[int], cand_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -266,8 +266,8 @@ class HFLM(LanguageModel):
         hidden = None
         for start in range(0, max(len(real), 1), self.max_batch):
             chunk = real[start : start + self.max_batch] or []
-            ids = [cand_ids[j] for j in chunk] or [[start_id]]
-            inputs, targets, mask = self._candidate_batch(ids, [start_id])
+            seqs = [[start_id, *cand_ids[j]] for j in chunk] or [[start_id, start_id]]
+            inputs, targets, mask = self._shifted_batch(seqs)
             n = inputs.shape[0]
             enc_states = enc.last_hidden_state.expand(n, -1, -1)
             res = model(encoder_outputs=BaseModelOutput(last_hidden_state=enc_states), decoder_input_ids=inputs,
@@ -276,17 +276,17 @@ class HFLM(LanguageModel):
             if hidden is None:
                 hidden = res.decoder_hidden_states[-1][0, 0]
             if chunk:
-                out = self._put_candidate_sums(out, chunk, res.logits, targets, ids)
+                out = out + self._candidate_sums(len(cand_ids), chunk, res.logits, targets, [len(s) - 1 for s in seqs])
         return out, hidden
 
-    def _put_candidate_sums(self, out, chunk: list[int], logits, targets, ids: list[list[int]]):
-        """Write each candidate's summed token log-prob (padding masked) into ``out`` at ``chunk``."""
+    def _candidate_sums(self, size: int, chunk: list[int], logits, targets, lengths: list[int]):
+        """A ``(size,)`` tensor holding, at ``chunk``, each row's summed target log-probs (padding masked)."""
         import torch
 
         logp = self._gather(logits, targets)
-        lengths = torch.tensor([len(c) for c in ids], device=self.device)
-        keep = torch.arange(targets.shape[1], device=self.device)[None, :] < lengths[:, None]
-        return out.index_put((torch.tensor(chunk, device=self.device),), (logp * keep).sum(1))
+        keep = torch.arange(targets.shape[1], device=self.device)[None, :] < torch.tensor(lengths, device=self.device)[:, None]
+        return torch.zeros(size, device=self.device).index_put((torch.tensor(chunk, device=self.device),),
+                                                               (logp * keep).sum(1))
 
     def _decoder_start(self) -> int:
         start = self.model.config.decoder_start_token_id
