@@ -159,6 +159,7 @@ RULES: dict[str, Rule] = {
 RULE_MODULES = (
     "llmguide.envs", "llmguide.learners", "llmguide.rewards", "llmguide.llm.factory",
     "llmguide.pipelines.ellm", "llmguide.pipelines.oni", "llmguide.pipelines.glam",
+    "llmguide.pipelines.drrn",
 )
 
 

@@ -31,6 +31,8 @@ PIPELINES: dict[str, dict[str, str]] = {
     # GLAM: the LM is the policy (hf backend), fine-tuned with PPO
     "glam": {"train": "llmguide.pipelines.glam:train", "eval": "llmguide.pipelines.glam:evaluate"},
     "npae": {"train": "llmguide.pipelines.glam:train", "eval": "llmguide.pipelines.glam:evaluate"},
+    # DRRN: GLAM's text Q-learning baseline over the same prompts
+    "drrn": {"train": "llmguide.pipelines.drrn:train", "eval": "llmguide.pipelines.drrn:evaluate"},
     # Motif and BK: collect -> label -> train, each step reading the run dir
     "motif": {verb: f"llmguide.pipelines.motif:{verb}" for verb in ("collect", "label", "train")},
     **{bk: {verb: f"llmguide.pipelines.bk:{verb}" for verb in ("collect", "label", "train")}

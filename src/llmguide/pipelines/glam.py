@@ -15,34 +15,25 @@ import logging
 from typing import Any
 
 import numpy as np
-import torch
 from omegaconf import DictConfig
 
 from llmguide.core.config import non_negative, positive, register_rule
 from llmguide.core.errors import ConfigError
 from llmguide.core.rundir import RunDir
 from llmguide.core.seeding import seed_everything
+from llmguide.pipelines.text_policy import evaluate_checkpoint, finish, set_threads
 
 log = logging.getLogger(__name__)
 
-EVAL_SEED_OFFSET = 10_000
 BC_SEED_OFFSET = 20_000   # demonstrations come from other layouts than training and evaluation
-
-
-def _known_tests(value: Any) -> str | None:
-    from llmguide.learners.generalisation import TESTS
-
-    unknown = [v for v in value or [] if v not in TESTS]
-    return f"unknown test(s) {unknown}; choose from {sorted(TESTS)}" if unknown else None
 
 
 for _key in ("k_history", "lora_r", "lora_alpha", "value_hidden", "rollout_steps", "epochs", "minibatch", "lr",
              "reward_scale", "bc_epochs", "bc_lr", "bc_minibatch"):
     register_rule(f"method.{_key}", positive)
-for _key in ("vf_coef", "ent_coef", "max_grad_norm", "lora_dropout", "torch_threads", "bc_episodes", "lora_last_layers",
-             "post_test_episodes"):
+for _key in ("vf_coef", "ent_coef", "max_grad_norm", "lora_dropout", "torch_threads", "bc_episodes",
+             "lora_last_layers"):
     register_rule(f"method.{_key}", non_negative)
-register_rule("method.post_tests", _known_tests)
 
 
 def build_policy(cfg: DictConfig) -> Any:
@@ -88,36 +79,13 @@ def clone_bot(policy: Any, cfg: DictConfig, run: RunDir) -> None:
     log.info("behavioural cloning: %d samples, loss %.3f -> %.3f", len(prompts), losses[0], np.mean(tail))
 
 
-def evaluation(policy: Any, cfg: DictConfig, step: int, both_modes: bool = False) -> dict[str, Any]:
-    """Episodes on held-out seeds (``eval.greedy``; greedy and sampled with ``both_modes``), plus
-    ``method.post_tests`` (greedy)."""
-    from llmguide.learners.generalisation import run_tests
-    from llmguide.learners.llm_policy import evaluate_policy
-
-    episodes, seed, k = int(cfg.eval.episodes), int(cfg.seed) + EVAL_SEED_OFFSET, int(cfg.method.k_history)
-    results: dict[str, Any] = {"step": step, **evaluate_policy(policy, cfg.env, episodes, seed, k,
-                                                               greedy=bool(cfg.eval.greedy))}
-    if both_modes:
-        results["sampled" if cfg.eval.greedy else "greedy"] = evaluate_policy(policy, cfg.env, episodes, seed, k,
-                                                                              greedy=not cfg.eval.greedy)
-    tests = list(cfg.method.get("post_tests") or [])
-    if tests:
-        results["generalisation"] = run_tests(policy, cfg.env, tests, int(cfg.method.post_test_episodes), seed, k)
-    return results
-
-
-def _set_threads(cfg: DictConfig) -> None:
-    if int(cfg.method.torch_threads) > 0:
-        torch.set_num_threads(int(cfg.method.torch_threads))
-
-
 def train(cfg: DictConfig) -> int:
     """Train a GLAM (or NPAE / BC) agent; writes metrics, checkpoints and ``eval.json``; returns 0."""
     from llmguide.envs import make_vector_env
     from llmguide.learners.llm_policy import GLAMPPO
 
     seed_everything(int(cfg.seed), bool(cfg.deterministic))
-    _set_threads(cfg)
+    set_threads(cfg)
     policy = build_policy(cfg)
     with RunDir.open(cfg) as run:
         envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
@@ -136,32 +104,11 @@ def train(cfg: DictConfig) -> int:
             run.save_checkpoint({"agent": agent.state_dict()}, agent.global_step)
         finally:
             envs.close()
-        results = evaluation(policy, cfg, agent.global_step)
-        run.write_json("eval.json", results)
-        run.log(agent.global_step, {f"eval/{k}": v for k, v in results.items() if isinstance(v, float)})
+        finish(run, policy, cfg, agent.global_step)
     return 0
 
 
 def evaluate(run_dir: str, overrides: list[str]) -> int:
     """``llmguide eval RUN_DIR [key=value ...]``: evaluation and generalisation tests of the last checkpoint."""
-    from pathlib import Path
-
-    from llmguide.pipelines.standard import load_run_config
-
-    cfg = load_run_config(run_dir, overrides)
-    _set_threads(cfg)
-    run = RunDir(run_dir, tensorboard=False)
-    try:
-        state = run.load_checkpoint()
-        if state is None:
-            raise FileNotFoundError(f"{run_dir} has no checkpoints/latest.pt to evaluate")
-        policy = build_policy(cfg)
-        policy.load_trainable_state(state["agent"]["policy"])
-        results = evaluation(policy, cfg, int(state["step"]), both_modes=True)
-        run.write_json("eval.json", results)
-        other = "sampled" if cfg.eval.greedy else "greedy"
-        print(f"eval: {Path(run_dir) / 'eval.json'} (success {results.get('success_rate')}, "
-              f"{other} {results[other].get('success_rate')})")
-    finally:
-        run.close()
-    return 0
+    return evaluate_checkpoint(run_dir, overrides, build_policy,
+                               lambda policy, agent: policy.load_trainable_state(agent["policy"]))

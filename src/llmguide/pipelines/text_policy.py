@@ -1,0 +1,88 @@
+"""What the text-policy pipelines (GLAM, NPAE, DRRN) share: evaluation with GLAM's generalisation
+tests, the ``llmguide eval`` verb on a checkpoint, the torch thread setting and their config rules.
+
+A text policy has ``action_strings`` and ``act(prompts, greedy)``; the pipeline supplies how to build
+one from the config and how to load its weights from a checkpoint's ``agent`` state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from llmguide.core.config import non_negative, register_rule
+from llmguide.core.rundir import RunDir
+
+EVAL_SEED_OFFSET = 10_000
+
+
+def _known_tests(value: Any) -> str | None:
+    from llmguide.learners.generalisation import TESTS
+
+    unknown = [v for v in value or [] if v not in TESTS]
+    return f"unknown test(s) {unknown}; choose from {sorted(TESTS)}" if unknown else None
+
+
+register_rule("method.post_tests", _known_tests)
+register_rule("method.post_test_episodes", non_negative)
+
+
+def set_threads(cfg: DictConfig) -> None:
+    """``torch.set_num_threads(method.torch_threads)`` unless it is 0 (torch's default)."""
+    import torch
+
+    if int(cfg.method.torch_threads) > 0:
+        torch.set_num_threads(int(cfg.method.torch_threads))
+
+
+def evaluation(policy: Any, cfg: DictConfig, step: int, both_modes: bool = False) -> dict[str, Any]:
+    """Episodes on held-out seeds (``eval.greedy``; greedy and sampled with ``both_modes``), plus
+    the generalisation tests named in ``method.post_tests`` (greedy)."""
+    from llmguide.learners.generalisation import run_tests
+    from llmguide.learners.llm_policy import evaluate_policy
+
+    episodes, seed, k = int(cfg.eval.episodes), int(cfg.seed) + EVAL_SEED_OFFSET, int(cfg.method.k_history)
+    greedy = bool(cfg.eval.greedy)
+    results: dict[str, Any] = {"step": step, **evaluate_policy(policy, cfg.env, episodes, seed, k, greedy=greedy)}
+    if both_modes:
+        results["sampled" if greedy else "greedy"] = evaluate_policy(policy, cfg.env, episodes, seed, k,
+                                                                     greedy=not greedy)
+    tests = list(cfg.method.get("post_tests") or [])
+    if tests:
+        results["generalisation"] = run_tests(policy, cfg.env, tests, int(cfg.method.post_test_episodes), seed, k)
+    return results
+
+
+def finish(run: RunDir, policy: Any, cfg: DictConfig, step: int) -> None:
+    """Write the end-of-training evaluation into ``eval.json`` and the metrics."""
+    results = evaluation(policy, cfg, step)
+    run.write_json("eval.json", results)
+    run.log(step, {f"eval/{k}": v for k, v in results.items() if isinstance(v, float)})
+
+
+def evaluate_checkpoint(run_dir: str, overrides: list[str], build_policy: Callable[[DictConfig], Any],
+                        load: Callable[[Any, dict[str, Any]], None]) -> int:
+    """``llmguide eval RUN_DIR [key=value ...]``: greedy and sampled episodes and the generalisation
+    tests of the latest checkpoint, into ``eval.json``."""
+    from llmguide.pipelines.standard import load_run_config
+
+    cfg = load_run_config(run_dir, overrides)
+    set_threads(cfg)
+    run = RunDir(run_dir, tensorboard=False)
+    try:
+        state = run.load_checkpoint()
+        if state is None:
+            raise FileNotFoundError(f"{run_dir} has no checkpoints/latest.pt to evaluate")
+        policy = build_policy(cfg)
+        load(policy, state["agent"])
+        results = evaluation(policy, cfg, int(state["step"]), both_modes=True)
+        run.write_json("eval.json", results)
+        other = "sampled" if cfg.eval.greedy else "greedy"
+        print(f"eval: {Path(run_dir) / 'eval.json'} (success {results.get('success_rate')}, "
+              f"{other} {results[other].get('success_rate')})")
+    finally:
+        run.close()
+    return 0
