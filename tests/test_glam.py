@@ -296,3 +296,36 @@ def test_npae_and_glam_config_errors_name_the_key():
 
     with pytest.raises(ConfigError, match="method.lora"):
         build_policy(load_config(["env=babyai", "method=npae", "llm=hf", "method.lora=true"]))
+
+
+@needs_hf
+@pytest.mark.parametrize("method", ["glam", "npae"])
+def test_seq2seq_lm_trains_as_policy_through_the_cli(tmp_path, method):
+    """Any transformers seq2seq model works as the policy: a tiny random T5 built here (Gemma tokenizer)."""
+    import shutil
+
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from llmguide import cli
+    from llmguide.llm.hf import embedded_safetensors_dir
+
+    torch.manual_seed(0)
+    model = tmp_path / "t5"
+    T5ForConditionalGeneration(T5Config(vocab_size=262144, d_model=16, d_ff=32, d_kv=8, num_layers=1, num_heads=2,
+                                        decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)).save_pretrained(model)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(embedded_safetensors_dir() / name, model / name)
+    threads = torch.get_num_threads()
+    code = cli.main(["train", "env=babyai", f"method={method}", "llm=hf", f"llm.model_path={model}", "total_steps=4",
+                     "num_envs=1", "env.task=GoToRedBall", "env.max_steps=4", "method.rollout_steps=4",
+                     "method.minibatch=2", "method.value_hidden=8", "eval.episodes=1", "progress=false",
+                     f"run.dir={tmp_path}", "run.name=run"])
+    torch.set_num_threads(threads)
+    assert code == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any(np.isfinite(r.get("losses/policy_loss", np.nan)) for r in records)
+    policy = torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=False)["agent"]["policy"]
+    if method == "glam":   # peft's default T5 targets: LoRA on the q and v projections only
+        assert any(".q.lora_A" in n for n in policy) and all("lora_" in n or "value_head" in n for n in policy)
+    else:                  # NPAE: the whole LM and the action head train
+        assert any("action_head" in n for n in policy) and any("encoder.block.0" in n for n in policy)

@@ -111,9 +111,10 @@ def d_model_of(hf_lm: Any) -> int:
 
 
 def apply_lora(hf_lm: Any, r: int = 8, alpha: int = 16, dropout: float = 0.0,
-               target_modules: Sequence[str] = ("q_proj", "v_proj"), last_layers: int = 0) -> None:
+               target_modules: Sequence[str] | None = None, last_layers: int = 0) -> None:
     """Wrap ``hf_lm.model`` with peft LoRA adapters; the base weights are frozen, the adapters train.
 
+    ``target_modules`` None: peft's default modules for the architecture (attention query and value).
     ``last_layers > 0`` puts adapters only in the top ``last_layers`` transformer blocks: the blocks
     below carry no trainable weight, so autograd neither records nor back-propagates through them.
     """
@@ -128,8 +129,9 @@ def apply_lora(hf_lm: Any, r: int = 8, alpha: int = 16, dropout: float = 0.0,
         if not total:
             raise ValueError(f"cannot find the number of layers in {type(config).__name__}")
         layers = list(range(max(total - last_layers, 0), total))
-    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
-                        task_type=task, layers_to_transform=layers)
+    targets = list(target_modules) if target_modules else None
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, task_type=task,
+                        layers_to_transform=layers)
     hf_lm.model = get_peft_model(hf_lm.model, config)
     hf_lm.model.eval()   # no dropout: PPO ratios need deterministic log-probs
     hf_lm.trainable = True

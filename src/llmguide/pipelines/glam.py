@@ -54,7 +54,7 @@ def build_policy(cfg: DictConfig) -> Any:
               dtype=str(llm.dtype), trainable=not m.lora, max_batch=int(llm.max_batch), pretrained=bool(m.pretrained))
     if m.lora:
         apply_lora(lm, r=int(m.lora_r), alpha=int(m.lora_alpha), dropout=float(m.lora_dropout),
-                   target_modules=list(m.lora_targets), last_layers=int(m.lora_last_layers))
+                   target_modules=m.lora_targets, last_layers=int(m.lora_last_layers))
     d_model = d_model_of(lm)
     head = ValueHead(d_model, int(m.value_hidden)).to(lm.device)
     actions = MLPHead(d_model, int(m.value_hidden), len(ACTION_STRINGS)) if m.action_heads else None
