@@ -7,18 +7,13 @@ seed -> run dir -> BabyAI-Text vector env -> :class:`DRRNPolicy` -> :class:`DRRN
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from omegaconf import DictConfig
 
 from llmguide.core.config import in_range, non_negative, positive, register_rule
 from llmguide.core.errors import ConfigError
-from llmguide.core.rundir import RunDir
-from llmguide.core.seeding import seed_everything
-from llmguide.pipelines.text_policy import evaluate_checkpoint, finish, set_threads
-
-log = logging.getLogger(__name__)
+from llmguide.pipelines.text_policy import evaluate_checkpoint, train_text_policy
 
 for _key in ("k_history", "embed_dim", "hidden_dim", "softmax_temperature", "lr", "batch_size", "replay_size",
              "reward_scale"):
@@ -44,27 +39,10 @@ def build_policy(cfg: DictConfig) -> Any:
 
 def train(cfg: DictConfig) -> int:
     """Train a DRRN agent; writes metrics, checkpoints and ``eval.json`` into the run dir; returns 0."""
-    from llmguide.envs import make_vector_env
     from llmguide.learners.drrn import DRRNAgent
 
-    seed_everything(int(cfg.seed), bool(cfg.deterministic))
-    set_threads(cfg)
-    policy = build_policy(cfg)
-    with RunDir.open(cfg) as run:
-        envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
-        try:
-            agent = DRRNAgent(envs, policy, cfg.method, run=run, seed=int(cfg.seed), log_every=int(cfg.log_every))
-            state = run.load_checkpoint() if cfg.run.resume else None
-            if state is not None:
-                agent.load_state_dict(state["agent"])
-                run.truncate_metrics_after(int(state["step"]))
-                log.info("resumed %s at step %d", run.path, agent.global_step)
-            agent.learn(int(cfg.total_steps), progress=bool(cfg.progress), checkpoint_every=int(cfg.checkpoint_every))
-            run.save_checkpoint({"agent": agent.state_dict()}, agent.global_step)
-        finally:
-            envs.close()
-        finish(run, policy, cfg, agent.global_step)
-    return 0
+    return train_text_policy(cfg, build_policy, lambda envs, policy, run: DRRNAgent(
+        envs, policy, cfg.method, run=run, seed=int(cfg.seed), log_every=int(cfg.log_every)))
 
 
 def evaluate(run_dir: str, overrides: list[str]) -> int:

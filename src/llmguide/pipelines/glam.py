@@ -20,8 +20,7 @@ from omegaconf import DictConfig
 from llmguide.core.config import non_negative, positive, register_rule
 from llmguide.core.errors import ConfigError
 from llmguide.core.rundir import RunDir
-from llmguide.core.seeding import seed_everything
-from llmguide.pipelines.text_policy import evaluate_checkpoint, finish, set_threads
+from llmguide.pipelines.text_policy import evaluate_checkpoint, train_text_policy
 
 log = logging.getLogger(__name__)
 
@@ -81,31 +80,15 @@ def clone_bot(policy: Any, cfg: DictConfig, run: RunDir) -> None:
 
 def train(cfg: DictConfig) -> int:
     """Train a GLAM (or NPAE / BC) agent; writes metrics, checkpoints and ``eval.json``; returns 0."""
-    from llmguide.envs import make_vector_env
     from llmguide.learners.llm_policy import GLAMPPO
 
-    seed_everything(int(cfg.seed), bool(cfg.deterministic))
-    set_threads(cfg)
-    policy = build_policy(cfg)
-    with RunDir.open(cfg) as run:
-        envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
-        try:
-            agent = GLAMPPO(envs, policy, cfg.method, run=run, seed=int(cfg.seed))
-            state = run.load_checkpoint() if cfg.run.resume else None
-            if state is not None:
-                agent.load_state_dict(state["agent"])
-                run.truncate_metrics_after(int(state["step"]))
-                log.info("resumed %s at step %d", run.path, agent.global_step)
-            elif int(cfg.method.bc_episodes) > 0:
-                clone_bot(policy, cfg, run)
-            if cfg.method.ppo:
-                agent.learn(int(cfg.total_steps), progress=bool(cfg.progress),
-                            checkpoint_every=int(cfg.checkpoint_every))
-            run.save_checkpoint({"agent": agent.state_dict()}, agent.global_step)
-        finally:
-            envs.close()
-        finish(run, policy, cfg, agent.global_step)
-    return 0
+    def bc(policy: Any, run: RunDir) -> None:
+        if int(cfg.method.bc_episodes) > 0:
+            clone_bot(policy, cfg, run)
+
+    return train_text_policy(cfg, build_policy,
+                             lambda envs, policy, run: GLAMPPO(envs, policy, cfg.method, run=run, seed=int(cfg.seed)),
+                             prepare=bc)
 
 
 def evaluate(run_dir: str, overrides: list[str]) -> int:

@@ -7,6 +7,7 @@ one from the config and how to load its weights from a checkpoint's ``agent`` st
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,9 @@ from omegaconf import DictConfig
 
 from llmguide.core.config import non_negative, register_rule
 from llmguide.core.rundir import RunDir
+from llmguide.core.seeding import seed_everything
+
+log = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 10_000
 
@@ -61,6 +65,39 @@ def finish(run: RunDir, policy: Any, cfg: DictConfig, step: int) -> None:
     results = evaluation(policy, cfg, step)
     run.write_json("eval.json", results)
     run.log(step, {f"eval/{k}": v for k, v in results.items() if isinstance(v, float)})
+
+
+def train_text_policy(cfg: DictConfig, build_policy: Callable[[DictConfig], Any],
+                      make_agent: Callable[[Any, Any, RunDir], Any],
+                      prepare: Callable[[Any, RunDir], None] | None = None) -> int:
+    """seed -> policy -> run dir -> vector env -> agent (resumed from ``checkpoints/latest.pt`` with
+    ``run.resume=true``, else ``prepare(policy, run)``) -> ``learn`` unless ``method.ppo`` is false ->
+    final checkpoint -> :func:`finish`.  The agent has ``learn``, ``state_dict``, ``load_state_dict``
+    and ``global_step``."""
+    from llmguide.envs import make_vector_env
+
+    seed_everything(int(cfg.seed), bool(cfg.deterministic))
+    set_threads(cfg)
+    policy = build_policy(cfg)
+    with RunDir.open(cfg) as run:
+        envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
+        try:
+            agent = make_agent(envs, policy, run)
+            state = run.load_checkpoint() if cfg.run.resume else None
+            if state is not None:
+                agent.load_state_dict(state["agent"])
+                run.truncate_metrics_after(int(state["step"]))
+                log.info("resumed %s at step %d", run.path, agent.global_step)
+            elif prepare is not None:
+                prepare(policy, run)
+            if cfg.method.get("ppo", True):
+                agent.learn(int(cfg.total_steps), progress=bool(cfg.progress),
+                            checkpoint_every=int(cfg.checkpoint_every))
+            run.save_checkpoint({"agent": agent.state_dict()}, agent.global_step)
+        finally:
+            envs.close()
+        finish(run, policy, cfg, agent.global_step)
+    return 0
 
 
 def evaluate_checkpoint(run_dir: str, overrides: list[str], build_policy: Callable[[DictConfig], Any],
