@@ -13,7 +13,8 @@ from llmguide.core.errors import ConfigError, LLMGuideError
 
 VERBS = {
     "train": "train an agent: compose the config, validate it, run the method's pipeline into runs/<name>/",
-    "eval": "evaluate a trained run's latest checkpoint (greedy and sampled episodes) -> RUN_DIR/eval.json",
+    "eval": "evaluate a trained run's latest checkpoint (greedy and sampled episodes; GLAM/NPAE/DRRN also run "
+            "method.post_tests, the generalisation tests) -> RUN_DIR/eval.json",
     "report": "write report.md with PNG plots for one or more run directories (seeds are aggregated)",
     "bench": "run a benchmark script from benchmarks/ (e.g. `llmguide bench envs`)",
     "cache": "inspect the persistent LM cache: stats | export FILE | clear",
