@@ -44,7 +44,7 @@ def set_threads(cfg: DictConfig) -> None:
 
 def evaluation(policy: Any, cfg: DictConfig, step: int, both_modes: bool = False) -> dict[str, Any]:
     """Episodes on held-out seeds (``eval.greedy``; greedy and sampled with ``both_modes``), plus
-    the generalisation tests named in ``method.post_tests`` (greedy)."""
+    the generalisation tests named in ``method.post_tests`` (in the ``eval.greedy`` mode)."""
     from llmguide.learners.generalisation import run_tests
     from llmguide.learners.llm_policy import evaluate_policy
 
@@ -56,7 +56,8 @@ def evaluation(policy: Any, cfg: DictConfig, step: int, both_modes: bool = False
                                                                      greedy=not greedy)
     tests = list(cfg.method.get("post_tests") or [])
     if tests:
-        results["generalisation"] = run_tests(policy, cfg.env, tests, int(cfg.method.post_test_episodes), seed, k)
+        results["generalisation"] = run_tests(policy, cfg.env, tests, int(cfg.method.post_test_episodes), seed, k,
+                                              greedy=greedy)
     return results
 
 
