@@ -68,8 +68,10 @@ def train_run(label: str, overrides: list[str], out: Path, seed: int) -> dict:
 
 
 def finished_runs(out: Path, label: str) -> list[dict]:
-    """Earlier runs of ``label`` in ``out/runs`` that reached their evaluation (for --skip-train)."""
-    return [collect(p, float("nan")) for p in sorted((out / "runs").glob(f"{label}-s*")) if (p / "eval.json").exists()]
+    """Earlier runs of ``label`` in ``out/runs`` that reached their evaluation (for --skip-train); wall time
+    from the run dir's ``config.yaml`` (written at the start) to its ``eval.json`` (written last)."""
+    return [collect(p, (p / "eval.json").stat().st_mtime - (p / "config.yaml").stat().st_mtime)
+            for p in sorted((out / "runs").glob(f"{label}-s*")) if (p / "eval.json").exists()]
 
 
 def random_success(env_cfg: dict, episodes: int, seed: int) -> float:
@@ -142,13 +144,11 @@ def fmt(values: list[float]) -> str:
 
 
 def success_curve(runs: list[dict], grid: np.ndarray) -> np.ndarray:
-    """Per run, the success rate of the training episodes finished in each window of ``grid``."""
+    """Per run, the success rate of all training episodes finished by each step of ``grid`` (cumulative)."""
     curves = []
     for r in runs:
         ep = np.array(r["episodes"], dtype=float).reshape(-1, 2)
-        edges = np.concatenate([[0.0], grid])
-        curves.append([ep[(ep[:, 0] > lo) & (ep[:, 0] <= hi), 1].mean() if ((ep[:, 0] > lo) & (ep[:, 0] <= hi)).any()
-                       else np.nan for lo, hi in zip(edges[:-1], edges[1:], strict=True)])
+        curves.append([ep[ep[:, 0] <= g, 1].mean() if (ep[:, 0] <= g).any() else np.nan for g in grid])
     return np.array(curves, dtype=float)
 
 
@@ -166,13 +166,14 @@ def plot(results: dict[str, list[dict]], baselines: dict[str, float], out: Path)
         grid = np.linspace(0, steps, 7)[1:]
         c = success_curve(runs, grid)
         mean, std = np.nanmean(c, 0), np.nanstd(c, 0)
-        ax.plot(grid, mean, marker="o", ms=3, label=label)
+        episodes = sum(len(r["episodes"]) for r in runs)
+        ax.plot(grid, mean, marker="o", ms=3, label=f"{label} ({episodes} episodes)")
         ax.fill_between(grid, mean - std, mean + std, alpha=0.15)
     for label, value in baselines.items():
         ax.axhline(value, ls="--", lw=1, label=f"{label} (eval)", color="grey" if label == "random" else "black")
     ax.set_xscale("log")
     ax.set_xlabel("environment steps (log)")
-    ax.set_ylabel("success rate of training episodes")
+    ax.set_ylabel("success rate of training episodes so far")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
@@ -208,6 +209,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=384, help="env steps per LM-method run (and the short baselines)")
     p.add_argument("--long-steps", type=int, default=20000, help="env steps for the -long symbolic PPO and DRRN runs")
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=0, help="train seeds first-seed .. seeds-1 (to split a run)")
     p.add_argument("--task", default="GoToLocal")
     p.add_argument("--num-envs", type=int, default=2)
     p.add_argument("--k-history", type=int, default=2, help="observations in the prompt (GLAM: 3)")
@@ -234,7 +236,7 @@ def main() -> int:
         p.error(f"unknown method(s) {unknown}; choose from {sorted(every)}")
     results: dict[str, list[dict]] = {m: finished_runs(out, m) if args.skip_train else [] for m in chosen}
     if not args.skip_train:
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.seeds):
             for label in chosen:
                 print(f"[glam bench] {label} seed {seed}", flush=True)
                 results[label].append(train_run(label, every[label], out, seed))
