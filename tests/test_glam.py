@@ -219,6 +219,10 @@ def test_word_rewrite_replaces_whole_words_only():
     rewrite = word_rewrite({"box": "afze", "red": "faze"})
     assert rewrite("go to the red box, You see a red boxer") == "go to the faze afze, You see a faze boxer"
     assert rewrite("Goal of the agent: pick up the blue key") == "Goal of the agent: pick up the blue key"
+    from llmguide.learners.generalisation import TESTS
+
+    prompt = glam_prompt("go to the red ball", ["You see a red ball 1 step forward"], [], ACTION_STRINGS)
+    assert "\n I would like the agent to: go to the red ball\n" in TESTS["goal_prefix"].rewrite()(prompt)
 
 
 def test_generalisation_tests_rewrite_prompts_and_swap_actions_then_restore():

@@ -50,6 +50,8 @@ TESTS: dict[str, GeneralisationTest] = {
     "invented_nouns": GeneralisationTest("key/ball/box -> dax/xolo/afze", words=INVENTED_NOUNS),
     "invented_words": GeneralisationTest("invented nouns and colour words", words={**INVENTED_NOUNS,
                                                                                   **INVENTED_COLOURS}),
+    "goal_prefix": GeneralisationTest("'Goal of the agent' -> 'I would like the agent to'",
+                                      words={"Goal of the agent": "I would like the agent to"}),
     "synonym_actions": GeneralisationTest("actions renamed rotate_left, ..., switch",
                                           action_strings=SYNONYM_ACTIONS),
     "new_composition": GeneralisationTest("'pick up A then pick up B' (PickupPickupLocal)", task="PickupPickupLocal"),
