@@ -137,6 +137,11 @@ def mix_rewards(
     return total, metrics
 
 
+def crossed(step: int, previous: int, every: int) -> bool:
+    """True when going from ``previous`` to ``step`` passed a multiple of ``every`` (periodic work)."""
+    return step // every > previous // every
+
+
 def rng_state() -> dict[str, Any]:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
 

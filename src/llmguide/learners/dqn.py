@@ -32,6 +32,7 @@ from llmguide.core.rundir import RunDir
 from llmguide.learners.common import (
     EpisodeTracker,
     cfg_get,
+    crossed,
     load_modules_state,
     mix_rewards,
     modules_state,
@@ -338,7 +339,7 @@ class DQN:
             if self.global_step >= self.learning_starts and self.replay.size >= self.batch_size:
                 for _ in range(n_updates):
                     train_metrics = self.train_step()
-            if self.global_step // self.target_update_every > chunk_start // self.target_update_every:
+            if crossed(self.global_step, chunk_start, self.target_update_every):
                 self.target_net.load_state_dict(self.q_net.state_dict())
 
             bar.update(self.global_step - chunk_start, lm_stats=self.progress_stats() if self.progress_stats else None)
@@ -353,7 +354,7 @@ class DQN:
                 self.last_metrics = metrics
                 self._log(metrics)
             if (checkpoint_every > 0 and self.run is not None
-                    and self.global_step // checkpoint_every > chunk_start // checkpoint_every):
+                    and crossed(self.global_step, chunk_start, checkpoint_every)):
                 self.run.save_checkpoint({"agent": self.state_dict()}, self.global_step)
             if callback is not None:
                 callback(self)

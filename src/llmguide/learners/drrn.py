@@ -36,7 +36,7 @@ from torch import nn
 
 from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
-from llmguide.learners.common import EpisodeTracker, cfg_get, rng_state, set_rng_state, split_infos
+from llmguide.learners.common import EpisodeTracker, cfg_get, crossed, rng_state, set_rng_state, split_infos
 from llmguide.learners.llm_policy import History
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -315,7 +315,7 @@ class DRRNAgent:
 
     def _crossed(self, every: int) -> bool:
         """True when the last vector step moved ``global_step`` past a multiple of ``every``."""
-        return self.global_step // every > (self.global_step - self.num_envs) // every
+        return crossed(self.global_step, self.global_step - self.num_envs, every)
 
     def _log_window(self, window: dict[str, list[float]], update_stats: list[dict[str, float]],
                     start_step: int, start_time: float) -> None:

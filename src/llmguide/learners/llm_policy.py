@@ -25,7 +25,7 @@ from torch import nn
 
 from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
-from llmguide.learners.common import EpisodeTracker, cfg_get, rng_state, set_rng_state, split_infos
+from llmguide.learners.common import EpisodeTracker, cfg_get, crossed, rng_state, set_rng_state, split_infos
 from llmguide.learners.ppo import compute_gae
 
 log = logging.getLogger(__name__)
@@ -331,7 +331,7 @@ class GLAMPPO:
                 self.run.log(self.global_step, metrics)
             bar.update(N * T)
             if (checkpoint_every > 0 and self.run is not None
-                    and self.global_step // checkpoint_every > (self.global_step - N * T) // checkpoint_every):
+                    and crossed(self.global_step, self.global_step - N * T, checkpoint_every)):
                 self.run.save_checkpoint({"agent": self.state_dict()}, self.global_step)
         bar.close()
         return self

@@ -27,6 +27,7 @@ from llmguide.core.rundir import RunDir
 from llmguide.learners.common import (
     EpisodeTracker,
     cfg_get,
+    crossed,
     load_modules_state,
     mix_rewards,
     modules_state,
@@ -241,7 +242,7 @@ class PPO:
             self._log(metrics)
             bar.update(N * T, lm_stats=self.progress_stats() if self.progress_stats else None)
             if (checkpoint_every > 0 and self.run is not None
-                    and self.global_step // checkpoint_every > (self.global_step - N * T) // checkpoint_every):
+                    and crossed(self.global_step, self.global_step - N * T, checkpoint_every)):
                 self.run.save_checkpoint({"agent": self.state_dict()}, self.global_step)
             if callback is not None:
                 callback(self)
