@@ -298,22 +298,9 @@ class HFLM(LanguageModel):
         The same state :meth:`score_with_hidden` returns: last-layer hidden state at the last context
         token (causal) or at the decoder start position (seq2seq).  Carries gradients when trainable.
         """
-        import torch
-
         if not contexts:
             raise ValueError("contexts is empty")
-        states = []
-        with self._lock, torch.set_grad_enabled(self.trainable and torch.is_grad_enabled()):
-            for context in contexts:
-                ids = torch.tensor([self._context_ids(context)], device=self.device)
-                if self.is_seq2seq:
-                    start = torch.tensor([[self._decoder_start()]], device=self.device)
-                    res = self.model(input_ids=ids, decoder_input_ids=start, output_hidden_states=True)
-                    states.append(res.decoder_hidden_states[-1][0, 0])
-                else:
-                    res = self.model(ids, logits_to_keep=1, output_hidden_states=True)
-                    states.append(res.hidden_states[-1][0, -1])
-        return torch.stack(states)
+        return self.score_with_hidden(contexts, [[] for _ in contexts])[1]
 
     def naive_score(
         self,
