@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from llmguide.core.rundir import read_metrics
+
 METHODS = {  # label -> overrides
     "ellm-oracle": ["method=ellm_oracle"],
     "ellm-embedded": ["method=ellm", "llm=embedded", "method.suggester=score"],
@@ -40,16 +42,6 @@ for name in ("ellm", "ellm_oracle", "ellm_all_goals"):
         register(name, "train", "llmguide.pipelines.ellm:train")
 sys.exit(run("train", load_config(sys.argv[1:])) or 0)
 """
-
-
-def read_metrics(path: Path) -> list[dict]:
-    out = []
-    for line in (path / "metrics.jsonl").read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
 
 
 def summarise(run: Path, total_steps: int) -> dict:

@@ -31,19 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+from llmguide.core.rundir import read_metrics
+from llmguide.pipelines.text_policy import EVAL_SEED_OFFSET as EVAL_SEED
+
 RUNNER = "import sys; from llmguide.cli import main; sys.exit(main(sys.argv[1:]))"
-EVAL_SEED = 10_000  # the pipelines' evaluation seed offset
-LM_METHODS = ("glam", "npae", "bc-bot")
-
-
-def read_metrics(path: Path) -> list[dict]:
-    out = []
-    for line in (path / "metrics.jsonl").read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
 
 
 def collect(path: Path, wall: float) -> dict:
