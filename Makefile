@@ -4,9 +4,16 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow lint clean
+.PHONY: setup demo test test-slow lint clean system-deps
 
-setup: $(STAMP)
+setup: system-deps $(STAMP)
+
+# bubblewrap is the OS-level jail for LM-written code (llmguide.sandbox); installed from Debian
+system-deps:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null; \
+	  elif command -v sudo >/dev/null 2>&1; then sudo apt-get update -qq && sudo apt-get install -y -qq bubblewrap; \
+	  else echo "llmguide: install bubblewrap (apt-get install bubblewrap) to run LM-written code"; fi; }
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
