@@ -108,7 +108,8 @@ def test_file_writes_only_inside_the_scratch_dir(tmp_path: Path):
                  f"import os\nos.open({str(target)!r}, os.O_WRONLY | os.O_CREAT)\n",
                  f"import os\nos.remove({str(victim)!r})\n"):
         res = run(code, OPEN, static=False)
-        assert not res.ok and "outside the scratch directory" in res.error
+        # the audit hook refuses it, or (in the OS jail, whose scratch is its own /tmp) the path is not there
+        assert not res.ok and ("outside the scratch directory" in res.error or "No such file" in res.error)
     assert not target.exists() and victim.read_text() == "data"
     ok = run("import pathlib\ndef potential(o, c):\n    pathlib.Path('note.txt').write_text(c)\n    return 1.0\n",
              OPEN, static=False)
@@ -131,3 +132,29 @@ def test_failures_are_counted_and_logged(caplog):
         sandbox.evaluate("def potential(o, c):\n    return 2.0\n", "potential", ITEMS)
     assert sandbox.calls == 2 and sandbox.failures == 1
     assert "forbidden import 'os'" in caplog.text
+
+
+def test_without_the_os_jail_lm_code_is_refused(monkeypatch):
+    from llmguide.sandbox import SandboxUnavailable, jail
+
+    find_bwrap = jail.find_bwrap
+    monkeypatch.setattr(jail, "check_available", jail.check_available.__wrapped__)   # no cached answer
+    monkeypatch.setattr(jail, "find_bwrap", lambda: "/bin/false")          # a bwrap that cannot start
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        Sandbox()
+    monkeypatch.setattr(jail, "find_bwrap", find_bwrap)
+    monkeypatch.setattr(jail.os, "access", lambda *a: False)               # no bwrap installed
+    with pytest.raises(SandboxUnavailable, match="make setup"):
+        Sandbox(SandboxLimits(timeout=10))
+    with pytest.raises(ValueError, match="isolation"):
+        Sandbox(isolation="none")
+
+
+def test_python_isolation_is_opt_in_and_loud(caplog):
+    with caplog.at_level("WARNING", logger="llmguide.sandbox"):
+        sandbox = Sandbox(SandboxLimits(timeout=10, isolation="python"))
+    assert "WITHOUT the OS jail" in caplog.text and sandbox.limits.isolation == "python"
+    res = sandbox.evaluate("def potential(o, c):\n    return 2.0\n", "potential", ITEMS)
+    assert res.ok and res.values.tolist() == [2.0] * 4
+    assert Sandbox(isolation="python").limits.isolation == "python"
+    assert SandboxLimits().isolation == "os" and Sandbox().limits.isolation == "os"

@@ -1,0 +1,341 @@
+"""Run untrusted (LM-written) Python in an OS-level jail, one short-lived process per batch.
+
+``Sandbox().evaluate(code, "potential", items)`` starts one jailed interpreter, runs the
+program once and calls ``potential(*item)`` for every item.  Layers, outermost first:
+
+1. **bubblewrap jail** (:mod:`llmguide.sandbox.jail`, default ``isolation="os"``): fresh user,
+   mount, PID, IPC, UTS, network and cgroup namespaces; uid/gid 65534, no capabilities, new
+   session, clean environment; a new ``/proc`` (only the jail's own processes), minimal ``/dev``;
+   read-only binds of only ``/usr`` + the interpreter + the allowed packages (no home, no /work,
+   no host /tmp); the only writable place is a size-limited tmpfs ``/tmp``.  Killed with its
+   parent and on the wall-clock timeout (the whole PID namespace dies with it).
+2. **seccomp**: bwrap loads a filter refusing mount/namespace/ptrace/bpf/keyring/io_uring/...
+   syscalls and non-Unix sockets; the runner adds one refusing fork, vfork, exec and non-thread
+   clone just before the program runs.
+3. **resource limits** in the child: CPU, address space, file size, open files, processes, no
+   core dumps; job in through stdin, results out through a private pipe, output capped.
+4. **Python layers** (defence in depth): the static check (:func:`check_code`), restricted
+   builtins with an import allow-list, and an audit hook refusing process creation, sockets,
+   ctypes, sqlite3 and writes outside the scratch directory.
+
+Where the jail cannot start, :class:`Sandbox` raises :class:`SandboxUnavailable` naming the fix;
+``isolation="python"`` (explicit opt-in, logged as a warning) runs layers 3-4 only, in a plain
+subprocess (plus ``unshare -n`` where it works).
+
+A program that fails to load, raises, loops, allocates too much or does something forbidden
+gives a :class:`SandboxResult` with ``ok=False``, a clear ``error`` and all values 0.0 — it never
+raises into the caller.  Items that raise individually get 0.0 and are counted in ``item_errors``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import pickle
+import secrets
+import selectors
+import shutil
+import signal
+import site
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmguide.sandbox import jail
+from llmguide.sandbox.jail import SandboxUnavailable
+from llmguide.sandbox.static import DEFAULT_IMPORTS, FORBIDDEN_NAMES, SandboxError, check_code
+
+__all__ = ["DEFAULT_IMPORTS", "FORBIDDEN_NAMES", "ISOLATIONS", "Sandbox", "SandboxError", "SandboxLimits",
+           "SandboxResult", "SandboxUnavailable", "check_code"]
+
+log = logging.getLogger(__name__)
+ISOLATIONS = ("os", "python")
+PYTHON_FLAGS = ("-s", "-S", "-B", "-P")   # no user/site packages, no .pyc, no cwd on sys.path
+
+
+@dataclass
+class SandboxLimits:
+    """Resource limits and isolation of one sandbox call."""
+
+    timeout: float = 20.0                  # wall-clock seconds per call (process start included)
+    timeout_per_item: float = 0.01         # extra wall-clock seconds per batch item
+    cpu_seconds: int = 30                  # RLIMIT_CPU
+    memory_mb: int = 1024                  # RLIMIT_AS (numpy's import alone needs ~300 MB of address space)
+    file_mb: int = 4                       # RLIMIT_FSIZE: largest file the code may write (in scratch)
+    open_files: int = 64                   # RLIMIT_NOFILE
+    max_output_chars: int = 4000           # captured print() output kept
+    allowed_imports: tuple[str, ...] = DEFAULT_IMPORTS
+    network_namespace: bool = True         # isolation="python" only: use `unshare -n` when available
+    isolation: str = "os"                  # "os": bubblewrap jail; "python": Python-level layers only (weaker)
+    scratch_mb: int = 16                   # size of the jail's tmpfs /tmp (all files together)
+    processes: int = 16                    # RLIMIT_NPROC in the jail (fork is refused by seccomp anyway)
+    python_guards: bool = True             # audit hook + restricted builtins; False only to test the jail alone
+    max_result_mb: int = 8                 # bytes read back from the child before it is killed as a flood
+
+
+@dataclass
+class SandboxResult:
+    """Outcome of one call: per-item values (0.0 where anything failed) and diagnostics."""
+
+    values: np.ndarray
+    ok: bool
+    error: str | None = None
+    item_errors: int = 0
+    first_item_error: str | None = None
+    stdout: str = ""
+    duration: float = 0.0
+    extras: list[dict] = field(default_factory=list)   # second element of (value, dict) returns
+
+
+@cache
+def _unshare_available() -> bool:
+    exe = shutil.which("unshare")
+    if exe is None:
+        return False
+    try:
+        return subprocess.run([exe, "-n", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@cache
+def _site_dirs() -> tuple[str, ...]:
+    """isolation="python": the current environment's site-packages (``-S`` leaves them off sys.path)."""
+    return tuple(dict.fromkeys(os.path.realpath(p) for p in site.getsitepackages()))
+
+
+def _signal_of(code: int, isolation: str) -> int | None:
+    """The signal that ended the program: Popen reports -sig; bwrap exits with 128 + sig."""
+    if code < 0:
+        return -code
+    if isolation == "os" and 128 < code < 128 + 65:
+        return code - 128
+    return None
+
+
+def _describe_exit(code: int, limits: SandboxLimits) -> str:
+    sig = _signal_of(code, limits.isolation)
+    if sig is not None:
+        if sig == signal.SIGXCPU:
+            return f"CPU time limit exceeded ({limits.cpu_seconds} s)"
+        if sig == signal.SIGXFSZ:
+            return f"file size limit exceeded ({limits.file_mb} MB)"
+        if sig == signal.SIGKILL:
+            # SIGXCPU at the soft limit is not always delivered first; the hard limit (soft + 1) kills.
+            return f"killed at the hard CPU time limit ({limits.cpu_seconds + 1} s) or the memory limit"
+        try:
+            return f"killed by signal {signal.Signals(sig).name}"
+        except ValueError:
+            return f"killed by signal {sig}"
+    if code == 0:
+        return "the program ended the sandbox process before it returned its results"
+    return f"the sandbox process exited with code {code}"
+
+
+def _feed(stream, data: bytes) -> None:
+    try:
+        stream.write(data)
+    except (OSError, ValueError):
+        pass
+    finally:
+        try:
+            stream.close()
+        except (OSError, ValueError):
+            pass
+
+
+class Sandbox:
+    """Evaluate one function of an untrusted program on a batch of argument tuples.
+
+    ``isolation`` ("os" or "python") overrides ``limits.isolation``.  With "os" (the default)
+    the constructor checks once per process that the bubblewrap jail starts, and raises
+    :class:`SandboxUnavailable` if it does not.
+    """
+
+    def __init__(self, limits: SandboxLimits | None = None, scratch_root: str | Path | None = None,
+                 static_check: bool = True, isolation: str | None = None):
+        limits = limits or SandboxLimits()
+        if isolation is not None:
+            limits = dataclasses.replace(limits, isolation=str(isolation))
+        if limits.isolation not in ISOLATIONS:
+            raise ValueError(f"sandbox isolation must be one of {ISOLATIONS}, not {limits.isolation!r}")
+        self.limits = limits
+        self.scratch_root = Path(scratch_root) if scratch_root else None
+        self.static_check = static_check
+        self.calls = 0
+        self.failures = 0
+        self._bwrap: str | None = None
+        if limits.isolation == "os":
+            self._bwrap = jail.check_available(tuple(sorted(set(limits.allowed_imports))), limits.scratch_mb)
+        else:
+            log.warning("sandbox: isolation='python' — LM-written code runs WITHOUT the OS jail (Python-level "
+                        "checks and rlimits only; known escapes exist). Use isolation='os' (bubblewrap: "
+                        "`apt-get install bubblewrap` or `make setup`) for anything but debugging.")
+        if not limits.python_guards:
+            log.warning("sandbox: python_guards=False — no audit hook or restricted builtins inside the sandbox "
+                        "(meant for testing the OS jail alone)")
+
+    def evaluate(self, code: str, function: str, items: Sequence[tuple[Any, ...]]) -> SandboxResult:
+        """Run ``function(*item)`` for each item; never raises for a bad program (see ``ok``/``error``)."""
+        self.calls += 1
+        start = time.perf_counter()
+        zeros = np.zeros(len(items), dtype=np.float64)
+        if self.static_check:
+            try:
+                check_code(code, self.limits.allowed_imports)
+            except SandboxError as err:
+                return self._fail(zeros, f"rejected: {err}", start)
+        if self.limits.isolation == "os":
+            return self._run(code, function, items, None, zeros, start)
+        if self.scratch_root is not None:
+            self.scratch_root.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="sandbox-", dir=self.scratch_root))
+        try:
+            return self._run(code, function, items, scratch, zeros, start)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _command(self, settings: dict, scratch: Path | None) -> tuple[list[str], int | None]:
+        """The child's argv and the seccomp fd bwrap reads (None for isolation="python")."""
+        lim = self.limits
+        python = jail.interpreter()
+        if lim.isolation == "os":
+            assert self._bwrap is not None
+            seccomp_fd = jail.seccomp_memfd(jail.kernel_filter()) if jail.seccomp_supported() else None
+            settings.update(scratch=jail.SCRATCH, site=[jail.SITE], processes=lim.processes,
+                            seccomp=jail.process_filter().hex() if jail.seccomp_supported() else None)
+            prefix = jail.bwrap_command(self._bwrap, python, tuple(sorted(set(lim.allowed_imports))),
+                                        lim.scratch_mb, seccomp_fd)
+        else:
+            seccomp_fd = None
+            settings.update(scratch=str(scratch), site=list(_site_dirs()), processes=0, seccomp=None)
+            prefix = [python]
+            if lim.network_namespace and _unshare_available():
+                prefix = [shutil.which("unshare") or "unshare", "-n", python]
+        return [*prefix, *PYTHON_FLAGS, "-c", jail.runner_source(), json.dumps(settings)], seccomp_fd
+
+    def _run(self, code: str, function: str, items: Sequence[tuple], scratch: Path | None, zeros: np.ndarray,
+             start: float) -> SandboxResult:
+        lim = self.limits
+        marker = f"\n@@llmguide-sandbox-result-{secrets.token_hex(8)}@@\n"
+        settings = {"cpu": lim.cpu_seconds, "memory_mb": lim.memory_mb, "file_mb": lim.file_mb,
+                    "open_files": lim.open_files, "max_output_chars": lim.max_output_chars,
+                    "guards": lim.python_guards, "marker": marker}
+        job = pickle.dumps({"code": code, "function": function, "items": [tuple(i) for i in items],
+                            "allowed_imports": list(lim.allowed_imports)}, protocol=pickle.HIGHEST_PROTOCOL)
+        cmd, seccomp_fd = self._command(settings, scratch)
+        timeout = lim.timeout + lim.timeout_per_item * len(items)
+        try:
+            proc = subprocess.Popen(cmd, cwd=scratch or "/", env=dict(jail.JAIL_ENV, HOME=str(scratch or "/"),
+                                                                       TMPDIR=str(scratch or "/tmp")),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    close_fds=True, pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+                                    start_new_session=True)
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+        feeder = threading.Thread(target=_feed, args=(proc.stdin, job), daemon=True)
+        feeder.start()
+        try:
+            raw, problem = self._collect(proc, timeout, lim.max_result_mb * 1024 * 1024)
+        finally:
+            self._kill(proc)
+            feeder.join(timeout=5)
+        if problem == "timeout":
+            return self._fail(zeros, f"timed out after {timeout:.1f} s (wall clock); the sandbox was killed", start)
+        if problem == "flood":
+            return self._fail(zeros, f"the program wrote more than {lim.max_result_mb} MB to its output; "
+                              "the sandbox was killed", start)
+        head, found, body = raw.rpartition(marker.encode())
+        if not found or proc.returncode != 0:
+            tail = (head if found else raw).decode("utf-8", "replace")[-800:].strip()
+            reason = _describe_exit(proc.returncode, lim)
+            if "MemoryError" in tail:
+                reason = f"memory limit exceeded ({lim.memory_mb} MB)"
+            return self._fail(zeros, reason + (f"\n{tail}" if tail else ""), start)
+        try:
+            data = json.loads(body.decode("utf-8", "replace"))
+            raw_values = list(data["values"])
+        except (ValueError, KeyError, TypeError) as err:
+            return self._fail(zeros, f"unreadable sandbox result: {err}", start)
+        if data.get("status") != "ok":
+            return self._fail(zeros, str(data.get("error"))[:3000], start, stdout=str(data.get("stdout", "")))
+        if len(raw_values) != len(items):
+            return self._fail(zeros, f"sandbox returned {len(raw_values)} values for {len(items)} items", start)
+        values = zeros.copy()
+        bad = 0
+        for i, v in enumerate(raw_values):
+            if isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v):
+                values[i] = float(v)
+            else:
+                bad += 1
+        item_errors = int(data.get("item_errors", 0))
+        first = data.get("first_item_error")
+        if items and max(item_errors, bad) >= len(items):
+            return self._fail(zeros, f"every item raised; first error:\n{first}", start,
+                              stdout=str(data.get("stdout", "")))
+        if item_errors:
+            log.warning("sandbox: %d of %d items raised; first error:\n%s", item_errors, len(items), first)
+        extras = [e for e in list(data.get("extras", []))[:32] if isinstance(e, dict)]
+        return SandboxResult(values=values, ok=True, item_errors=max(item_errors, bad), first_item_error=first,
+                             stdout=str(data.get("stdout", ""))[: lim.max_output_chars],
+                             duration=time.perf_counter() - start, extras=extras)
+
+    @staticmethod
+    def _collect(proc: subprocess.Popen, timeout: float, cap: int) -> tuple[bytes, str | None]:
+        """Read the child's output until it exits, the deadline passes ("timeout") or ``cap`` bytes ("flood")."""
+        deadline = time.monotonic() + timeout
+        chunks: list[bytes] = []
+        total = 0
+        fd = proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return b"".join(chunks), "timeout"
+                if not sel.select(min(left, 1.0)):
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > cap:
+                    return b"".join(chunks), "flood"
+                chunks.append(chunk)
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.05))
+        except subprocess.TimeoutExpired:
+            return b"".join(chunks), "timeout"
+        return b"".join(chunks), None
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> None:
+        """Kill the whole process group (bwrap, and with it the jail's PID namespace)."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def _fail(self, zeros: np.ndarray, error: str, start: float, stdout: str = "") -> SandboxResult:
+        self.failures += 1
+        lines = [ln for ln in error.splitlines() if ln.strip()] or ["?"]
+        summary = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1].strip()}"
+        log.warning("sandbox: program failed, using 0.0 for %d items: %s", len(zeros), summary)
+        return SandboxResult(values=zeros, ok=False, error=error, stdout=stdout,
+                             duration=time.perf_counter() - start)
