@@ -71,7 +71,7 @@ def _interpreter_mounts(python: str) -> list[str]:
         args += ["--ro-bind", prefix, prefix]
         purelib = os.path.realpath(sysconfig.get_path("purelib", vars={"base": prefix}))
         if _under(purelib, prefix) and os.path.isdir(purelib):
-            args += ["--tmpfs", purelib]          # the base interpreter's own packages stay hidden
+            args += ["--tmpfs", purelib, "--remount-ro", purelib]   # the base interpreter's packages stay hidden
     bindir = os.path.dirname(python)
     if not _under(bindir, "/usr") and not _under(bindir, prefix):
         args += ["--ro-bind", bindir, bindir]
@@ -110,6 +110,7 @@ def bwrap_command(bwrap: str, python: str, imports: tuple[str, ...], scratch_mb:
             "--cap-drop", "ALL", *_system_mounts(), *_interpreter_mounts(python),
             *package_mounts(tuple(sorted({"numpy", *imports}))),
             "--proc", "/proc", "--dev", "/dev", "--size", str(scratch_mb * 1024 * 1024), "--tmpfs", SCRATCH,
+            "--remount-ro", "/dev", "--remount-ro", "/",          # the size-limited /tmp is the only writable place
             "--chdir", SCRATCH, "--clearenv"]
     for key, value in JAIL_ENV.items():
         args += ["--setenv", key, value]
