@@ -69,7 +69,10 @@ def load_config(overrides: Sequence[str] = ()) -> DictConfig:
     except (HydraException, OmegaConfBaseException) as err:
         raise _translate_hydra_error(err, overrides) from None
     _check_types(cfg, base, "")
-    _import_rule_modules()
+    import llmguide  # the package root registers the rules of the layers above core
+
+    for provider in [llmguide.register_config_rules, *RULE_PROVIDERS]:
+        provider(cfg)
     validate(cfg)
     OmegaConf.set_readonly(cfg, False)
     return cfg
@@ -155,19 +158,15 @@ RULES: dict[str, Rule] = {
 }
 
 
-# Packages whose import registers value rules for their keys (env.*, agent.*, method.*, llm.*).
-RULE_MODULES = (
-    "llmguide.envs", "llmguide.learners", "llmguide.rewards", "llmguide.llm.factory",
-    "llmguide.pipelines.ellm", "llmguide.pipelines.oni", "llmguide.pipelines.glam",
-    "llmguide.pipelines.drrn",
-)
+# Extra hooks called with the composed config before validation (after the package root's
+# ``llmguide.register_config_rules``, which imports the configured method's recipe).
+RULE_PROVIDERS: list[Callable[[DictConfig], None]] = []
 
 
-def _import_rule_modules() -> None:
-    from importlib import import_module
-
-    for name in RULE_MODULES:
-        import_module(name)
+def add_rule_provider(provider: Callable[[DictConfig], None]) -> None:
+    """Call ``provider(cfg)`` in :func:`load_config` before the rules are applied."""
+    if provider not in RULE_PROVIDERS:
+        RULE_PROVIDERS.append(provider)
 
 
 def register_rule(key: str, rule: Rule) -> None:

@@ -29,6 +29,7 @@ from torch import nn
 
 from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
+from llmguide.learners.callbacks import Callback, as_callback
 from llmguide.learners.common import (
     EpisodeTracker,
     cfg_get,
@@ -43,9 +44,7 @@ from llmguide.learners.common import (
     true_next_obs,
 )
 from llmguide.learners.networks import DuelingQNet, obs_to_tensor
-from llmguide.rewards.base import RewardModule, TransitionBatch
-
-OnStep = Callable[[int, dict, np.ndarray, np.ndarray, np.ndarray, list], None]
+from llmguide.rewards.base import RewardModule, StepTransition, TransitionBatch
 
 
 @dataclass
@@ -157,16 +156,14 @@ class DQN:
 
     def __init__(self, envs, cfg_agent: Any, reward_modules: Sequence[tuple[float, RewardModule]] = (),
                  extrinsic_coef: float = 1.0, run: RunDir | None = None, seed: int = 0,
-                 device: str = "cpu", on_step: OnStep | None = None, goal_dim: int = 0,
+                 device: str = "cpu", goal_dim: int = 0,
                  goal_provider: Callable[[], np.ndarray] | None = None):
         if not isinstance(envs.single_action_space, spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {envs.single_action_space}")
         self.envs, self.num_envs, self.cfg = envs, envs.num_envs, cfg_agent
         self.reward_modules = list(reward_modules)
         self.extrinsic_coef = float(extrinsic_coef)
-        self.run, self.seed, self.device, self.on_step = run, int(seed), torch.device(device), on_step
-        # optional () -> {"calls": int, "hit_rate": float} shown in the progress bar (set by LM pipelines)
-        self.progress_stats: Callable[[], dict] | None = None
+        self.run, self.seed, self.device = run, int(seed), torch.device(device)
         c = lambda key, default: cfg_get(cfg_agent, key, default)  # noqa: E731
         self.lr = float(c("lr", 1e-4))
         self.gamma = float(c("gamma", 0.99))
@@ -278,9 +275,12 @@ class DQN:
         self.updates += 1
         return {"losses/td_loss": loss.item(), "losses/q_values": q.mean().item()}
 
-    def learn(self, total_steps: int, progress: bool = True, checkpoint_every: int = 0,
-              callback: Callable[[DQN], None] | None = None) -> DQN:
+    def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
+              progress: bool = True) -> DQN:
         """Train until ``global_step >= total_steps`` (a total, so a resumed run continues)."""
+        callback = as_callback(callback)
+        callback.init(self)
+        callback.on_training_start()
         N, K = self.num_envs, self.chunk_steps
         if self._next_obs is None:
             self._next_obs, _ = self.envs.reset(seed=self.seed + self.global_step)
@@ -290,7 +290,8 @@ class DQN:
         start_time, start_step = time.perf_counter(), self.global_step
         next_log = (self.global_step // self.log_interval + 1) * self.log_interval
         train_metrics: dict[str, float] = {}
-        while self.global_step < total_steps:
+        stop = False
+        while self.global_step < total_steps and not stop:
             chunk_start = self.global_step
             obs_steps, next_obs_steps, infos_steps = [], [], []
             actions, rewards, terms, truncs = [], [], [], []
@@ -305,6 +306,8 @@ class DQN:
                 env_infos = split_infos(infos, N)
                 obs_steps.append(obs)
                 next_obs_steps.append(self._with_goal(true_next_obs(next_obs, infos, done), goal))
+                terminated = np.asarray(terminated, dtype=bool)
+                truncated = np.logical_and(truncated, np.logical_not(terminated))
                 infos_steps.append(env_infos)
                 actions.append(action)
                 rewards.append(np.asarray(reward, dtype=np.float32))
@@ -315,14 +318,20 @@ class DQN:
                     self.episodes.append({"step": self.global_step, **record})
                     bar.episode(record["charts/episodic_return"], record["charts/episodic_length"])
                     self._log(record)
-                if self.on_step is not None:
-                    self.on_step(self.global_step, next_obs, action, rewards[-1], done, env_infos)
+                step = StepTransition(obs=obs, actions=action, next_obs=next_obs_steps[-1], rewards=rewards[-1],
+                                      terminated=terms[-1], truncated=truncs[-1], infos=env_infos,
+                                      step=self.global_step)
+                for _, module in self.reward_modules:
+                    module.watch(step)
                 self._next_obs = next_obs
+                if not callback.on_step(step):
+                    stop = True
+                    break
 
             ext = np.stack(rewards)
-            dones = np.logical_or(np.stack(terms), np.stack(truncs))
             batch = TransitionBatch(obs=stack_obs(obs_steps), actions=np.stack(actions),
-                                    next_obs=stack_obs(next_obs_steps), rewards=ext, dones=dones, infos=infos_steps)
+                                    next_obs=stack_obs(next_obs_steps), rewards=ext, terminated=np.stack(terms),
+                                    truncated=np.stack(truncs), infos=infos_steps)
             int_rewards, metrics = mix_rewards(batch, self.reward_modules, self.counters)
             for _, module in self.reward_modules:
                 metrics.update({f"reward/{module.name}/{k}": v for k, v in module.update(batch).items()})
@@ -342,7 +351,7 @@ class DQN:
             if crossed(self.global_step, chunk_start, self.target_update_every):
                 self.target_net.load_state_dict(self.q_net.state_dict())
 
-            bar.update(self.global_step - chunk_start, lm_stats=self.progress_stats() if self.progress_stats else None)
+            bar.update(self.global_step - chunk_start, lm_stats=callback.progress_stats() or None)
             if self.global_step >= next_log or self.global_step >= total_steps:
                 next_log = (self.global_step // self.log_interval + 1) * self.log_interval
                 sps = (self.global_step - start_step) / max(time.perf_counter() - start_time, 1e-9)
@@ -353,12 +362,9 @@ class DQN:
                                 "charts/replay_size": self.replay.size})
                 self.last_metrics = metrics
                 self._log(metrics)
-            if (checkpoint_every > 0 and self.run is not None
-                    and crossed(self.global_step, chunk_start, checkpoint_every)):
-                self.run.save_checkpoint({"agent": self.state_dict()}, self.global_step)
-            if callback is not None:
-                callback(self)
+            callback.on_rollout_end(metrics)
         bar.close()
+        callback.on_training_end()
         return self
 
     # --- checkpoints ----------------------------------------------------------------------

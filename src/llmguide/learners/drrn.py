@@ -36,8 +36,10 @@ from torch import nn
 
 from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
+from llmguide.learners.callbacks import Callback, as_callback
 from llmguide.learners.common import EpisodeTracker, cfg_get, crossed, rng_state, set_rng_state, split_infos
 from llmguide.learners.llm_policy import History
+from llmguide.rewards.base import StepTransition
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -266,8 +268,13 @@ class DRRNAgent:
                 "charts/td_target": target.mean().item()}
 
     # --- training --------------------------------------------------------------------------------
-    def learn(self, total_steps: int, progress: bool = True, checkpoint_every: int = 0) -> DRRNAgent:
-        """Train until ``global_step >= total_steps``; checkpoint every ``checkpoint_every`` env steps."""
+    def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
+              progress: bool = True) -> DRRNAgent:
+        """Train until ``global_step >= total_steps`` (callbacks as in :mod:`llmguide.learners.callbacks`;
+        ``on_rollout_end`` after every TD update)."""
+        callback = as_callback(callback)
+        callback.init(self)
+        callback.on_training_start()
         N = self.num_envs
         if self._history is None:
             self._reset()
@@ -299,18 +306,21 @@ class DRRNAgent:
                     self._obs_ids[i] = self.policy.tokenizer.encode(restarted[i])
             window["q_mean"].append(float(np.mean(q_max)))
             window["reward"].append(float(np.mean(reward)))
+            callback.on_step(StepTransition(obs=obs_ids, actions=actions, next_obs=next_ids, rewards=np.asarray(reward),
+                                            terminated=np.asarray(terminated), truncated=np.asarray(truncated),
+                                            infos=env_infos, step=self.global_step))
 
             if self._crossed(self.update_every) and len(self.replay) >= self.batch_size:
                 update_stats.append(self.td_update(self.replay.sample(self.rng, self.batch_size)))
+                callback.on_rollout_end(update_stats[-1])
             if self._crossed(self.log_every):
                 self._log_window(window, update_stats, start_step, start_time)
                 window, update_stats = {"q_mean": [], "reward": []}, []
-            bar.update(N)
-            if checkpoint_every > 0 and self.run is not None and self._crossed(checkpoint_every):
-                self.run.save_checkpoint({"agent": self.state_dict()}, self.global_step)
+            bar.update(N, lm_stats=callback.progress_stats() or None)
         if window["q_mean"]:
             self._log_window(window, update_stats, start_step, start_time)
         bar.close()
+        callback.on_training_end()
         return self
 
     def _crossed(self, every: int) -> bool:

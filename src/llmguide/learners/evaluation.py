@@ -64,22 +64,63 @@ def evaluate(agent: Any, env_cfg: Any, episodes: int, seed: int, greedy: bool = 
             agent.rng.bit_generator.state = saved_agent_rng
         if hasattr(agent, "reset_act_state"):
             agent.reset_act_state()
-    results.update({
+    return {**results, **_summary(returns, lengths, successes, achievements)}
+
+
+def _summary(returns: list, lengths: list, successes: list, achievements: list) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
         "length_mean": float(np.mean(lengths)), "length_std": float(np.std(lengths)),
         "episode_returns": returns, "episode_lengths": lengths,
-    })
+    }
     if successes:
-        results["success_rate"] = float(np.mean(successes))
+        out["success_rate"] = float(np.mean(successes))
     if achievements:
-        results["episode_achievements"] = achievements
-        try:
-            from llmguide.envs.crafter import achievement_summary
+        from llmguide.envs.crafter import achievement_summary
 
-            summary = achievement_summary(achievements)
-            results["achievements"] = summary
-            results["achievements_per_episode"] = summary["achievements_per_episode"]
-            results["crafter_score"] = summary["crafter_score_percent"]
-        except ImportError:
-            pass
-    return results
+        summary = achievement_summary(achievements)
+        out.update({"episode_achievements": achievements, "achievements": summary,
+                    "achievements_per_episode": summary["achievements_per_episode"],
+                    "crafter_score": summary["crafter_score_percent"]})
+    return out
+
+
+def evaluate_vector(agent: Any, envs: Any, episodes: int, seed: int, greedy: bool = True,
+                    modules: Any = ()) -> dict[str, Any]:
+    """Episodes on a 1-env vector env that may carry method wrappers (ELLM's goal observation); the
+    reward modules ``watch`` every step as in training (some wrappers read their state).  Returns the
+    same keys as :func:`evaluate`, with env returns (not shaped ones)."""
+    from llmguide.envs import split_infos
+    from llmguide.learners.common import true_next_obs
+    from llmguide.rewards.base import StepTransition
+
+    results: dict[str, Any] = {"episodes": int(episodes), "greedy": bool(greedy), "seed": int(seed)}
+    if episodes <= 0:
+        return results
+    returns, lengths, successes, achievements = [], [], [], []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        obs, _ = envs.reset(seed=seed)
+        ret, length = 0.0, 0
+        while len(returns) < episodes:
+            action = agent.act(obs, greedy=greedy)
+            next_obs, reward, term, trunc, infos = envs.step(action)
+            info = split_infos(infos, 1)
+            step = StepTransition(obs=obs, actions=np.asarray(action), next_obs=true_next_obs(
+                next_obs, infos, np.logical_or(term, trunc)), rewards=np.asarray(reward), terminated=np.asarray(term),
+                truncated=np.asarray(trunc), infos=info)
+            for _, module in modules:
+                module.watch(step)
+            obs = next_obs
+            ret, length = ret + float(reward[0]), length + 1
+            if term[0] or trunc[0]:
+                returns.append(ret)
+                lengths.append(length)
+                if "success" in info[0]:
+                    successes.append(float(bool(info[0]["success"])))
+                if isinstance(info[0].get("achievements"), dict):
+                    achievements.append({k: int(v) for k, v in info[0]["achievements"].items()})
+                ret, length = 0.0, 0
+    if hasattr(agent, "reset_act_state"):
+        agent.reset_act_state()
+    return {**results, **_summary(returns, lengths, successes, achievements)}

@@ -25,8 +25,10 @@ from torch import nn
 
 from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
-from llmguide.learners.common import EpisodeTracker, cfg_get, crossed, rng_state, set_rng_state, split_infos
+from llmguide.learners.callbacks import Callback, as_callback
+from llmguide.learners.common import EpisodeTracker, cfg_get, rng_state, set_rng_state, split_infos
 from llmguide.learners.ppo import compute_gae
+from llmguide.rewards.base import StepTransition
 
 log = logging.getLogger(__name__)
 
@@ -286,8 +288,12 @@ class GLAMPPO:
         return {f"losses/{k}": float(np.mean(v)) for k, v in stats.items() if v}
 
     # --- training --------------------------------------------------------------------------------
-    def learn(self, total_steps: int, progress: bool = True, checkpoint_every: int = 0) -> GLAMPPO:
-        """Train until ``global_step >= total_steps``; checkpoint every ``checkpoint_every`` env steps."""
+    def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
+              progress: bool = True) -> GLAMPPO:
+        """Train until ``global_step >= total_steps`` (callbacks as in :mod:`llmguide.learners.callbacks`)."""
+        callback = as_callback(callback)
+        callback.init(self)
+        callback.on_training_start()
         N, T = self.num_envs, self.num_steps
         if self._history is None:
             self._reset()
@@ -309,11 +315,14 @@ class GLAMPPO:
                 dones[t] = np.logical_or(terminated, truncated)
                 rewards[t] = reward
                 self.global_step += N
-                for record in tracker.step(np.asarray(reward, dtype=np.float64), dones[t],
-                                           split_infos(infos, N)):
+                env_infos = split_infos(infos, N)
+                for record in tracker.step(np.asarray(reward, dtype=np.float64), dones[t], env_infos):
                     bar.episode(record["charts/episodic_return"], record["charts/episodic_length"])
                     if self.run is not None:
                         self.run.log(self.global_step, record)
+                callback.on_step(StepTransition(obs=prompts[t], actions=actions[t], next_obs=None, rewards=rewards[t],
+                                                terminated=np.asarray(terminated), truncated=np.asarray(truncated),
+                                                infos=env_infos, step=self.global_step))
                 self._advance(actions[t], dones[t], infos)
             with torch.no_grad():
                 last_value = self.policy(self._history.prompts(self.policy.action_strings))[1].cpu().numpy()
@@ -329,11 +338,10 @@ class GLAMPPO:
             self.last_metrics = metrics
             if self.run is not None:
                 self.run.log(self.global_step, metrics)
-            bar.update(N * T)
-            if (checkpoint_every > 0 and self.run is not None
-                    and crossed(self.global_step, self.global_step - N * T, checkpoint_every)):
-                self.run.save_checkpoint({"agent": self.state_dict()}, self.global_step)
+            bar.update(N * T, lm_stats=callback.progress_stats() or None)
+            callback.on_rollout_end(metrics)
         bar.close()
+        callback.on_training_end()
         return self
 
     # --- checkpoints -----------------------------------------------------------------------------

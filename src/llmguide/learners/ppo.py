@@ -5,16 +5,22 @@ rewards from the reward modules (computed on the whole rollout, then the modules
 GAE → ``update_epochs`` × ``num_minibatches`` clipped-objective updates.
 
 Conventions: ``dones[t]`` is True when transition ``t`` ended its episode (terminated or
-truncated; truncation is not bootstrapped, as in CleanRL). Vector envs use SAME_STEP autoreset,
-so the observation after a done is already the next episode's first one and the finished
-transition's true next observation is ``info["final_obs"]`` (used for the reward modules).
+truncated). Vector envs use SAME_STEP autoreset, so the observation after a done is already the
+next episode's first one and the finished transition's true next observation is
+``info["final_obs"]`` (used for the reward modules). A truncated (time-limit) transition is
+bootstrapped as in SB3: its reward gets ``gamma * V(final_obs)``, so a time limit is not treated as
+a terminal state; a terminated one is not.
+
+Per step the reward modules ``watch`` the transition and the callbacks see ``on_step``; after each
+update the callbacks see ``on_rollout_end`` (checkpoints, evaluation, LM statistics: see
+:mod:`llmguide.learners.callbacks`).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -24,10 +30,10 @@ from torch import nn
 
 from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
+from llmguide.learners.callbacks import Callback, as_callback
 from llmguide.learners.common import (
     EpisodeTracker,
     cfg_get,
-    crossed,
     load_modules_state,
     mix_rewards,
     modules_state,
@@ -38,9 +44,7 @@ from llmguide.learners.common import (
     true_next_obs,
 )
 from llmguide.learners.networks import ActorCritic, obs_to_tensor
-from llmguide.rewards.base import RewardModule, TransitionBatch
-
-OnStep = Callable[[int, dict, np.ndarray, np.ndarray, np.ndarray, list], None]
+from llmguide.rewards.base import RewardModule, StepTransition, TransitionBatch
 
 
 def compute_gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, last_value: np.ndarray,
@@ -67,7 +71,7 @@ class PPO:
 
     def __init__(self, envs, cfg_agent: Any, reward_modules: Sequence[tuple[float, RewardModule]] = (),
                  extrinsic_coef: float = 1.0, run: RunDir | None = None, seed: int = 0,
-                 device: str = "cpu", on_step: OnStep | None = None):
+                 device: str = "cpu"):
         if not isinstance(envs.single_action_space, spaces.Discrete):
             raise TypeError(f"PPO needs a Discrete action space, got {envs.single_action_space}")
         self.envs = envs
@@ -78,9 +82,6 @@ class PPO:
         self.run = run
         self.seed = int(seed)
         self.device = torch.device(device)
-        self.on_step = on_step
-        # optional () -> {"calls": int, "hit_rate": float} shown in the progress bar (set by LM pipelines)
-        self.progress_stats: Callable[[], dict] | None = None
 
         c = lambda key, default: cfg_get(cfg_agent, key, default)  # noqa: E731
         self.lr = float(c("lr", 2.5e-4))
@@ -143,13 +144,12 @@ class PPO:
         if self.run is not None:
             self.run.log(self.global_step, metrics)
 
-    def learn(self, total_steps: int, progress: bool = True, checkpoint_every: int = 0,
-              callback: Callable[[PPO], None] | None = None) -> PPO:
-        """Train until ``global_step >= total_steps`` (a total, so a resumed run continues).
-
-        Every ``checkpoint_every`` env steps (at rollout boundaries) the full state is written
-        with ``run.save_checkpoint``; ``callback(self)`` runs after every update.
-        """
+    def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
+              progress: bool = True) -> PPO:
+        """Train until ``global_step >= total_steps`` (a total, so a resumed run continues)."""
+        callback = as_callback(callback)
+        callback.init(self)
+        callback.on_training_start()
         N, T = self.num_envs, self.num_steps
         envs, net, dev = self.envs, self.net, self.device
         if self._next_obs is None:
@@ -160,8 +160,9 @@ class PPO:
         bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc="ppo")
         start_time, start_step = time.perf_counter(), self.global_step
         heads = net.n_value_heads
+        stop = False
 
-        while self.global_step < total_steps:
+        while self.global_step < total_steps and not stop:
             if self.anneal_lr:
                 frac = max(1.0 - self.global_step / total_steps, 0.0)
                 self.optimizer.param_groups[0]["lr"] = frac * self.lr
@@ -174,7 +175,9 @@ class PPO:
             logprobs = np.zeros((T, N), dtype=np.float32)
             values = np.zeros((T, N, heads), dtype=np.float32)
             ext_rewards = np.zeros((T, N), dtype=np.float32)
-            dones = np.zeros((T, N), dtype=bool)
+            terms = np.zeros((T, N), dtype=bool)
+            truncs = np.zeros((T, N), dtype=bool)
+            bootstrap = np.zeros((T, N, heads), dtype=np.float32)  # V(final_obs) of truncated transitions
             for t in range(T):
                 obs_steps.append(self._next_obs)
                 with torch.no_grad():
@@ -185,24 +188,32 @@ class PPO:
                 logprobs[t] = logprob.cpu().numpy()
                 values[t] = value.cpu().numpy()
                 next_obs, reward, terminated, truncated, infos = envs.step(actions[t])
+                terms[t], truncs[t] = terminated, np.logical_and(truncated, np.logical_not(terminated))
                 done = np.logical_or(terminated, truncated)
                 env_infos = split_infos(infos, N)
                 ext_rewards[t] = reward
-                dones[t] = done
                 infos_steps.append(env_infos)
-                next_obs_steps.append(true_next_obs(next_obs, infos, done))
+                real_next = true_next_obs(next_obs, infos, done)
+                next_obs_steps.append(real_next)
+                if truncs[t].any():
+                    bootstrap[t] = self._truncation_values(real_next, truncs[t])
                 self.global_step += N
                 for record in tracker.step(np.asarray(reward, dtype=np.float64), done, env_infos):
                     self.episodes.append({"step": self.global_step, **record})
                     bar.episode(record["charts/episodic_return"], record["charts/episodic_length"])
                     self._log(record)
-                if self.on_step is not None:
-                    self.on_step(self.global_step, next_obs, actions[t], ext_rewards[t], done, env_infos)
+                step = StepTransition(obs=obs_steps[-1], actions=actions[t], next_obs=real_next,
+                                      rewards=ext_rewards[t], terminated=terms[t], truncated=truncs[t],
+                                      infos=env_infos, step=self.global_step)
+                for _, module in self.reward_modules:
+                    module.watch(step)
+                stop = not callback.on_step(step) or stop
                 self._next_obs, self._next_done = next_obs, done
+            dones = np.logical_or(terms, truncs)
 
             # ---- rewards: extrinsic + intrinsic modules (computed on the whole rollout) ----
             batch = TransitionBatch(obs=stack_obs(obs_steps), actions=actions, next_obs=stack_obs(next_obs_steps),
-                                    rewards=ext_rewards, dones=dones, infos=infos_steps)
+                                    rewards=ext_rewards, terminated=terms, truncated=truncs, infos=infos_steps)
             int_rewards, metrics = mix_rewards(batch, self.reward_modules, self.counters)
             for _, module in self.reward_modules:
                 metrics.update({f"reward/{module.name}/{k}": v for k, v in module.update(batch).items()})
@@ -213,15 +224,16 @@ class PPO:
                                            torch.as_tensor(self._next_done, dtype=torch.float32, device=dev))
                 last_value = last_value.cpu().numpy()
             if self.two_value_heads:
-                adv_ext, ret_ext = compute_gae(self.extrinsic_coef * ext_rewards, values[..., 0], dones,
-                                               last_value[:, 0], self.gamma, self.gae_lambda)
+                adv_ext, ret_ext = compute_gae(self.extrinsic_coef * ext_rewards + self.gamma * bootstrap[..., 0],
+                                               values[..., 0], dones, last_value[:, 0], self.gamma, self.gae_lambda)
                 int_dones = dones if self.int_episodic else np.zeros_like(dones)
-                adv_int, ret_int = compute_gae(int_rewards, values[..., 1], int_dones, last_value[:, 1],
+                int_boot = self.int_gamma * bootstrap[..., 1] if self.int_episodic else 0.0
+                adv_int, ret_int = compute_gae(int_rewards + int_boot, values[..., 1], int_dones, last_value[:, 1],
                                                self.int_gamma, self.gae_lambda)
                 advantages = adv_ext + adv_int
                 returns = np.stack([ret_ext, ret_int], axis=-1)
             else:
-                rewards = self.extrinsic_coef * ext_rewards + int_rewards
+                rewards = self.extrinsic_coef * ext_rewards + int_rewards + self.gamma * bootstrap[..., 0]
                 advantages, ret = compute_gae(rewards, values[..., 0], dones, last_value[:, 0],
                                               self.gamma, self.gae_lambda)
                 returns = ret[..., None]
@@ -240,14 +252,20 @@ class PPO:
             })
             self.last_metrics = metrics
             self._log(metrics)
-            bar.update(N * T, lm_stats=self.progress_stats() if self.progress_stats else None)
-            if (checkpoint_every > 0 and self.run is not None
-                    and crossed(self.global_step, self.global_step - N * T, checkpoint_every)):
-                self.run.save_checkpoint({"agent": self.state_dict()}, self.global_step)
-            if callback is not None:
-                callback(self)
+            bar.update(N * T, lm_stats=callback.progress_stats() or None)
+            callback.on_rollout_end(metrics)
         bar.close()
+        callback.on_training_end()
         return self
+
+    @torch.no_grad()
+    def _truncation_values(self, next_obs: dict[str, np.ndarray], truncated: np.ndarray) -> np.ndarray:
+        """V(final_obs) per value head for the truncated envs (0 elsewhere); the recurrent core uses the
+        memory after the last action, as the episode would have continued."""
+        x = obs_to_tensor(next_obs, self.device)
+        d = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
+        value = self.net.get_value(x, self._state, d).cpu().numpy().reshape(self.num_envs, -1)
+        return np.where(truncated[:, None], value, 0.0).astype(np.float32)
 
     def _update(self, obs: dict[str, np.ndarray], actions, logprobs, values, advantages, returns,
                 starts, initial_state) -> dict[str, float]:

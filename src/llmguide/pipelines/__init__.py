@@ -1,70 +1,72 @@
-"""Pipelines: one per paper method, composing envs, LM, rewards and learners.
+"""Pipelines: one Runner (:mod:`llmguide.pipelines.runner`) and one short recipe per paper method.
 
-``run(verb, cfg)`` dispatches on ``cfg.method.name``.  Each entry names a function
-``fn(cfg) -> int | None`` imported lazily, so a method's heavy dependencies load only when used.
+A method's YAML (``conf/method/<name>.yaml``) names its recipe with ``recipe:`` — a short name from
+:data:`RECIPES` or ``"module:Class"`` — and, for the standard recipe, its reward module with
+``reward: "module:Class"`` or ``"path/to/file.py:Class"``.  So a new intrinsic reward is one file and
+one YAML; a new kind of method is one recipe module.  Recipe modules are imported lazily (a method's
+heavy dependencies load only when used); importing one registers its config rules.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
+from typing import Any
 
 from omegaconf import DictConfig
 
 from llmguide.core.errors import ConfigError
 
-# method.name -> {verb: "module:function"}
-PIPELINES: dict[str, dict[str, str]] = {
-    "none": {"train": "llmguide.pipelines.standard:train"},
-    "rnd": {"train": "llmguide.pipelines.standard:train"},
-    "noveld": {"train": "llmguide.pipelines.standard:train"},
-    "icm": {"train": "llmguide.pipelines.standard:train"},
-    "apt": {"train": "llmguide.pipelines.standard:train"},
-    # ELLM (goal suggestion + similarity reward) and its LM-free baselines
-    "ellm": {"train": "llmguide.pipelines.ellm:train"},
-    "ellm_oracle": {"train": "llmguide.pipelines.ellm:train"},
-    "ellm_all_goals": {"train": "llmguide.pipelines.ellm:train"},
-    # ONI (online message labels) and ELLM-BoW
-    "oni_retrieval": {"train": "llmguide.pipelines.oni:train"},
-    "oni_classification": {"train": "llmguide.pipelines.oni:train"},
-    "oni_ranking": {"train": "llmguide.pipelines.oni:train"},
-    "ellm_bow": {"train": "llmguide.pipelines.oni:train"},
-    # GLAM: the LM is the policy (hf backend), fine-tuned with PPO
-    "glam": {"train": "llmguide.pipelines.glam:train", "eval": "llmguide.pipelines.glam:evaluate"},
-    "npae": {"train": "llmguide.pipelines.glam:train", "eval": "llmguide.pipelines.glam:evaluate"},
-    # DRRN: GLAM's text Q-learning baseline over the same prompts
-    "drrn": {"train": "llmguide.pipelines.drrn:train", "eval": "llmguide.pipelines.drrn:evaluate"},
-    # Motif and BK: collect -> label -> train, each step reading the run dir
-    "motif": {verb: f"llmguide.pipelines.motif:{verb}" for verb in ("collect", "label", "train")},
-    **{bk: {verb: f"llmguide.pipelines.bk:{verb}" for verb in ("collect", "label", "train")}
-       for bk in ("bk_code", "bk_pref", "bk_goal")},
+RECIPES: dict[str, str] = {
+    "standard": "llmguide.pipelines.runner:Recipe",
+    "ellm": "llmguide.pipelines.ellm:ELLMRecipe",
+    "oni": "llmguide.pipelines.oni:ONIRecipe",
+    "motif": "llmguide.pipelines.motif:MotifRecipe",
+    "bk": "llmguide.pipelines.bk:BKRecipe",
+    "glam": "llmguide.pipelines.glam:GLAMRecipe",
+    "drrn": "llmguide.pipelines.drrn:DRRNRecipe",
 }
 
-
-def register(method: str, verb: str, target: str) -> None:
-    """Register ``module:function`` as the handler of ``llmguide <verb> method=<method>``."""
-    PIPELINES.setdefault(method, {})[verb] = target
+# packages whose import registers the config rules of their keys (env.*, agent.*, method.module.*, llm.*)
+RULE_OWNERS = ("llmguide.envs", "llmguide.learners", "llmguide.rewards", "llmguide.llm.factory")
 
 
-def _resolve(target: str):
-    module, _, func = target.partition(":")
-    return getattr(import_module(module), func)
+def recipe_class(cfg: DictConfig) -> type:
+    """The recipe class named by ``method.recipe`` (imported now, so its config rules are registered)."""
+    name = str(cfg.method.get("recipe") or "standard")
+    target = RECIPES.get(name, name)
+    module, _, cls = target.partition(":")
+    if not cls:
+        raise ConfigError("method.recipe", f"unknown recipe {name!r}; use one of {sorted(RECIPES)} or 'module:Class'")
+    try:
+        return getattr(import_module(module), cls)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError("method.recipe", f"cannot import {target!r}: {err}") from None
+
+
+def register_rules(cfg: DictConfig) -> None:
+    """Import every module that owns config rules for this config (called by ``load_config``)."""
+    for name in RULE_OWNERS:
+        import_module(name)
+    recipe_class(cfg)
 
 
 def run(verb: str, cfg: DictConfig) -> int | None:
     """Run ``verb`` (train / collect / label) for the configured method."""
-    method = cfg.method.name
-    handlers = PIPELINES.get(method)
-    if handlers is None:
-        raise ConfigError("method.name", f"no pipeline for method '{method}'; known: {sorted(PIPELINES)}")
-    if verb not in handlers:
-        raise ConfigError("method", f"method '{method}' has no '{verb}' step; it supports {sorted(handlers)}")
-    return _resolve(handlers[verb])(cfg)
+    from llmguide.pipelines.runner import train
+
+    recipe = recipe_class(cfg)(cfg)
+    if verb == "train":
+        return train(cfg, recipe)
+    step = getattr(recipe, verb, None)
+    if step is None:
+        offline = [v for v in ("collect", "label") if hasattr(recipe, v)]
+        raise ConfigError("method", f"method '{cfg.method.name}' has no '{verb}' step; it supports "
+                                    f"{['train', *offline]}")
+    return step()
 
 
-def evaluate_run(run_dir: str, overrides: list[str]) -> int | None:
-    """``llmguide eval RUN_DIR``: evaluate the run's latest checkpoint (the method's own ``eval`` if it has one)."""
-    from llmguide.pipelines.standard import load_run_config
+def evaluate_run(run_dir: str, overrides: list[str]) -> Any:
+    """``llmguide eval RUN_DIR``: evaluate the run's latest checkpoint with its method's recipe."""
+    from llmguide.pipelines.runner import evaluate_run as evaluate
 
-    method = load_run_config(run_dir).method.name
-    target = PIPELINES.get(method, {}).get("eval", "llmguide.pipelines.standard:evaluate")
-    return _resolve(target)(run_dir, overrides)
+    return evaluate(run_dir, overrides, lambda cfg: recipe_class(cfg)(cfg))

@@ -27,6 +27,7 @@ from llmguide.core.errors import ConfigError, LLMGuideError
 from llmguide.core.rundir import RunDir, atomic_write_text
 from llmguide.core.seeding import seed_everything
 from llmguide.data import EpisodeDataset, EpisodeRecorder, EpisodeWriter
+from llmguide.pipelines.runner import Parts, Recipe, open_run
 
 log = logging.getLogger(__name__)
 
@@ -80,20 +81,6 @@ def action_names(cfg: DictConfig) -> list[str] | None:
         env.close()
 
 
-def make_lm(cfg: DictConfig):
-    """The configured LM (``llmguide.llm.factory.make_llm``; the embedded model if the factory is absent)."""
-    try:
-        from llmguide.llm.factory import make_llm
-    except ImportError:
-        if str(cfg.llm.backend) != "embedded":
-            raise LLMGuideError(f"llm backend {cfg.llm.backend!r} needs llmguide.llm.factory") from None
-        from llmguide.llm.embedded import EmbeddedLM
-
-        return EmbeddedLM(model_path=cfg.llm.get("model_path"), n_ctx=int(cfg.llm.get("n_ctx", 2048)),
-                          n_threads=int(cfg.llm.get("n_threads", 2)), seed=int(cfg.seed))
-    return make_llm(cfg.llm, str(cfg.env.name))
-
-
 def _data_hash(dataset: EpisodeDataset) -> str:
     digest = hashlib.sha256()
     for f in dataset.files:
@@ -111,7 +98,7 @@ def collect(cfg: DictConfig) -> int:
     _variant(cfg)
     seed_everything(int(cfg.seed))
     c = cfg.method.collect
-    with RunDir.open(cfg) as run:
+    with open_run(cfg) as run:
         writer = EpisodeWriter(run.path / "dataset", writer=f"s{int(cfg.seed)}-{uuid.uuid4().hex[:6]}",
                                meta={"env": str(cfg.env.name), "task": cfg.env.get("task"), "seed": int(cfg.seed)})
         max_eps = int(c.get("max_episodes", 0) or 0)
@@ -146,8 +133,10 @@ def label(cfg: DictConfig) -> int:
         raise LLMGuideError(f"no readable episodes in {dataset.roots}")
     names = action_names(cfg)
     rng = np.random.default_rng(int(cfg.seed))
-    lm = make_lm(cfg)
-    with RunDir.open(cfg) as run:
+    from llmguide.llm.factory import make_llm
+
+    lm = make_llm(cfg.llm, str(cfg.env.name))
+    with open_run(cfg) as run:
         out = run.path / "bk"
         out.mkdir(parents=True, exist_ok=True)
         try:
@@ -242,33 +231,25 @@ def build_module(cfg: DictConfig, labels_dir: str | Path, gamma: float, run_path
     return bk.TransitionPotentialShaping(potential, gamma, name="bk_goal", scale=scale)
 
 
-def train(cfg: DictConfig) -> int:
-    """PPO on ``extrinsic_coef · r_env + intrinsic_coef · F`` with the potential from ``method.labels``."""
-    from llmguide.learners.ppo import PPO
+class BKRecipe(Recipe):
+    """BK-Code / BK-Pref / BK-Goal: PPO on ``extrinsic_coef · r_env + intrinsic_coef · F`` with the
+    potential from the label run ``method.labels``."""
 
-    _variant(cfg)
-    labels_dir = _paths(cfg.method.get("labels"), "method.labels")[0]
-    seed_everything(int(cfg.seed))
-    with RunDir.open(cfg) as run:
-        module = build_module(cfg, labels_dir, float(cfg.agent.gamma), run.path)
-        envs = _make_envs(cfg)
-        try:
-            agent = PPO(envs, cfg.agent, reward_modules=[(float(cfg.method.intrinsic_coef), module)],
-                        extrinsic_coef=float(cfg.method.extrinsic_coef), run=run, seed=int(cfg.seed),
-                        device=str(cfg.device))
-            state = run.load_checkpoint() if cfg.run.resume else None
-            if state is not None:
-                agent.load_state_dict(state["agent"])
-            agent.learn(int(cfg.total_steps), progress=bool(cfg.progress),
-                        checkpoint_every=int(cfg.checkpoint_every))
-            run.save_checkpoint({"agent": agent.state_dict()}, agent.global_step)
-        finally:
-            envs.close()
-        recent = list(agent.episodes)[-100:]
-        summary = {"steps": agent.global_step, "episodes": len(agent.episodes),
-                   "recent_return": float(np.mean([e["charts/episodic_return"] for e in recent])) if recent else None,
-                   "recent_success": float(np.mean([e.get("charts/success", 0.0) for e in recent])) if recent else None,
-                   "labels": str(labels_dir)}
-        run.write_json("train_summary.json", summary)
-        print(f"{cfg.method.name}: {json.dumps(summary)}")
-    return 0
+    agents = ("ppo",)
+
+    def check(self) -> None:
+        super().check()
+        _variant(self.cfg)
+        self.labels_dir = _paths(self.cfg.method.get("labels"), "method.labels")[0]
+
+    def collect(self) -> int:
+        return collect(self.cfg)
+
+    def label(self) -> int:
+        return label(self.cfg)
+
+    def build(self, envs: Any, run: RunDir | None) -> Parts:
+        cfg = self.cfg
+        module = build_module(cfg, self.labels_dir, float(cfg.agent.gamma), run.path if run else None)
+        return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef),
+                     metrics=lambda: {f"reward/{module.name}/{k}": v for k, v in module.metrics().items()})

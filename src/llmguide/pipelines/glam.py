@@ -1,12 +1,10 @@
-"""GLAM pipeline: ``llmguide train env=babyai method=glam llm=hf ...`` (and ``method=npae``).
+"""GLAM recipe: ``llmguide train env=babyai method=glam llm=hf ...`` (and ``method=npae``).
 
-seed -> run dir -> HFLM (pretrained, or random weights with pretrained embeddings for NPAE; LoRA
-adapters when ``method.lora``) -> :class:`LMPolicy` (scored action strings, or action heads) ->
-optional behavioural cloning on BabyAI-bot demonstrations (``method.bc_episodes``) -> :class:`GLAMPPO`
-(skipped with ``method.ppo=false``: GLAM's BC-Bot baseline; resume from ``checkpoints/latest.pt`` with
-``run.resume=true``) -> final checkpoint -> greedy and sampled evaluation, plus the generalisation
-tests named in ``method.post_tests``, into ``eval.json``.  ``llmguide eval RUN_DIR`` repeats the last
-step from the checkpoint.
+HFLM (pretrained, or random weights with pretrained embeddings for NPAE; LoRA adapters when
+``method.lora``) → :class:`LMPolicy` (scored action strings, or action heads) → optional behavioural
+cloning on BabyAI-bot demonstrations (``method.bc_episodes``) → :class:`GLAMPPO` with the settings of
+``agent=glam`` (skipped with ``method.ppo=false``: GLAM's BC-Bot baseline) → greedy and sampled
+evaluation, plus the generalisation tests named in ``method.post_tests``.  The Runner does the rest.
 """
 
 from __future__ import annotations
@@ -15,52 +13,78 @@ import logging
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig
+from omegaconf import OmegaConf
 
 from llmguide.core.config import non_negative, positive, register_rule
 from llmguide.core.errors import ConfigError
 from llmguide.core.rundir import RunDir
-from llmguide.pipelines.text_policy import evaluate_checkpoint, train_text_policy
+from llmguide.pipelines.runner import Parts
+from llmguide.pipelines.text_policy import TextPolicyRecipe
 
 log = logging.getLogger(__name__)
 
 BC_SEED_OFFSET = 20_000   # demonstrations come from other layouts than training and evaluation
 
-
-for _key in ("k_history", "lora_r", "lora_alpha", "value_hidden", "rollout_steps", "epochs", "minibatch", "lr",
-             "reward_scale", "bc_epochs", "bc_lr", "bc_minibatch"):
+for _key in ("k_history", "lora_r", "lora_alpha", "value_hidden", "bc_epochs", "bc_lr", "bc_minibatch"):
     register_rule(f"method.{_key}", positive)
-for _key in ("vf_coef", "ent_coef", "max_grad_norm", "lora_dropout", "torch_threads", "bc_episodes",
-             "lora_last_layers"):
+for _key in ("lora_dropout", "bc_episodes", "lora_last_layers"):
     register_rule(f"method.{_key}", non_negative)
+for _key in ("rollout_steps", "epochs", "minibatch", "lr", "reward_scale"):
+    register_rule(f"agent.{_key}", positive)
+for _key in ("vf_coef", "ent_coef", "max_grad_norm", "torch_threads"):
+    register_rule(f"agent.{_key}", non_negative)
 
 
-def build_policy(cfg: DictConfig) -> Any:
-    """HFLM from ``cfg.llm`` (trainable), LoRA-wrapped if ``method.lora``, as an :class:`LMPolicy`."""
-    from llmguide.envs.babyai_text import ACTION_STRINGS
-    from llmguide.learners.llm_policy import LMPolicy, MLPHead, ValueHead, apply_lora, d_model_of
-    from llmguide.llm.hf import HFLM
+class GLAMRecipe(TextPolicyRecipe):
+    """GLAM / NPAE / BC-Bot: an LM policy fine-tuned with PPO."""
 
-    m, llm = cfg.method, cfg.llm
-    if llm.backend != "hf":
-        raise ConfigError("llm", f"method={m.name} needs a trainable local model (llm=hf), got llm.backend={llm.backend}")
-    if cfg.env.name != "babyai":
-        raise ConfigError("env", f"method={m.name} runs on BabyAI-Text (env=babyai), got env={cfg.env.name}")
-    if not m.pretrained and m.lora:
-        raise ConfigError("method.lora", "LoRA on a randomly initialised LM (method.pretrained=false) trains "
-                                         "almost nothing; set method.lora=false")
-    lm = HFLM(model_path=llm.get("model_path"), gguf_file=llm.get("gguf_file"), device=str(llm.device),
-              dtype=str(llm.dtype), trainable=not m.lora, max_batch=int(llm.max_batch), pretrained=bool(m.pretrained))
-    if m.lora:
-        apply_lora(lm, r=int(m.lora_r), alpha=int(m.lora_alpha), dropout=float(m.lora_dropout),
-                   target_modules=m.lora_targets, last_layers=int(m.lora_last_layers))
-    d_model = d_model_of(lm)
-    head = ValueHead(d_model, int(m.value_hidden)).to(lm.device)
-    actions = MLPHead(d_model, int(m.value_hidden), len(ACTION_STRINGS)) if m.action_heads else None
-    return LMPolicy(lm, ACTION_STRINGS, head, normalize=bool(m.normalize_scores), action_head=actions)
+    agents = ("glam",)
+
+    def check(self) -> None:
+        super().check()
+        m, llm = self.cfg.method, self.cfg.llm
+        if llm.backend != "hf":
+            raise ConfigError("llm", f"method={m.name} needs a trainable local model (llm=hf), got llm.backend={llm.backend}")
+        if not m.pretrained and m.lora:
+            raise ConfigError("method.lora", "LoRA on a randomly initialised LM (method.pretrained=false) trains "
+                                             "almost nothing; set method.lora=false")
+
+    def build_policy(self) -> Any:
+        """HFLM from ``cfg.llm`` (trainable), LoRA-wrapped if ``method.lora``, as an :class:`LMPolicy`."""
+        from llmguide.envs.babyai_text import ACTION_STRINGS
+        from llmguide.learners.llm_policy import LMPolicy, MLPHead, ValueHead, apply_lora, d_model_of
+        from llmguide.llm.hf import HFLM
+
+        m, llm = self.cfg.method, self.cfg.llm
+        lm = HFLM(model_path=llm.get("model_path"), gguf_file=llm.get("gguf_file"), device=str(llm.device),
+                  dtype=str(llm.dtype), trainable=not m.lora, max_batch=int(llm.max_batch),
+                  pretrained=bool(m.pretrained))
+        if m.lora:
+            apply_lora(lm, r=int(m.lora_r), alpha=int(m.lora_alpha), dropout=float(m.lora_dropout),
+                       target_modules=m.lora_targets, last_layers=int(m.lora_last_layers))
+        d_model = d_model_of(lm)
+        head = ValueHead(d_model, int(m.value_hidden)).to(lm.device)
+        actions = MLPHead(d_model, int(m.value_hidden), len(ACTION_STRINGS)) if m.action_heads else None
+        return LMPolicy(lm, ACTION_STRINGS, head, normalize=bool(m.normalize_scores), action_head=actions)
+
+    def load_policy(self, agent_state: dict[str, Any]) -> None:
+        self.policy.load_trainable_state(agent_state["policy"])
+
+    def make_agent(self, parts: Parts, run: RunDir | None) -> Any:
+        from llmguide.learners.llm_policy import GLAMPPO
+
+        settings = OmegaConf.merge(self.cfg.agent, {"k_history": int(self.cfg.method.k_history)})
+        return GLAMPPO(parts.envs, self.policy, settings, run=run, seed=int(self.cfg.seed))
+
+    def prepare(self, agent: Any, run: RunDir) -> None:
+        if int(self.cfg.method.bc_episodes) > 0:
+            clone_bot(self.policy, self.cfg, run)
+
+    def learns(self) -> bool:
+        return bool(self.cfg.method.ppo)
 
 
-def clone_bot(policy: Any, cfg: DictConfig, run: RunDir) -> None:
+def clone_bot(policy: Any, cfg: Any, run: RunDir) -> None:
     """Behavioural cloning on ``method.bc_episodes`` BabyAI-bot episodes; logs ``bc/*`` at step 0."""
     from llmguide.envs.babyai_text import bot_demonstrations
     from llmguide.learners.llm_policy import behaviour_clone, demonstration_samples
@@ -76,22 +100,3 @@ def clone_bot(policy: Any, cfg: DictConfig, run: RunDir) -> None:
     run.log(0, {"bc/samples": float(len(prompts)), "bc/loss_first": float(losses[0]),
                 "bc/loss_last": float(np.mean(tail)), "bc/demo_success": float(np.mean([d["success"] for d in demos]))})
     log.info("behavioural cloning: %d samples, loss %.3f -> %.3f", len(prompts), losses[0], np.mean(tail))
-
-
-def train(cfg: DictConfig) -> int:
-    """Train a GLAM (or NPAE / BC) agent; writes metrics, checkpoints and ``eval.json``; returns 0."""
-    from llmguide.learners.llm_policy import GLAMPPO
-
-    def bc(policy: Any, run: RunDir) -> None:
-        if int(cfg.method.bc_episodes) > 0:
-            clone_bot(policy, cfg, run)
-
-    return train_text_policy(cfg, build_policy,
-                             lambda envs, policy, run: GLAMPPO(envs, policy, cfg.method, run=run, seed=int(cfg.seed)),
-                             prepare=bc)
-
-
-def evaluate(run_dir: str, overrides: list[str]) -> int:
-    """``llmguide eval RUN_DIR [key=value ...]``: evaluation and generalisation tests of the last checkpoint."""
-    return evaluate_checkpoint(run_dir, overrides, build_policy,
-                               lambda policy, agent: policy.load_trainable_state(agent["policy"]))

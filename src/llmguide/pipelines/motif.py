@@ -5,7 +5,7 @@
 - ``llmguide label method=motif ...``: LM preferences in committed batches (resumable; ``method.max_batches``
   stops early, a rerun continues);
 - ``llmguide train method=motif ...``: train the Bradley-Terry reward model (→ ``reward_model.pt``) if
-  absent, then PPO with :class:`~llmguide.rewards.motif.MotifReward`.
+  absent, then PPO with :class:`~llmguide.rewards.motif.MotifReward` through the Runner.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ from omegaconf import DictConfig
 
 from llmguide.core.rundir import RunDir, atomic_torch_save
 from llmguide.core.seeding import seed_everything
+from llmguide.pipelines.runner import Parts, Recipe
 from llmguide.rewards.motif import MotifReward, PairsDB, annotate_pairs, sample_pairs, train_reward_model
 
 log = logging.getLogger(__name__)
@@ -61,14 +63,14 @@ def collect(cfg: DictConfig) -> int:
 
 def label(cfg: DictConfig) -> int:
     """Annotate the pairs still to do (resumable)."""
+    from llmguide.llm.factory import make_llm
     from llmguide.llm.service import LLMService
-    from llmguide.pipelines.oni import make_lm
     from llmguide.rewards.oni_annotator import PairAnnotator
 
     db = PairsDB(data_dir(cfg) / "pairs.sqlite")
     if db.count() == 0:
         raise FileNotFoundError(f"no pairs in {db.path}; run `llmguide collect method=motif ...` first")
-    lm = make_lm(cfg.llm, cfg.env.name)
+    lm = make_llm(cfg.llm, str(cfg.env.name))
     with LLMService(lm, max_batch=8) as service:
         annot = PairAnnotator(service, template=cfg.method.template, mode=cfg.method.label_mode,
                               max_tokens=int(cfg.method.max_tokens))
@@ -81,11 +83,8 @@ def label(cfg: DictConfig) -> int:
     return 0
 
 
-def train(cfg: DictConfig) -> int:
-    """Reward model (if not trained yet) then PPO with the Motif reward."""
-    from llmguide.envs import make_vector_env
-    from llmguide.learners.ppo import PPO
-
+def fit_reward_model(cfg: DictConfig) -> Path:
+    """Train the Bradley-Terry reward model from the labelled pairs unless ``reward_model.pt`` exists."""
     folder = data_dir(cfg)
     model_path = folder / "reward_model.pt"
     if not model_path.exists():
@@ -99,28 +98,29 @@ def train(cfg: DictConfig) -> int:
         (folder / "reward_model_metrics.json").write_text(json.dumps(metrics, indent=2))
         (folder / "train_norm_quantiles.json").write_text(json.dumps(ckpt["quantiles"], indent=2))
         print(f"reward model: {metrics}")
-    ckpt = torch.load(model_path, map_location="cpu", weights_only=False)
-    seed_everything(int(cfg.seed), bool(cfg.deterministic))
-    with RunDir.open(cfg) as run:
-        envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
-        try:
-            module = MotifReward(ckpt, int(cfg.num_envs), beta=float(cfg.method.beta),
-                                 count_scope=str(cfg.method.count_scope), canonicalize=bool(cfg.method.canonicalize))
-            agent = PPO(envs, cfg.agent, reward_modules=[(float(cfg.method.intrinsic_coef), module)],
-                        extrinsic_coef=float(cfg.method.extrinsic_coef), run=run, seed=int(cfg.seed),
-                        device=str(cfg.device))
-            if cfg.run.resume and (state := run.load_checkpoint()) is not None:
-                agent.load_state_dict(state["agent"])
-                run.truncate_metrics_after(agent.global_step)
-            agent.learn(int(cfg.total_steps), progress=bool(cfg.progress),
-                        checkpoint_every=int(cfg.checkpoint_every))
-            run.save_checkpoint({"agent": agent.state_dict()}, agent.global_step)
-            run.write_json("motif_reward.json", {"threshold": module.threshold,
-                                                 "messages": {m: r for m, r in module.table.items()},
-                                                 "mean_reward": float(np.mean(list(module.table.values()) or [0]))})
-            from llmguide.pipelines.oni import _evaluate
+    return model_path
 
-            _evaluate(cfg, agent, run)
-        finally:
-            envs.close()
-    return 0
+
+class MotifRecipe(Recipe):
+    """Motif: offline collect → label → reward model, then PPO with the Motif reward."""
+
+    agents = ("ppo",)
+
+    def collect(self) -> int:
+        return collect(self.cfg)
+
+    def label(self) -> int:
+        return label(self.cfg)
+
+    def build(self, envs: Any, run: RunDir | None) -> Parts:
+        cfg = self.cfg
+        ckpt = torch.load(fit_reward_model(cfg), map_location="cpu", weights_only=False)
+        module = MotifReward(ckpt, envs.num_envs, beta=float(cfg.method.beta), count_scope=str(cfg.method.count_scope),
+                             canonicalize=bool(cfg.method.canonicalize))
+        return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef))
+
+    def finish(self, parts: Parts, run: RunDir) -> None:
+        """The messages met in training and their rewards → ``motif_reward.json``."""
+        module = parts.modules[0][1]
+        run.write_json("motif_reward.json", {"threshold": module.threshold, "messages": dict(module.table),
+                                             "mean_reward": float(np.mean(list(module.table.values()) or [0]))})

@@ -1,17 +1,20 @@
 """Reward modules: intrinsic / shaping rewards that a learner adds to the extrinsic reward.
 
 A learner uses ``r = method.extrinsic_coef * r_ext + sum(coef_i * module_i.compute(batch))`` with
-the ``(coef, module)`` pairs from :func:`build_reward_modules`. Built-in methods: ``none`` (no
-module), ``rnd``, ``noveld``, ``icm``, ``apt``; their hyper-parameters live under ``module:`` in
-``conf/method/<name>.yaml`` and are checked here (a wrong key or value raises ConfigError naming
-``method.module.<key>``). Other methods add theirs with :func:`register_reward`.
+the ``(coef, module)`` pairs from :func:`build_reward_modules`.  A method's YAML names its module
+class with ``reward: "package.module:Class"`` (or ``"path/to/file.py:Class"``) and its keyword
+arguments under ``module:``; they are checked against the constructor (a wrong key or value raises
+ConfigError naming ``method.module.<key>``).  Factories that build several modules are registered
+with :func:`register_reward`.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 from collections.abc import Callable, Mapping
 from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 from gymnasium import spaces
@@ -19,20 +22,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from llmguide.core.config import in_range, non_negative, one_of, positive, register_rule
 from llmguide.core.errors import ConfigError
-from llmguide.rewards.base import RewardModule, TransitionBatch
+from llmguide.rewards.base import RewardModule, StepTransition, TransitionBatch
 from llmguide.rewards.shaping import PotentialShaping, potential_shaping
 
 # factory(method_cfg: dict, obs_space, action_space, num_envs, device, seed)
 #   -> RewardModule | list[tuple[float, RewardModule]] | None
 RewardFactory = Callable[..., Any]
-
-# Built-ins: method name -> "module:Class" (imported lazily).
-_BUILTIN = {
-    "rnd": "llmguide.rewards.rnd:RND",
-    "noveld": "llmguide.rewards.noveld:NovelD",
-    "icm": "llmguide.rewards.icm:ICM",
-    "apt": "llmguide.rewards.apt:APT",
-}
 
 _RULES = {
     "feature_dim": positive, "hidden": positive, "lr": positive, "epochs": positive,
@@ -44,11 +39,32 @@ for _key, _rule in _RULES.items():
     register_rule(f"method.module.{_key}", _rule)
 
 
+def load_class(target: str) -> type:
+    """``"package.module:Class"`` or ``"path/to/file.py:Class"`` → the class (ConfigError naming ``method.reward``)."""
+    where, _, cls_name = str(target).rpartition(":")
+    try:
+        if where.endswith(".py"):
+            path = Path(where).expanduser().resolve()
+            spec = importlib.util.spec_from_file_location(f"llmguide_user_{path.stem}", path)
+            if spec is None or spec.loader is None or not path.exists():
+                raise ImportError(f"no such file {path}")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = import_module(where)
+        cls = getattr(module, cls_name)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ConfigError("method.reward", f"cannot load reward class {target!r}: {err}") from None
+    if not (isinstance(cls, type) and issubclass(cls, RewardModule)):
+        raise ConfigError("method.reward", f"{target!r} is not a RewardModule subclass")
+    return cls
+
+
 def _class_factory(target: str) -> RewardFactory:
     def factory(method_cfg: Mapping[str, Any], obs_space: spaces.Space, action_space: spaces.Space,
                 num_envs: int, device: str = "cpu", seed: int = 0) -> RewardModule:
-        module_path, _, cls_name = target.partition(":")
-        cls = getattr(import_module(module_path), cls_name)
+        cls = load_class(target)
+        cls_name = cls.__name__
         kwargs = dict(method_cfg.get("module") or {})
         accepted = _accepted_kwargs(cls)
         for key, value in kwargs.items():
@@ -78,8 +94,7 @@ def _accepted_kwargs(cls: type) -> set[str]:
     return names - {"self", "obs_space", "action_space", "num_envs", "device", "seed"}
 
 
-REWARDS: dict[str, RewardFactory] = {name: _class_factory(target) for name, target in _BUILTIN.items()}
-REWARDS["none"] = lambda *args, **kwargs: None
+REWARDS: dict[str, RewardFactory] = {}
 
 
 def _ellm_bow_factory(method_cfg: Any, obs_space: Any, action_space: Any, num_envs: int, **kwargs: Any) -> Any:
@@ -105,10 +120,14 @@ def build_reward_modules(method_cfg: DictConfig | Mapping[str, Any], obs_space: 
                          seed: int = 0) -> list[tuple[float, RewardModule]]:
     """The ``(coef, module)`` pairs for the configured method (empty for ``none``)."""
     cfg = OmegaConf.to_container(method_cfg, resolve=True) if isinstance(method_cfg, DictConfig) else dict(method_cfg)
-    name = cfg.get("name")
-    if name not in REWARDS:
-        raise ConfigError("method.name", f"no reward module for method '{name}'; known: {sorted(REWARDS)}")
-    built = REWARDS[name](cfg, obs_space, action_space, num_envs, device=device, seed=seed)
+    name, target = cfg.get("name"), cfg.get("reward")
+    if target:
+        factory = _class_factory(str(target))
+    elif name in REWARDS:
+        factory = REWARDS[name]
+    else:
+        return []  # no reward module (method=none)
+    built = factory(cfg, obs_space, action_space, num_envs, device=device, seed=seed)
     if built is None:
         return []
     if isinstance(built, RewardModule):
@@ -117,6 +136,6 @@ def build_reward_modules(method_cfg: DictConfig | Mapping[str, Any], obs_space: 
 
 
 __all__ = [
-    "REWARDS", "RewardModule", "TransitionBatch", "PotentialShaping", "build_reward_modules",
-    "potential_shaping", "register_reward",
+    "REWARDS", "RewardModule", "StepTransition", "TransitionBatch", "PotentialShaping", "build_reward_modules",
+    "load_class", "potential_shaping", "register_reward",
 ]

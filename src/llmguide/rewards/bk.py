@@ -111,7 +111,7 @@ class TransitionPotentialShaping(PotentialShaping):
         phi_s[1:] = np.where(dones[:-1], 0.0, phi_next[:-1])
         self._carry = np.where(dones[-1], 0.0, phi_next[-1])
         self.last_stats = {"phi_mean": float(phi_next.mean()), "phi_nonzero": float((phi_next != 0).mean())}
-        return potential_shaping(phi_s, phi_next, dones, self.gamma)
+        return potential_shaping(phi_s, phi_next, batch.terminated, self.gamma)
 
     def update(self, batch: TransitionBatch) -> dict[str, float]:
         extra = getattr(self.potential, "metrics", None)

@@ -33,8 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from llmguide.rewards.base import RewardModule, TransitionBatch
-
 log = logging.getLogger(__name__)
 
 SUGGESTERS = ("generate", "score", "oracle", "all_goals")
@@ -355,113 +353,5 @@ def _grading_info(info: dict) -> dict:
     return {k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v) for k, v in info.items()}
 
 
-# --- goal matcher and reward ---------------------------------------------------------------
-class GoalMatcher:
-    """Similarity between event captions and goals: embedding cosine (cached) or exact match."""
-
-    def __init__(self, embedder: Any = None, match: str = "cosine"):
-        if match not in ("cosine", "exact"):
-            raise ValueError(f"match must be 'cosine' or 'exact', got {match!r}")
-        if match == "cosine" and embedder is None:
-            raise ValueError("cosine matching needs a sentence embedder")
-        self.embedder = embedder
-        self.match = match
-        self._cache: dict[str, np.ndarray] = {}
-
-    @staticmethod
-    def normalise(text: str) -> str:
-        return " ".join(re.sub(r"[^a-z0-9 ]", " ", text.lower()).split())
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
-        if missing:
-            for text, vec in zip(missing, self.embedder.embed(list(missing)), strict=True):
-                self._cache[text] = np.asarray(vec, dtype=np.float32)
-        return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 0), np.float32)
-
-    def similarity(self, events: Sequence[str], goals: Sequence[str]) -> np.ndarray:
-        """(len(events), len(goals)) similarity: cosine, or 1/0 for exact (normalised) match."""
-        if not events or not goals:
-            return np.zeros((len(events), len(goals)), dtype=np.float32)
-        if self.match == "exact":
-            ev = [self.normalise(e) for e in events]
-            gl = [self.normalise(g) for g in goals]
-            return np.array([[float(e == g) for g in gl] for e in ev], dtype=np.float32)
-        return self.embed(list(events)) @ self.embed(list(goals)).T
-
-
-class ELLMReward(RewardModule):
-    """Reward for achieving a goal suggested for the state before the action.
-
-    Reads, per transition, ``info["events"]`` and ``info["ellm_goals"]`` (the goals suggested
-    for the pre-action state, written by :class:`~llmguide.rewards.ellm_goals.ELLMVecWrapper`).
-    An event achieves the unachieved goal it is most similar to when that similarity reaches
-    ``threshold`` (cosine) or is an exact match; each event pays at most once, each goal at
-    most once per episode.  ``reward="one"`` pays 1, ``reward="cosine"`` pays the similarity.
-    Call ``compute`` on consecutive transitions in order (it keeps the per-episode record).
-    """
-
-    name = "ellm"
-
-    def __init__(self, matcher: GoalMatcher, num_envs: int, threshold: float = 0.8, reward: str = "one"):
-        if reward not in ("one", "cosine"):
-            raise ValueError(f"reward must be 'one' or 'cosine', got {reward!r}")
-        self.matcher = matcher
-        self.threshold = 1.0 if matcher.match == "exact" else float(threshold)
-        self.reward = reward
-        self.num_envs = num_envs
-        self.achieved: list[set[str]] = [set() for _ in range(num_envs)]
-        self.paid_total = 0
-        self.achieved_goals: dict[str, int] = {}
-
-    def compute(self, batch: TransitionBatch) -> np.ndarray:
-        dones = np.asarray(batch.dones, dtype=bool)
-        T, N = dones.shape
-        out = np.zeros((T, N), dtype=np.float32)
-        for t in range(T):
-            for n in range(N):
-                info = batch.infos[t][n] if batch.infos else {}
-                out[t, n] = self._pay(n, list(info.get("events") or []), list(info.get("ellm_goals") or []))
-                if dones[t, n]:
-                    self.achieved[n] = set()
-        return out
-
-    def _pay(self, n: int, events: list[str], goals: list[str]) -> float:
-        goals = [g for g in dict.fromkeys(goals) if g not in self.achieved[n]]
-        if not events or not goals:
-            return 0.0
-        sim = self.matcher.similarity(events, goals)
-        total = 0.0
-        for e in range(len(events)):
-            row = np.where([g in self.achieved[n] for g in goals], -np.inf, sim[e])
-            j = int(np.argmax(row))
-            if row[j] >= self.threshold - 1e-6:
-                self.achieved[n].add(goals[j])
-                self.achieved_goals[goals[j]] = self.achieved_goals.get(goals[j], 0) + 1
-                self.paid_total += 1
-                total += 1.0 if self.reward == "one" else float(row[j])
-        return total
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"achieved": [sorted(a) for a in self.achieved], "paid_total": self.paid_total}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.achieved = [set(a) for a in state.get("achieved", [[]] * self.num_envs)]
-        self.paid_total = int(state.get("paid_total", 0))
-
-
-def nearest_goal_map(matcher: GoalMatcher, vocabulary: Sequence[str], threshold: float) -> Callable[[str], str | None]:
-    """Map a free-form goal to the vocabulary goal it matches (exact, else cosine >= threshold)."""
-    canon = {GoalMatcher.normalise(g): g for g in vocabulary}
-
-    def lookup(goal: str) -> str | None:
-        key = GoalMatcher.normalise(goal)
-        if key in canon:
-            return canon[key]
-        if matcher.match == "exact" or matcher.embedder is None:
-            return None
-        sim = matcher.similarity([goal], list(vocabulary))[0]
-        j = int(np.argmax(sim))
-        return vocabulary[j] if sim[j] >= threshold else None
-
-    return lookup
+# the matcher and the reward live in ellm_reward.py; re-exported here for callers of this module
+from llmguide.rewards.ellm_reward import ELLMReward, GoalMatcher, nearest_goal_map  # noqa: E402, F401

@@ -1,24 +1,26 @@
-"""ELLM around a vector env: suggestions per env, the goal reward, and the goal observation.
+"""ELLM's observation side around a vector env: suggestions per env and the goal observation.
 
-:class:`ELLMVecWrapper` is what a learner (PPO or DQN) sees.  Each step it
+:class:`ELLMGoalWrapper` is what a learner (PPO or DQN) sees.  Each step it
 
 1. remembers the goals suggested for every env's current state (the state *before* the action),
-2. steps the wrapped env and splits the infos per env (``llmguide.envs.split_infos``),
-3. pays :class:`~llmguide.rewards.ellm.ELLMReward` on the transition, writing
-   ``info["ellm_goals"]`` and ``info["ellm_reward"]`` into each transition's info,
-4. shows the new states to the :class:`~llmguide.rewards.ellm.GoalSuggester` (which asks the LM,
+2. steps the wrapped env and writes them into the step's infos as ``ellm_goals`` (also into
+   ``final_info`` for envs that just finished), where :class:`~llmguide.rewards.ellm.ELLMReward`
+   (an ordinary reward module that ``watch``-es each step) reads them,
+3. shows the new states to the :class:`~llmguide.rewards.ellm.GoalSuggester` (which asks the LM,
    asynchronously, only when the state signature changed) and polls finished answers,
-5. adds the key ``goal`` (one goal embedding per env) to the observation dict.
+4. adds the key ``goal`` (one goal embedding per env) to the observation dict.
 
-The training reward it returns is ``extrinsic_coef * r_env + intrinsic_coef * r_ellm``, so any
-learner trains on it unchanged; ELLM's reward therefore needs no reward module in the learner.
+The reward it returns is the env's, unchanged: the ELLM reward reaches the learner through the
+reward module, so ``charts/episodic_return`` is the env return for ELLM as for every method.
 
 Goal conditioning (one goal at a time, not the concatenated list of suggestions): each env keeps
 a current goal chosen among its suggestions not yet achieved this episode ("first": the top
 ranked one; "random": uniformly, from a seeded generator).  It is re-chosen when it is achieved,
 when it disappears from the suggestions, or at an episode start; the observation carries its
 sentence embedding, or zeros when there is none.  A fixed goal (``fixed_goal``) is used for
-single-task fine-tuning.
+single-task fine-tuning.  Goals the reward paid this episode (``reward.achieved``) are not chosen;
+the reward module learns of a payment when it watches the step, so a goal reached at step t is
+replaced in the observation of step t + 2 (one step later than when the wrapper paid it itself).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from llmguide.rewards.base import TransitionBatch
 from llmguide.rewards.ellm import ELLMReward, GoalMatcher, GoalSuggester
 
 
@@ -51,8 +52,15 @@ def _per_env(infos: dict, i: int) -> dict:
     return out
 
 
-class ELLMVecWrapper(gym.vector.VectorWrapper):
-    """Adds ELLM's goal reward and a per-env ``goal`` embedding to a Dict-observation vector env."""
+def _object_array(items: list) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    for i, item in enumerate(items):
+        out[i] = item
+    return out
+
+
+class ELLMGoalWrapper(gym.vector.VectorWrapper):
+    """Writes the pre-action suggestions into infos and adds a per-env ``goal`` embedding."""
 
     def __init__(
         self,
@@ -60,8 +68,6 @@ class ELLMVecWrapper(gym.vector.VectorWrapper):
         suggester: GoalSuggester,
         reward: ELLMReward,
         goal_embedder: GoalMatcher | Any,
-        extrinsic_coef: float = 0.0,
-        intrinsic_coef: float = 1.0,
         goal_conditioned: bool = True,
         goal_choice: str = "random",
         fixed_goal: str | None = None,
@@ -73,8 +79,6 @@ class ELLMVecWrapper(gym.vector.VectorWrapper):
         self.suggester = suggester
         self.reward_module = reward
         self.embedder = goal_embedder if isinstance(goal_embedder, GoalMatcher) else GoalMatcher(goal_embedder)
-        self.extrinsic_coef = float(extrinsic_coef)
-        self.intrinsic_coef = float(intrinsic_coef)
         self.goal_conditioned = goal_conditioned
         self.goal_choice = goal_choice
         self.fixed_goal = fixed_goal
@@ -85,9 +89,6 @@ class ELLMVecWrapper(gym.vector.VectorWrapper):
             box = gym.spaces.Box(-1.0, 1.0, (self.dim,), np.float32)
             self.single_observation_space = gym.spaces.Dict({**env.single_observation_space.spaces, "goal": box})
             self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
-        self.last_transitions: list[dict] = [{} for _ in range(self.num_envs)]
-        self.last_env_rewards = np.zeros(self.num_envs)
-        self.totals = {"intrinsic": 0.0, "extrinsic": 0.0, "paid": 0, "steps": 0}
 
     # -- gym API ---------------------------------------------------------------------------
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
@@ -101,19 +102,14 @@ class ELLMVecWrapper(gym.vector.VectorWrapper):
         return self._with_goal(obs), infos
 
     def step(self, actions):
-        from llmguide.envs import split_infos
-
-        goals_before = [self.suggester.goals(i) for i in range(self.num_envs)]
+        goals_before = _object_array([self.suggester.goals(i) for i in range(self.num_envs)])
         obs, rewards, terminated, truncated, infos = self.env.step(actions)
         dones = np.logical_or(terminated, truncated)
-        transitions = split_infos(infos, self.num_envs)
-        for i, info in enumerate(transitions):
-            info["ellm_goals"] = goals_before[i]
-        batch = TransitionBatch(obs=None, actions=np.asarray(actions)[None], next_obs=None,
-                                rewards=np.asarray(rewards)[None], dones=dones[None], infos=[transitions])
-        r_int = self.reward_module.compute(batch)[0]
-        for i, info in enumerate(transitions):
-            info["ellm_reward"] = float(r_int[i])
+        infos = dict(infos)
+        infos["ellm_goals"], infos["_ellm_goals"] = goals_before, np.ones(self.num_envs, dtype=bool)
+        if isinstance(infos.get("final_info"), dict):
+            infos["final_info"] = {**infos["final_info"], "ellm_goals": goals_before,
+                                   "_ellm_goals": np.asarray(infos.get("_final_info", dones), dtype=bool)}
         if self.goal_conditioned and dones.any() and "final_obs" in infos:
             # a finished env's true last observation carries the goal it was pursuing
             before = self.goal_embeddings()
@@ -126,19 +122,10 @@ class ELLMVecWrapper(gym.vector.VectorWrapper):
             if dones[i]:
                 self.suggester.reset_env(i)
                 self.current_goal[i] = None
-                self.suggester.observe(i, _per_env(infos, i))
-            else:
-                self.suggester.observe(i, transitions[i])
+            self.suggester.observe(i, _per_env(infos, i))
         self.suggester.poll()
         self._choose_goals()
-        r_ext = np.asarray(rewards, dtype=np.float64)
-        self.totals["intrinsic"] += float(r_int.sum())
-        self.totals["extrinsic"] += float(r_ext.sum())
-        self.totals["paid"] += int((r_int > 0).sum())
-        self.totals["steps"] += self.num_envs
-        train_reward = self.extrinsic_coef * r_ext + self.intrinsic_coef * r_int
-        self.last_transitions, self.last_env_rewards = transitions, r_ext
-        return self._with_goal(obs), train_reward.astype(np.float32), terminated, truncated, infos
+        return self._with_goal(obs), rewards, terminated, truncated, infos
 
     # -- goals -----------------------------------------------------------------------------
     def _choose_goals(self, force: bool = False) -> None:
@@ -171,13 +158,8 @@ class ELLMVecWrapper(gym.vector.VectorWrapper):
         return {**obs, "goal": self.goal_embeddings()}
 
     def metrics(self) -> dict[str, float]:
-        """Suggester counters, suggestion quality and reward totals since the start."""
-        steps = max(self.totals["steps"], 1)
-        return {
-            **self.suggester.metrics(),
-            "ellm/intrinsic_per_step": self.totals["intrinsic"] / steps,
-            "ellm/goals_paid": self.totals["paid"],
-        }
+        """Suggester counters and suggestion quality since the start."""
+        return {**self.suggester.metrics(), "ellm/goals_paid": self.reward_module.paid_total}
 
     def close(self, **kwargs: Any) -> None:
         self.suggester.close()

@@ -1,10 +1,10 @@
-"""Potential-based reward shaping (Ng et al. 1999): ``F_t = gamma * (1 - done_t) * Phi(s_{t+1}) - Phi(s_t)``.
+"""Potential-based reward shaping (Ng et al. 1999): ``F_t = gamma * (1 - terminated_t) * Phi(s_{t+1}) - Phi(s_t)``.
 
-Indexing on a ``(T, N)`` rollout: row ``t`` is the transition ``s_t -> s_{t+1}`` and ``done_t``
-says the episode ended with it. ``phi_next[t]`` is the potential of the *true* next observation
-(the final observation when ``done_t``, not the reset observation that a vector env returns), and
-it is masked out at episode ends, so the terminal potential counts as 0. The next episode's first
-row uses its own ``Phi(s_{t+1})`` (the reset observation) as ``phi_s``. This avoids the BK
+Indexing on a ``(T, N)`` rollout: row ``t`` is the transition ``s_t -> s_{t+1}``. ``phi_next[t]``
+is the potential of the *true* next observation (the final observation at an episode end, not the
+reset observation that a vector env returns). It is masked out only where the episode
+*terminated* (the terminal potential counts as 0); at a truncation (time limit) ``Phi(s')`` is
+kept, because the state still has a future and the learner bootstraps there. This avoids the BK
 reference code's one-step lag and missing done-mask (see research/ellm_bk.md 2.4).
 """
 
@@ -20,13 +20,14 @@ from llmguide.rewards.base import RewardModule, TransitionBatch
 Potential = Callable[[Any], np.ndarray]
 
 
-def potential_shaping(phi_s: np.ndarray, phi_next: np.ndarray, dones: np.ndarray, gamma: float) -> np.ndarray:
-    """``F = gamma * (1 - done) * Phi(s') - Phi(s)`` elementwise on ``(T, N)`` arrays."""
+def potential_shaping(phi_s: np.ndarray, phi_next: np.ndarray, terminated: np.ndarray, gamma: float) -> np.ndarray:
+    """``F = gamma * (1 - terminated) * Phi(s') - Phi(s)`` elementwise on ``(T, N)`` arrays."""
     phi_s, phi_next = np.asarray(phi_s, dtype=np.float64), np.asarray(phi_next, dtype=np.float64)
-    dones = np.asarray(dones, dtype=np.float64)
-    if not (phi_s.shape == phi_next.shape == dones.shape):
-        raise ValueError(f"shape mismatch: phi_s {phi_s.shape}, phi_next {phi_next.shape}, dones {dones.shape}")
-    return (gamma * (1.0 - dones) * phi_next - phi_s).astype(np.float32)
+    terminated = np.asarray(terminated, dtype=np.float64)
+    if not (phi_s.shape == phi_next.shape == terminated.shape):
+        raise ValueError(f"shape mismatch: phi_s {phi_s.shape}, phi_next {phi_next.shape}, "
+                         f"terminated {terminated.shape}")
+    return (gamma * (1.0 - terminated) * phi_next - phi_s).astype(np.float32)
 
 
 class PotentialShaping(RewardModule):
@@ -51,5 +52,5 @@ class PotentialShaping(RewardModule):
 
     def compute(self, batch: TransitionBatch) -> np.ndarray:
         shape = np.asarray(batch.rewards).shape
-        return potential_shaping(self._phi(batch.obs, shape), self._phi(batch.next_obs, shape), batch.dones,
+        return potential_shaping(self._phi(batch.obs, shape), self._phi(batch.next_obs, shape), batch.terminated,
                                  self.gamma)

@@ -1,0 +1,239 @@
+"""The Runner: the one place that owns a run, and the :class:`Recipe` that says what a method adds.
+
+``train(cfg, recipe)``: seed → run dir → vector env → ``recipe.build`` (env wrappers, reward
+modules, periodic metrics) → ``recipe.make_agent`` → resume from ``checkpoints/latest.pt`` with
+``run.resume=true`` (metrics after the checkpoint dropped), else ``recipe.prepare`` (offline steps such
+as behavioural cloning) → ``agent.learn`` with the callbacks (checkpoint every ``checkpoint_every``,
+evaluation every ``eval.every``, the recipe's metrics every ``log_every``) → final checkpoint →
+``recipe.evaluate`` into ``eval.json`` → ``report.md``.  Every method writes the same artefacts:
+``config.yaml``, ``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``eval.json``, ``report.md``.
+
+Offline steps (``collect``, ``label``) open their run directory with :func:`open_run`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from llmguide.core.errors import ConfigError
+from llmguide.core.rundir import RunDir
+from llmguide.core.seeding import seed_everything
+from llmguide.learners.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback
+
+log = logging.getLogger(__name__)
+
+EVAL_SEED_OFFSET = 10_000  # evaluation episodes never reuse training seeds
+
+
+@dataclass
+class Parts:
+    """What a recipe adds around the vector env for one run."""
+
+    envs: Any                                                  # the (wrapped) vector env the agent sees
+    modules: list[tuple[float, Any]] = field(default_factory=list)  # (coef, RewardModule)
+    extrinsic_coef: float = 1.0
+    metrics: Callable[[], dict[str, Any]] | None = None        # periodic metrics (lm/*, method/*)
+    progress: dict[str, str] = field(default_factory=dict)     # progress-bar name -> metric key
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        for close in reversed(self.closers):
+            try:
+                close()
+            except Exception as err:  # closing must not hide the run's own error
+                log.warning("closing %s failed: %s", close, err)
+
+
+class Recipe:
+    """A method: reward modules and env wrappers (``build``), agent kind, offline preparation, evaluation.
+
+    The defaults are the standard intrinsic-reward recipe: PPO or DQN (``agent.name``) with the reward
+    module named by ``method.reward``.
+    """
+
+    agents: tuple[str, ...] = ("ppo", "dqn")
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+
+    def check(self) -> None:
+        """Config checks beyond the schema, before any compute (raise ConfigError naming the key)."""
+        if str(self.cfg.agent.name) not in self.agents:
+            raise ConfigError("agent", f"method={self.cfg.method.name} trains with agent={'|'.join(self.agents)}, "
+                                       f"got agent={self.cfg.agent.name}")
+
+    def build(self, envs: Any, run: RunDir | None) -> Parts:
+        from llmguide.rewards import build_reward_modules
+
+        cfg = self.cfg
+        modules = build_reward_modules(cfg.method, envs.single_observation_space, envs.single_action_space,
+                                       envs.num_envs, device=str(cfg.device), seed=int(cfg.seed))
+        parts = Parts(envs, modules, float(cfg.method.extrinsic_coef))
+        if modules:
+            parts.metrics = lambda: {f"reward/{m.name}/{k}": v for _, m in modules for k, v in m.metrics().items()}
+            parts.closers += [m.close for _, m in modules]
+        return parts
+
+    def make_agent(self, parts: Parts, run: RunDir | None) -> Any:
+        cfg = self.cfg
+        kwargs = dict(reward_modules=parts.modules, extrinsic_coef=parts.extrinsic_coef, run=run,
+                      seed=int(cfg.seed), device=str(cfg.device))
+        if str(cfg.agent.name) == "dqn":
+            from llmguide.learners.dqn import DQN
+
+            return DQN(parts.envs, cfg.agent, **kwargs)
+        from llmguide.learners.ppo import PPO
+
+        return PPO(parts.envs, cfg.agent, **kwargs)
+
+    def prepare(self, agent: Any, run: RunDir) -> None:
+        """Offline work on a fresh (not resumed) agent before learning (e.g. behavioural cloning)."""
+        return None
+
+    def learns(self) -> bool:
+        """False when the method stops after ``prepare`` (e.g. GLAM's BC-Bot baseline)."""
+        return True
+
+    def finish(self, parts: Parts, run: RunDir) -> None:
+        """After learning, before the final checkpoint (e.g. let in-flight LM labels land)."""
+        return None
+
+    def evaluate(self, agent: Any, episodes: int, greedy: bool) -> dict[str, Any]:
+        """Evaluation episodes on held-out seeds (``seed + EVAL_SEED_OFFSET``)."""
+        from llmguide.learners.evaluation import evaluate
+
+        return evaluate(agent, self.cfg.env, episodes, int(self.cfg.seed) + EVAL_SEED_OFFSET, greedy=greedy)
+
+    def load_for_eval(self, state: dict[str, Any]) -> Any:
+        """An agent that acts from a checkpoint's ``agent`` state (``llmguide eval``)."""
+        from llmguide.envs import make_env
+
+        probe = make_env(self.cfg.env, int(self.cfg.seed))
+        spaces = SimpleNamespace(single_observation_space=probe.observation_space,
+                                 single_action_space=probe.action_space, num_envs=int(self.cfg.num_envs))
+        probe.close()
+        agent = self.make_agent(Parts(spaces), None)
+        agent.load_state_dict({**state, "reward_modules": []})  # modules do not act
+        return agent
+
+
+@contextmanager
+def open_run(cfg: DictConfig) -> Iterator[RunDir]:
+    """The run directory named by ``cfg.run`` (config written; refuses to overwrite a finished run)."""
+    with RunDir.open(cfg) as run:
+        yield run
+
+
+def train(cfg: DictConfig, recipe: Recipe) -> int:
+    """Run ``recipe`` into ``runs/<name>/``; returns 0."""
+    from llmguide.envs import make_vector_env
+
+    recipe.check()
+    seed_everything(int(cfg.seed), bool(cfg.deterministic))
+    with open_run(cfg) as run:
+        envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
+        parts = None
+        try:
+            parts = recipe.build(envs, run)
+            agent = recipe.make_agent(parts, run)
+            state = run.load_checkpoint() if cfg.run.resume else None
+            if state is not None:
+                agent.load_state_dict(state["agent"])
+                run.truncate_metrics_after(int(state["step"]))
+                log.info("resumed %s at step %d", run.path, agent.global_step)
+            else:
+                if cfg.run.resume:
+                    log.warning("run.resume=true but %s has no checkpoint: starting from step 0", run.path)
+                recipe.prepare(agent, run)
+            if recipe.learns():
+                agent.learn(int(cfg.total_steps), callback=_callbacks(cfg, recipe, parts, run),
+                            progress=bool(cfg.progress))
+            recipe.finish(parts, run)
+            run.save_checkpoint({"agent": agent.state_dict()}, int(agent.global_step))
+            if parts.metrics is not None:
+                run.log(int(agent.global_step), parts.metrics())
+        finally:
+            if parts is not None:
+                parts.close()
+            envs.close()
+        results = recipe.evaluate(agent, int(cfg.eval.episodes), bool(cfg.eval.greedy))
+        run.write_json("eval.json", {"step": int(agent.global_step), **results})
+        run_path = run.path
+    write_report(run_path)
+    return 0
+
+
+def _callbacks(cfg: DictConfig, recipe: Recipe, parts: Parts, run: RunDir) -> list[Callback]:
+    callbacks: list[Callback] = [CheckpointCallback(run, int(cfg.checkpoint_every))]
+    if int(cfg.eval.every) > 0 and int(cfg.eval.episodes) > 0:
+        callbacks.append(EvalCallback(run, int(cfg.eval.every),
+                                      lambda agent: recipe.evaluate(agent, int(cfg.eval.episodes),
+                                                                    bool(cfg.eval.greedy))))
+    if parts.metrics is not None:
+        callbacks.append(MetricsCallback(run, int(cfg.log_every), parts.metrics, parts.progress))
+    if cfg.get("logger") and cfg.logger.get("wandb"):
+        from llmguide.core.wandb_logger import WandbCallback
+
+        callbacks.append(WandbCallback(cfg, run))
+    return callbacks
+
+
+def write_report(run_path: str | Path) -> None:
+    """``report.md`` with plots for one run (a failure here never loses the run's files)."""
+    try:
+        from llmguide.report import write_report as write
+
+        write([str(run_path)])
+    except Exception as err:
+        log.warning("report not written for %s: %s", run_path, err)
+
+
+def load_run_config(run_dir: str | Path, overrides: list[str] = ()) -> DictConfig:
+    """A run's saved ``config.yaml`` with ``key=value`` overrides of existing keys applied."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
+    cfg = OmegaConf.create(yaml.safe_load(path.read_text()))
+    OmegaConf.set_struct(cfg, True)
+    for o in overrides:
+        if "=" not in o:
+            raise ConfigError(o, "an override must look like key=value (e.g. eval.episodes=20)")
+        try:
+            cfg.merge_with(OmegaConf.from_dotlist([o]))
+        except OmegaConfBaseException as err:
+            raise ConfigError(o.split("=", 1)[0], f"unknown key or bad value ({str(err).splitlines()[0]})") from None
+    OmegaConf.set_struct(cfg, False)
+    return cfg
+
+
+def evaluate_run(run_dir: str, overrides: list[str], recipe_for: Callable[[DictConfig], Recipe]) -> int:
+    """``llmguide eval RUN_DIR [key=value ...]``: greedy and sampled episodes of the latest checkpoint."""
+    cfg = load_run_config(run_dir, overrides)
+    recipe = recipe_for(cfg)
+    run = RunDir(run_dir, tensorboard=False)
+    try:
+        state = run.load_checkpoint()
+        if state is None:
+            raise FileNotFoundError(f"{run_dir} has no checkpoints/latest.pt to evaluate")
+        agent = recipe.load_for_eval(state["agent"])
+        episodes, greedy = int(cfg.eval.episodes), bool(cfg.eval.greedy)
+        other = "sampled" if greedy else "greedy"
+        results: dict[str, Any] = {"step": int(state["step"]), **recipe.evaluate(agent, episodes, greedy)}
+        results[other] = recipe.evaluate(agent, episodes, not greedy)
+        run.write_json("eval.json", results)
+        main = results.get("success_rate", results.get("return_mean"))
+        print(f"eval: {Path(run_dir) / 'eval.json'} ({'greedy' if greedy else 'sampled'} {main}, "
+              f"{other} {results[other].get('success_rate', results[other].get('return_mean'))})")
+    finally:
+        run.close()
+    return 0
