@@ -7,6 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+#: Upper bound on the characters of a generated answer per requested token.  Real tokenisers average
+#: 3-5 characters per token; an answer longer than ``max_tokens * MAX_CHARS_PER_TOKEN`` characters
+#: did not respect ``max_tokens`` (a misbehaving server) and is cut there (HTTP) / never cached.
+MAX_CHARS_PER_TOKEN = 8
+
+
+def char_cap(max_tokens: int) -> int:
+    """Most characters an answer of ``max_tokens`` tokens may have (see :data:`MAX_CHARS_PER_TOKEN`)."""
+    return max(1, int(max_tokens)) * MAX_CHARS_PER_TOKEN
+
 
 @dataclass
 class Completion:
@@ -56,6 +66,14 @@ class LanguageModel(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release resources (processes, sockets)."""
+
+    def io_stats(self) -> dict[str, float]:
+        """Counters of this backend's I/O (HTTP requests, retries, errors by kind, truncations ...).
+
+        Wrappers (the cache) merge their inner backend's counters with their own.  Read by
+        :meth:`llmguide.llm.service.LLMService.lm_metrics`; the default backend has none.
+        """
+        return {}
 
 
 def check_score_args(contexts: Sequence[str], candidates: Sequence[Sequence[str]]) -> None:

@@ -13,6 +13,22 @@ Hit/miss counters: kept per process in memory and added to a persistent ``counte
 ``flush_every`` lookups and on :meth:`LLMCache.flush`/:meth:`LLMCache.close`.  ``stats()`` reports
 both the persistent totals (``hits``/``misses``, all processes ever, minus at most the unflushed
 counts of processes that were killed) and this process's (``process_hits``/``process_misses``).
+
+Size bound (``max_bytes``, default 256 MiB): every entry has a ``size`` (its key, value and meta in
+bytes plus a fixed row overhead) and the persistent counter ``bytes`` is their sum, updated in the
+same transaction as the write.  A ``put`` that takes ``bytes`` over ``max_bytes`` evicts the *least
+recently used* entries (``accessed``: the write time, refreshed for entries read since the last
+:meth:`~LLMCache.flush` -- so recency is exact to ``flush_every`` lookups and costs no write per hit)
+until ``bytes <= 0.9 * max_bytes``.  Evictions are counted persistently (``evictions``,
+``evicted_bytes``).  A single entry larger than ``max_bytes / 8`` is never stored.  The WAL is
+checkpointed every 256 pages and truncated to 4 MiB, so the files on disk stay near ``max_bytes``
+(SQLite page overhead included, roughly ``1.5 * max_bytes + 4 MiB`` at worst).
+
+Only well-formed answers are stored (:class:`CachedLM`): a generated text is a string of at most
+``max_tokens * MAX_CHARS_PER_TOKEN`` characters, not cut by the backend, without control or
+replacement characters; scores are finite floats, one per candidate.  Fallbacks and answers that
+fail these checks are returned to the caller but never cached (counted ``uncached_errors`` /
+``rejected``).
 """
 
 from __future__ import annotations
@@ -30,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from llmguide.core.errors import LLMGuideError
-from llmguide.llm.base import Completion, LanguageModel
+from llmguide.llm.base import Completion, LanguageModel, char_cap
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +59,22 @@ CREATE TABLE IF NOT EXISTS entries (
     template_version TEXT,
     kind TEXT,
     meta TEXT,
-    created REAL
+    created REAL,
+    size INTEGER,
+    accessed REAL
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
+
+DEFAULT_MAX_BYTES = 256 * 2**20
+ROW_OVERHEAD = 64          # bytes charged per entry besides its text (row header, index entry)
+LOW_WATER = 0.9            # eviction frees down to this fraction of max_bytes
+WAL_AUTOCHECKPOINT = 256   # pages
+WAL_SIZE_LIMIT = 4 * 2**20
+
+
+def _entry_size(key: str, value: str, meta: str) -> int:
+    return 2 * len(key.encode()) + len(value.encode()) + len(meta.encode()) + ROW_OVERHEAD
 
 
 def _canonical(obj: Any) -> Any:
@@ -70,11 +98,19 @@ def canonical_json(obj: Any) -> str:
 class LLMCache:
     """Key/value store of LM answers in one SQLite file (thread-, process- and kill-safe)."""
 
-    def __init__(self, path: str | Path, *, busy_timeout: float = 60.0, flush_every: int = 256):
+    def __init__(self, path: str | Path, *, busy_timeout: float = 60.0, flush_every: int = 256,
+                 max_bytes: int = DEFAULT_MAX_BYTES):
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.busy_timeout = busy_timeout
         self.flush_every = flush_every
+        self.max_bytes = int(max_bytes)
+        self._process_evictions = 0
+        self._process_rejected = 0
+        self._bytes = 0  # last known total of entry sizes (persistent counter ``bytes``)
+        self._touched: dict[str, float] = {}
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
@@ -94,15 +130,47 @@ class LLMCache:
         if str(mode).lower() != "wal":
             log.warning("LLM cache %s: could not enable WAL (journal_mode=%s)", self.path, mode)
         conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
+        conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
         conn.executescript(_SCHEMA)
+        self._migrate(conn)
         self._conn, self._pid = conn, os.getpid()
         return conn
 
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        """Add ``size``/``accessed`` to a cache file written before the size bound, and the ``bytes`` counter."""
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(entries)")}
+        has_bytes = conn.execute("SELECT 1 FROM counters WHERE name = 'bytes'").fetchone() is not None
+        if {"size", "accessed"} <= columns and has_bytes:
+            conn.execute("CREATE INDEX IF NOT EXISTS entries_accessed ON entries (accessed)")
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(entries)")}
+            for name, kind in (("size", "INTEGER"), ("accessed", "REAL")):
+                if name not in columns:
+                    conn.execute(f"ALTER TABLE entries ADD COLUMN {name} {kind}")
+            conn.execute(
+                "UPDATE entries SET size = 2 * length(CAST(key AS BLOB)) + length(CAST(value AS BLOB)) + "
+                f"length(CAST(coalesce(meta, '') AS BLOB)) + {ROW_OVERHEAD} WHERE size IS NULL")
+            conn.execute("UPDATE entries SET accessed = coalesce(created, 0) WHERE accessed IS NULL")
+            conn.execute("INSERT OR REPLACE INTO counters (name, value) "
+                         "SELECT 'bytes', coalesce(SUM(size), 0) FROM entries")
+            conn.execute("CREATE INDEX IF NOT EXISTS entries_accessed ON entries (accessed)")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": str(self.path), "busy_timeout": self.busy_timeout, "flush_every": self.flush_every}
+        return {"path": str(self.path), "busy_timeout": self.busy_timeout, "flush_every": self.flush_every,
+                "max_bytes": self.max_bytes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], busy_timeout=state["busy_timeout"], flush_every=state["flush_every"])
+        self.__init__(state["path"], busy_timeout=state["busy_timeout"], flush_every=state["flush_every"],
+                      max_bytes=state.get("max_bytes", DEFAULT_MAX_BYTES))
 
     @property
     def journal_mode(self) -> str:
@@ -125,6 +193,7 @@ class LLMCache:
             self._unflushed[name] += 1
             if row is not None:
                 self._process_hits += 1
+                self._touched[key] = time.time()
             else:
                 self._process_misses += 1
             if sum(self._unflushed.values()) >= self.flush_every:
@@ -137,17 +206,71 @@ class LLMCache:
             log.warning("LLM cache %s: unreadable entry %s ignored", self.path, key[:12])
             return None
 
-    def put(self, key: str, value: dict[str, Any], meta: dict[str, Any] | None = None) -> None:
-        """Store ``value`` (JSON-serialisable) under ``key``; ``meta`` may hold backend/model_id/... ."""
+    def put(self, key: str, value: dict[str, Any], meta: dict[str, Any] | None = None) -> bool:
+        """Store ``value`` (JSON-serialisable) under ``key``; ``meta`` may hold backend/model_id/... .
+
+        Returns False (nothing stored) for an entry larger than ``max_bytes / 8``.  Evicts the least
+        recently used entries when the total goes over ``max_bytes`` (same transaction).
+        """
         meta = dict(meta or {})
-        row = (key, json.dumps(value, ensure_ascii=False, allow_nan=False),
-               str(meta.pop("backend", "")), str(meta.pop("model_id", "")),
-               str(meta.pop("template_version", "")), str(meta.pop("kind", "")),
-               json.dumps(meta, ensure_ascii=False, default=str), time.time())
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        backend, model_id = str(meta.pop("backend", "")), str(meta.pop("model_id", ""))
+        version, kind = str(meta.pop("template_version", "")), str(meta.pop("kind", ""))
+        meta_text = json.dumps(meta, ensure_ascii=False, default=str)
+        size = _entry_size(key, text, meta_text) + len(backend) + len(model_id) + len(version) + len(kind)
+        if size > self.max_bytes // 8:
+            with self._lock:
+                self._process_rejected += 1
+            log.debug("LLM cache %s: entry of %d bytes not stored (limit %d)", self.path, size, self.max_bytes // 8)
+            return False
+        now = time.time()
         with self._lock:
-            self._connect().execute(
-                "INSERT OR REPLACE INTO entries (key, value, backend, model_id, template_version, kind, meta,"
-                " created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+            conn = self._connect()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                old = conn.execute("SELECT size FROM entries WHERE key = ?", (key,)).fetchone()
+                conn.execute(
+                    "INSERT OR REPLACE INTO entries (key, value, backend, model_id, template_version, kind, meta,"
+                    " created, size, accessed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (key, text, backend, model_id, version, kind, meta_text, now, size, now))
+                total = self._add(conn, "bytes", size - int((old[0] or 0) if old else 0))
+                if total > self.max_bytes:
+                    total = self._evict(conn, total, keep=key)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            self._bytes = total
+            self._touched.pop(key, None)
+        return True
+
+    @staticmethod
+    def _add(conn: sqlite3.Connection, name: str, delta: int) -> int:
+        """Add ``delta`` to the persistent counter ``name``; its new value (inside the caller's transaction)."""
+        conn.execute("INSERT INTO counters (name, value) VALUES (?, ?) "
+                     "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", (name, delta))
+        return int(conn.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()[0])
+
+    def _evict(self, conn: sqlite3.Connection, total: int, keep: str) -> int:
+        """Delete least recently used entries (never ``keep``) until ``total <= LOW_WATER * max_bytes``."""
+        target = int(self.max_bytes * LOW_WATER)
+        victims: list[tuple[str]] = []
+        freed = 0
+        for old_key, size in conn.execute(
+                "SELECT key, size FROM entries WHERE key != ? ORDER BY accessed ASC, created ASC", (keep,)):
+            if total - freed <= target:
+                break
+            victims.append((old_key,))
+            freed += int(size or 0)
+        if victims:
+            conn.executemany("DELETE FROM entries WHERE key = ?", victims)
+            self._add(conn, "evictions", len(victims))
+            self._add(conn, "evicted_bytes", freed)
+            self._process_evictions += len(victims)
+            for (old_key,) in victims:
+                self._touched.pop(old_key, None)
+        return self._add(conn, "bytes", -freed)
 
     def __contains__(self, key: str) -> bool:
         with self._lock:
@@ -159,16 +282,32 @@ class LLMCache:
 
     # -- statistics and maintenance ---------------------------------------------------------------
     def flush(self) -> None:
-        """Add this process's unflushed hit/miss counts to the persistent counters."""
+        """Add this process's unflushed hit/miss counts to the persistent counters; refresh read entries'
+        ``accessed`` times (the recency used by eviction)."""
         with self._lock:
             pending = {k: v for k, v in self._unflushed.items() if v}
-            if not pending:
+            touched = [(t, k) for k, t in self._touched.items()]
+            if not pending and not touched:
                 return
             conn = self._connect()
             for name, value in pending.items():
                 conn.execute("INSERT INTO counters (name, value) VALUES (?, ?) "
                              "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", (name, value))
+            if touched:
+                conn.executemany("UPDATE entries SET accessed = max(coalesce(accessed, 0), ?) WHERE key = ?",
+                                 touched)
             self._unflushed = {"hits": 0, "misses": 0}
+            self._touched = {}
+
+    @property
+    def bytes(self) -> int:
+        """Total size of the entries as last seen by this process (persistent counter ``bytes``)."""
+        return self._bytes
+
+    @property
+    def process_evictions(self) -> int:
+        """Entries this process evicted."""
+        return self._process_evictions
 
     def stats(self) -> dict[str, Any]:
         """Entries, hits/misses (persistent totals and this process), size on disk, per-model counts."""
@@ -181,6 +320,7 @@ class LLMCache:
             per_kind = {k: int(n) for k, n in conn.execute("SELECT kind, COUNT(*) FROM entries GROUP BY kind")}
             hits = int(counters.get("hits", 0)) + self._unflushed["hits"]
             misses = int(counters.get("misses", 0)) + self._unflushed["misses"]
+            self._bytes = int(counters.get("bytes", 0))
         size = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"))
                    if p.exists())
         lookups = hits + misses
@@ -189,6 +329,9 @@ class LLMCache:
             "hit_rate": hits / lookups if lookups else 0.0,
             "process_hits": self._process_hits, "process_misses": self._process_misses,
             "size_bytes": size, "per_model": per_model, "per_kind": per_kind,
+            "bytes": self._bytes, "max_bytes": self.max_bytes,
+            "evictions": int(counters.get("evictions", 0)), "evicted_bytes": int(counters.get("evicted_bytes", 0)),
+            "process_evictions": self._process_evictions, "process_rejected": self._process_rejected,
         }
 
     def export(self, path: str | Path) -> int:
@@ -217,6 +360,7 @@ class LLMCache:
             conn.execute("DELETE FROM counters")
             conn.execute("COMMIT")
             self._unflushed = {"hits": 0, "misses": 0}
+            self._touched, self._bytes = {}, 0
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             conn.execute("VACUUM")
         return removed
@@ -243,17 +387,49 @@ _COMPLETION_FIELDS = ("text", "prompt_tokens", "completion_tokens", "finish_reas
 
 def _finite_scores(scores: Any) -> bool:
     try:
-        return all(s is not None and math.isfinite(float(s)) for s in scores)
+        return all(s is not None and not isinstance(s, bool) and math.isfinite(float(s)) for s in scores)
     except (TypeError, ValueError):
         return False
+
+
+_BAD_CHARS = frozenset(chr(c) for c in range(32) if chr(c) not in "\t\n\r") | {"\x7f", "\ufffd"}
+
+
+def well_formed_text(text: Any, max_tokens: int) -> bool:
+    """A generated text fit for the cache: a string within ``char_cap(max_tokens)`` characters, valid
+    UTF-8, without control characters (tab, newline, carriage return allowed) or U+FFFD."""
+    if not isinstance(text, str) or len(text) > char_cap(max_tokens):
+        return False
+    if not _BAD_CHARS.isdisjoint(text):
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates
+        return False
+    return True
+
+
+def well_formed_completion(comp: Completion, max_tokens: int) -> bool:
+    """Validator of ``generate`` answers before they are cached (see the module docstring)."""
+    tokens_ok = all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                    for n in (comp.prompt_tokens, comp.completion_tokens))
+    return (comp.error is None and tokens_ok and comp.completion_tokens <= max(int(max_tokens), 0)
+            and not (comp.meta or {}).get("truncated") and well_formed_text(comp.text, max_tokens))
+
+
+def well_formed_scores(scores: Any, n_candidates: int) -> bool:
+    """Validator of ``score`` answers before they are cached: ``n_candidates`` finite numbers."""
+    return isinstance(scores, list | tuple) and len(scores) == n_candidates and _finite_scores(scores)
 
 
 class CachedLM(LanguageModel):
     """A :class:`LanguageModel` that answers from an :class:`LLMCache` and calls ``backend`` only on misses.
 
     Misses of one call are sent to the backend as one batch (identical prompts once).  Completions
-    with ``error`` set (fallbacks) and non-finite scores are never stored.  Sampling parameters,
-    including ``seed``, are part of the key, so a sampled answer is replayed for the same seed.
+    with ``error`` set (fallbacks) and non-finite scores are never stored (``uncached_errors``), nor
+    are answers that fail :func:`well_formed_completion` / :func:`well_formed_scores` or the cache's
+    entry size limit (``rejected``).  Sampling parameters, including ``seed``, are part of the key,
+    so a sampled answer is replayed for the same seed.
     """
 
     def __init__(self, backend: LanguageModel, cache: LLMCache, template_version: str = "v0"):
@@ -265,7 +441,7 @@ class CachedLM(LanguageModel):
         self._lock = threading.Lock()
         self._stats = {"calls": 0, "lookups": 0, "hits": 0, "misses": 0, "backend_calls": 0,
                        "prompt_tokens": 0, "completion_tokens": 0, "tokens_saved": 0, "uncached_errors": 0,
-                       "cache_errors": 0}
+                       "cache_errors": 0, "sent": 0, "rejected": 0}
 
     def key(self, kind: str, payload: dict[str, Any]) -> str:
         return self.cache.key(self.backend, self.model_id, self.template_version, kind, payload)
@@ -284,7 +460,8 @@ class CachedLM(LanguageModel):
 
     def _put(self, key: str, value: dict[str, Any], kind: str) -> None:
         try:
-            self.cache.put(key, value, self._meta(kind))
+            if not self.cache.put(key, value, self._meta(kind)):
+                self._count(rejected=1)
         except (TypeError, ValueError):  # not JSON-serialisable (e.g. exotic meta): keep the core answer
             if "meta" in value:
                 self._put(key, {**value, "meta": {}}, kind)
@@ -323,16 +500,18 @@ class CachedLM(LanguageModel):
                                         temperature=temperature, stop=stop, seed=seed)
             if len(fresh) != len(first):
                 raise LLMGuideError(f"{self.backend} returned {len(fresh)} completions for {len(first)} prompts")
-            self._count(backend_calls=1, prompt_tokens=sum(c.prompt_tokens for c in fresh),
+            self._count(backend_calls=1, sent=len(first), prompt_tokens=sum(c.prompt_tokens for c in fresh),
                         completion_tokens=sum(c.completion_tokens for c in fresh))
             for (k, idx), comp in zip(misses.items(), fresh, strict=True):
-                if comp.error is None:
+                if comp.error is not None:
+                    self._count(uncached_errors=1)
+                elif not well_formed_completion(comp, max_tokens):
+                    self._count(rejected=1)
+                else:
                     value = {"text": comp.text, "prompt_tokens": comp.prompt_tokens,
                              "completion_tokens": comp.completion_tokens, "finish_reason": comp.finish_reason,
                              "meta": comp.meta}
                     self._put(k, value, "generate")
-                else:
-                    self._count(uncached_errors=1)
                 for j in idx:
                     results[j] = comp
         return results  # type: ignore[return-value]
@@ -357,9 +536,9 @@ class CachedLM(LanguageModel):
                                      normalize=normalize)
             if len(fresh) != len(first):
                 raise LLMGuideError(f"{self.backend} returned {len(fresh)} score lists for {len(first)} contexts")
-            self._count(backend_calls=1)
+            self._count(backend_calls=1, sent=len(first))
             for (k, idx), scores in zip(misses.items(), fresh, strict=True):
-                if _finite_scores(scores) and len(scores) == len(candidates[idx[0]]):
+                if well_formed_scores(scores, len(candidates[idx[0]])):
                     self._put(k, {"scores": [float(s) for s in scores]}, "score")
                 else:
                     self._count(uncached_errors=1)
@@ -375,6 +554,19 @@ class CachedLM(LanguageModel):
         s["hit_rate"] = s["hits"] / s["lookups"] if s["lookups"] else 0.0
         s["tokens"] = s["prompt_tokens"] + s["completion_tokens"]
         return s
+
+    def io_stats(self) -> dict[str, float]:
+        """The backend's I/O counters plus this cache's: ``cache_hits``, ``cache_misses``, ``sent`` (requests
+        passed to the backend), ``uncached_errors``, ``rejected``, ``cache_errors``, ``cache_evictions``
+        (entries this process evicted) and ``cache_bytes`` (total entry size, last seen)."""
+        out = dict(self.inner.io_stats())
+        with self._lock:
+            s = dict(self._stats)
+        out.update({"cache_hits": s["hits"], "cache_misses": s["misses"], "sent": s["sent"],
+                    "uncached_errors": s["uncached_errors"], "rejected": s["rejected"],
+                    "cache_errors": s["cache_errors"], "cache_evictions": self.cache.process_evictions,
+                    "cache_bytes": self.cache.bytes})
+        return {k: float(v) for k, v in out.items()}
 
     def close(self) -> None:
         self.cache.flush()
@@ -413,7 +605,10 @@ def cache_command(action: str, file: str | None = None, path: str | None = None)
             s = cache.stats()
             print(f"LM cache   {s['path']}")
             print(f"entries    {s['entries']}")
-            print(f"size       {_human_size(s['size_bytes'])}")
+            print(f"bytes      {s['bytes']} ({_human_size(s['bytes'])} of entries; bound of the writing runs, "
+                  f"default {_human_size(DEFAULT_MAX_BYTES)})")
+            print(f"size       {_human_size(s['size_bytes'])} on disk ({s['size_bytes']} bytes, WAL included)")
+            print(f"evictions  {s['evictions']} ({_human_size(s['evicted_bytes'])} evicted, least recently used first)")
             print(f"lookups    {s['hits'] + s['misses']} (hits {s['hits']}, misses {s['misses']}, "
                   f"hit rate {s['hit_rate']:.1%}; all processes, counted persistently)")
             for model, n in s["per_model"].items():

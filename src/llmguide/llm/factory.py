@@ -40,6 +40,11 @@ LLM_RULES = {
     "llm.api_key_env": _env_var_name,
     "llm.dtype": one_of("float32", "bfloat16", "float16"),
     "llm.device": _device,
+    "llm.timeout": positive,
+    "llm.backoff_base": non_negative,
+    "llm.backoff_max": non_negative,
+    "llm.max_response_bytes": positive,
+    "llm.cache.max_bytes": positive,
 }
 for _key, _rule in LLM_RULES.items():
     register_rule(_key, _rule)
@@ -56,10 +61,14 @@ def _validate(cfg: Any) -> None:
     for key, rule in RULES.items():
         if not key.startswith("llm."):
             continue
-        name = key[len("llm."):]
-        if "." in name or cfg.get(name) is None:
+        value: Any = cfg
+        for part in key[len("llm."):].split("."):
+            value = value.get(part) if isinstance(value, Mapping) or hasattr(value, "get") else None
+            if value is None:
+                break
+        if value is None:
             continue
-        problem = rule(cfg.get(name))
+        problem = rule(value)
         if problem:
             raise ConfigError(key, problem)
 
@@ -82,7 +91,10 @@ def make_backend(llm_cfg: Any, env_family: str | None = None) -> LanguageModel:
         return HTTPLM(base_url=_get(llm_cfg, "base_url"), model=_get(llm_cfg, "model"),
                       api_key_env=_get(llm_cfg, "api_key_env", "OPENAI_API_KEY"),
                       concurrency=int(_get(llm_cfg, "concurrency", 4)), timeout=float(_get(llm_cfg, "timeout", 30.0)),
-                      max_retries=int(_get(llm_cfg, "max_retries", 5)), chat=bool(_get(llm_cfg, "chat", False)))
+                      max_retries=int(_get(llm_cfg, "max_retries", 5)), chat=bool(_get(llm_cfg, "chat", False)),
+                      backoff_base=float(_get(llm_cfg, "backoff_base", 0.5)),
+                      backoff_max=float(_get(llm_cfg, "backoff_max", 8.0)),
+                      max_response_bytes=int(_get(llm_cfg, "max_response_bytes", 8 * 2**20)))
     if backend == "hf":
         from llmguide.llm.hf import HFLM
 
@@ -109,7 +121,7 @@ def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str 
     if not _get(cache_cfg, "enabled", False):
         return backend
     try:
-        from llmguide.llm.cache import CachedLM, LLMCache
+        from llmguide.llm.cache import DEFAULT_MAX_BYTES, CachedLM, LLMCache
     except ImportError as err:  # the cache module is optional at this layer
         log.warning("LLM cache requested but llmguide.llm.cache is unavailable (%s); running uncached", err)
         return backend
@@ -120,4 +132,5 @@ def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str 
     path = Path(_get(cache_cfg, "path") or default_cache_dir() / "llm_cache.sqlite").expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     version = template_version or str(_get(cache_cfg, "template_version", "v0"))
-    return CachedLM(backend, LLMCache(path), template_version=version)
+    max_bytes = int(_get(cache_cfg, "max_bytes", DEFAULT_MAX_BYTES))
+    return CachedLM(backend, LLMCache(path, max_bytes=max_bytes), template_version=version)

@@ -2,7 +2,8 @@
 through the official ``openai`` SDK, with N concurrent requests.
 
 The API key is read from the environment variable named by ``api_key_env`` at every call and sent as
-the bearer token of that request; it is never stored on the object, in config or in logs.
+the bearer token of that request; it is never stored on the object, in config or in logs, and it is
+redacted from anything the server sends back (error messages, answers) before that text goes anywhere.
 
 ``score`` asks the completions endpoint to echo the prompt ``context + candidate`` with its token
 log-probs (``echo=True, logprobs=1, max_tokens=1``) and sums the log-probs of the tokens whose text
@@ -10,21 +11,131 @@ offset lies inside the candidate (a token straddling the boundary counts as a ca
 server tokenises the joint string, so keep the boundary clean (candidate starting with a space).
 Servers keep the context in their prefix cache between candidates (llama.cpp slot reuse, vLLM
 automatic prefix caching); the llama.cpp server needs ``--logits_all true`` for prompt log-probs.
+
+A misbehaving server cannot crash a run, stall it, flood it or poison the cache:
+
+- **Retries** (``max_retries``, backoff ``min(backoff_max, backoff_base * 2**attempt)`` times a jitter
+  in [0.5, 1]) for every transient fault of one request: HTTP 408/409/425/429/5xx, connection errors,
+  timeouts, over-long bodies and *decode* faults (invalid or truncated JSON, a non-object body,
+  missing or mistyped fields, no echoed log-probs).  Other HTTP 4xx are not retried.  Retries are
+  per request, so one bad answer does not fail its batch.
+- **Timeouts**: ``timeout`` seconds per read (a stalled server) and ``3 * timeout`` for a whole response
+  (a server trickling bytes); both are ``timeout`` faults.
+- **Size**: a body larger than ``max_response_bytes`` is dropped while it streams in (``oversize``).  A
+  completion longer than the requested ``max_tokens`` -- by the server's own ``usage`` count or, failing
+  that, by :data:`~llmguide.llm.base.MAX_CHARS_PER_TOKEN` characters per token -- is cut to it and
+  counted (``truncated``; ``finish_reason="length"``, ``meta["truncated"]=True``, never cached).
+- **Log-probs**: a null, NaN or infinite log-prob of a candidate token rejects the answer
+  (``rejected_nonfinite``) and the request is retried like any transient fault.
+- **After the retries**: a prompt gets ``Completion(text="", error=reason)`` and a context's scores are
+  ``nan`` (the service turns both into its counted fallback and the cache never stores them); only when
+  *every* request of a call failed does the call raise :class:`LLMUnavailableError` (server down: the
+  service's retries and circuit breaker take over).
+
+Counters (:meth:`HTTPLM.io_stats`): ``http_requests`` (HTTP requests sent, retries included),
+``retries``, ``errors_http``, ``errors_decode``, ``errors_timeout``, ``errors_connection``,
+``errors_oversize``, ``rejected_nonfinite``, ``truncated``, ``failed`` (requests that exhausted their
+retries), ``redacted`` (answers or messages in which the key was found and removed).
 """
 
 from __future__ import annotations
 
+import importlib
+import json
+import math
 import os
-from collections.abc import Callable, Sequence
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import openai
 
 from llmguide.core.errors import LLMUnavailableError
-from llmguide.llm.base import Completion, LanguageModel, check_score_args
+from llmguide.llm.base import Completion, LanguageModel, char_cap, check_score_args
+
+# the HTTP library the installed SDK is built on (``httpx2`` for openai >= 3, ``httpx`` before)
+httpx: Any = importlib.import_module(openai.DefaultHttpxClient.__mro__[1].__module__.split(".")[0])
 
 T = TypeVar("T")
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+_MESSAGE_CHARS = 300
+
+
+class ResponseTooLarge(httpx.TransportError):
+    """The response body exceeded ``max_response_bytes`` (raised while it streams in)."""
+
+
+class _Fault(Exception):
+    """One failed attempt: ``kind`` names the counter (http, decode, timeout, connection, oversize, nonfinite)."""
+
+    def __init__(self, kind: str, message: str, retryable: bool = True):
+        super().__init__(message)
+        self.kind, self.message, self.retryable = kind, message, retryable
+
+
+class _CappedStream(httpx.SyncByteStream):
+    """A response stream that raises once more than ``limit`` bytes or ``deadline`` seconds went by."""
+
+    def __init__(self, inner: Any, limit: int, deadline: float, request: httpx.Request):
+        self._inner, self._limit, self._deadline, self._request = inner, limit, deadline, request
+
+    def __iter__(self) -> Iterator[bytes]:
+        n = 0
+        for chunk in self._inner:
+            n += len(chunk)
+            if n > self._limit:
+                raise ResponseTooLarge(f"response body larger than {self._limit} bytes")
+            if time.monotonic() > self._deadline:
+                raise httpx.ReadTimeout("response took longer than its total deadline", request=self._request)
+            yield chunk
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+
+
+class _CappedTransport(httpx.BaseTransport):
+    """httpx transport bounding each response's size (``max_bytes``) and total time (``total_timeout``)."""
+
+    def __init__(self, max_bytes: int, total_timeout: float):
+        self._inner = httpx.HTTPTransport()
+        self.max_bytes, self.total_timeout = max_bytes, total_timeout
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        deadline = time.monotonic() + self.total_timeout
+        response = self._inner.handle_request(request)
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_bytes:
+            response.close()
+            raise ResponseTooLarge(f"response body of {length} bytes, limit {self.max_bytes}")
+        return httpx.Response(status_code=response.status_code, headers=response.headers,
+                              stream=_CappedStream(response.stream, self.max_bytes, deadline, request),
+                              extensions=response.extensions)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def _caused_by(err: BaseException, kind: type[BaseException] | tuple[type[BaseException], ...]) -> bool:
+    seen = 0
+    cur: BaseException | None = err
+    while cur is not None and seen < 10:
+        if isinstance(cur, kind):
+            return True
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return False
+
+
+def _count(value: Any) -> int:
+    """A token count from a server (non-negative int), 0 if absent or malformed."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 class HTTPLM(LanguageModel):
@@ -41,17 +152,34 @@ class HTTPLM(LanguageModel):
         timeout: float = 30.0,
         max_retries: int = 5,
         chat: bool = False,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+        max_response_bytes: int = 8 * 2**20,
     ):
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if timeout <= 0 or max_response_bytes < 1 or max_retries < 0:
+            raise ValueError("timeout and max_response_bytes must be > 0 and max_retries >= 0")
         self.base_url = base_url
         self.model_id = model
         self.api_key_env = api_key_env
         self.concurrency = concurrency
-        self.max_retries = max_retries
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
         self.chat = chat
+        self.backoff_base = float(backoff_base)
+        self.backoff_max = float(backoff_max)
+        self.max_response_bytes = int(max_response_bytes)
+        self._counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        http_client = openai.DefaultHttpxClient(
+            transport=_CappedTransport(self.max_response_bytes, 3 * self.timeout),
+            timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)))
         # The client holds a placeholder; the real key goes into each request's Authorization header.
-        self._client = openai.OpenAI(base_url=base_url, api_key="EMPTY", timeout=timeout, max_retries=max_retries)
+        # The SDK does not retry: this class does (per request, counted, with decode faults too).
+        self._client = openai.OpenAI(base_url=base_url, api_key="EMPTY", timeout=self.timeout, max_retries=0,
+                                     http_client=http_client)
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="llmguide-http")
 
     def __repr__(self) -> str:
@@ -59,24 +187,87 @@ class HTTPLM(LanguageModel):
                 f"concurrency={self.concurrency}, chat={self.chat})")
 
     # --- plumbing ------------------------------------------------------------------------------
-    def _auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {os.environ.get(self.api_key_env) or 'EMPTY'}"}
+    def _key(self) -> str | None:
+        return os.environ.get(self.api_key_env) or None
 
-    def _call(self, fn: Callable[..., T], **kwargs: Any) -> T:
-        """One request; SDK errors (after the SDK's own retries) become LLMUnavailableError."""
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._key() or 'EMPTY'}"}
+
+    def _redact(self, text: str) -> str:
+        """``text`` without the API key (servers may echo it back in errors or answers)."""
+        key = self._key()
+        if key and len(key) >= 4 and key in text:
+            self._bump("redacted")
+            text = text.replace(key, "[redacted]")
+        return text
+
+    def _message(self, text: str) -> str:
+        text = self._redact(str(text))
+        return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS] + "..."
+
+    def _bump(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += n
+
+    def io_stats(self) -> dict[str, float]:
+        """HTTP counters (see the module docstring)."""
+        with self._lock:
+            return {name: float(v) for name, v in self._counts.items()}
+
+    def _where(self) -> str:
+        return f"LM server {self.base_url} (model {self.model_id!r})"
+
+    def _post(self, chat: bool, **kwargs: Any) -> dict[str, Any]:
+        """One HTTP request; the decoded JSON object, or a :class:`_Fault`."""
+        resource = self._client.chat.completions if chat else self._client.completions
+        self._bump("http_requests")
         try:
-            return fn(model=self.model_id, extra_headers=self._auth(), **kwargs)
+            raw = resource.with_raw_response.create(model=self.model_id, extra_headers=self._auth(), **kwargs)
+            body = raw.http_response.content
+        except openai.APITimeoutError as err:
+            raise _Fault("timeout", f"{self._where()} timed out after {self.timeout}s") from err
         except openai.APIConnectionError as err:
-            raise LLMUnavailableError(
-                f"cannot reach LM server {self.base_url} (model {self.model_id!r}) after "
-                f"{self.max_retries} retries: {type(err).__name__}: {err}"
-            ) from err
+            if _caused_by(err, ResponseTooLarge):
+                raise _Fault("oversize", f"{self._where()} sent more than {self.max_response_bytes} bytes") from err
+            if _caused_by(err, httpx.TimeoutException):
+                raise _Fault("timeout", f"{self._where()} timed out (response slower than "
+                                        f"{3 * self.timeout}s)") from err
+            raise _Fault("connection", f"cannot reach {self._where()}: {type(err).__name__}: "
+                                       f"{self._message(str(err))}") from err
         except openai.APIStatusError as err:
-            raise LLMUnavailableError(
-                f"LM server {self.base_url} (model {self.model_id!r}) answered HTTP {err.status_code}: {err.message}"
-            ) from err
-        except openai.APIError as err:
-            raise LLMUnavailableError(f"LM server {self.base_url} (model {self.model_id!r}): {err}") from err
+            status = int(err.status_code)
+            raise _Fault("http", f"{self._where()} answered HTTP {status}: {self._message(err.message)}",
+                         retryable=status in RETRYABLE_STATUS or status >= 500) from err
+        except openai.APIError as err:  # response validation and anything else the SDK reports
+            raise _Fault("decode", f"{self._where()}: {self._message(str(err))}") from err
+        except (httpx.HTTPError, ResponseTooLarge) as err:  # raised outside the SDK's wrapping
+            kind = "oversize" if isinstance(err, ResponseTooLarge) else (
+                "timeout" if isinstance(err, httpx.TimeoutException) else "connection")
+            raise _Fault(kind, f"{self._where()}: {type(err).__name__}: {self._message(str(err))}") from err
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as err:  # invalid, truncated or non-JSON body
+            raise _Fault("decode", f"{self._where()} sent a body that is not JSON ({len(body)} bytes: "
+                                   f"{self._message(repr(body[:80]))})") from err
+        if not isinstance(data, dict):
+            raise _Fault("decode", f"{self._where()} sent JSON that is not an object ({type(data).__name__})")
+        return data
+
+    def _attempts(self, attempt: Callable[[], T]) -> T:
+        """``attempt()`` until it succeeds, at most ``1 + max_retries`` times; counted faults, backoff."""
+        for i in range(self.max_retries + 1):
+            try:
+                return attempt()
+            except _Fault as fault:
+                self._bump("rejected_nonfinite" if fault.kind == "nonfinite" else f"errors_{fault.kind}")
+                if not fault.retryable or i >= self.max_retries or self._closing.is_set():
+                    self._bump("failed")
+                    tries = f" after {i} retries" if i else ""
+                    raise LLMUnavailableError(f"{fault.message}{tries}") from None
+                self._bump("retries")
+                delay = min(self.backoff_max, self.backoff_base * 2**i) * random.uniform(0.5, 1.0)
+                self._closing.wait(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _map(self, fn: Callable[[Any], T], items: Sequence[Any]) -> list[T]:
         """``fn`` over ``items`` with up to ``concurrency`` in flight, results in input order."""
@@ -84,7 +275,49 @@ class HTTPLM(LanguageModel):
             return [fn(x) for x in items]
         return list(self._pool.map(fn, items))
 
+    @staticmethod
+    def _settle(fn: Callable[[Any], T]) -> Callable[[Any], T | LLMUnavailableError]:
+        def run(item: Any) -> T | LLMUnavailableError:
+            try:
+                return fn(item)
+            except LLMUnavailableError as err:
+                return err
+        return run
+
     # --- generation ----------------------------------------------------------------------------
+    def _completion(self, data: dict[str, Any], max_tokens: int) -> Completion:
+        """A :class:`Completion` from one decoded answer, capped at ``max_tokens``; or a decode fault."""
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise _Fault("decode", f"{self._where()} sent an answer without choices")
+        choice = choices[0]
+        if self.chat:
+            message = choice.get("message")
+            text = message.get("content", None) if isinstance(message, dict) else message
+            if message is None or not isinstance(text, str | None):
+                raise _Fault("decode", f"{self._where()} sent a chat answer without a message content")
+            text = text or ""
+        else:
+            text = choice.get("text")
+            if not isinstance(text, str):
+                raise _Fault("decode", f"{self._where()} sent a completion without text")
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        prompt_tokens, completion_tokens = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+        finish = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
+        meta: dict[str, Any] = {}
+        cap, truncated = char_cap(max_tokens), False
+        if completion_tokens > max_tokens:  # the server's own count says it ignored max_tokens
+            text = text[:len(text) * max_tokens // completion_tokens]
+            completion_tokens, truncated = max_tokens, True
+        if len(text) > cap:
+            text, truncated = text[:cap], True
+            completion_tokens = min(completion_tokens, max_tokens) or max_tokens
+        if truncated:
+            self._bump("truncated")
+            finish, meta["truncated"] = "length", True
+        return Completion(text=self._redact(text), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                          finish_reason=finish, meta=meta)
+
     def generate(
         self,
         prompts: Sequence[str],
@@ -94,7 +327,11 @@ class HTTPLM(LanguageModel):
         stop: Sequence[str] | None = None,
         seed: int | None = None,
     ) -> list[Completion]:
-        """One completion per prompt via the completions endpoint (chat endpoint when ``chat=True``)."""
+        """One completion per prompt via the completions endpoint (chat endpoint when ``chat=True``).
+
+        A prompt whose request failed after its retries gets ``Completion(text="", error=reason)``;
+        when every prompt failed, raises :class:`LLMUnavailableError`.
+        """
         params: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature}
         if stop:
             params["stop"] = list(stop)
@@ -103,25 +340,49 @@ class HTTPLM(LanguageModel):
 
         def one(prompt: str) -> Completion:
             if self.chat:
-                res = self._call(self._client.chat.completions.create,
-                                 messages=[{"role": "user", "content": prompt}], **params)
-                choice = res.choices[0]
-                text = choice.message.content or ""
+                send = lambda: self._post(True, messages=[{"role": "user", "content": prompt}], **params)  # noqa: E731
             else:
-                res = self._call(self._client.completions.create, prompt=prompt, **params)
-                choice = res.choices[0]
-                text = choice.text or ""
-            usage = res.usage
-            return Completion(
-                text=text,
-                prompt_tokens=usage.prompt_tokens if usage else 0,
-                completion_tokens=usage.completion_tokens if usage else 0,
-                finish_reason=choice.finish_reason,
-            )
+                send = lambda: self._post(False, prompt=prompt, **params)  # noqa: E731
+            return self._attempts(lambda: self._completion(send(), max_tokens))
 
-        return self._map(one, list(prompts))
+        out = self._map(self._settle(one), list(prompts))
+        errors = [r for r in out if isinstance(r, LLMUnavailableError)]
+        if errors and len(errors) == len(out):
+            raise errors[0]
+        return [Completion(text="", error=str(r)) if isinstance(r, LLMUnavailableError) else r for r in out]
 
     # --- scoring -------------------------------------------------------------------------------
+    def _span_logprob(self, data: dict[str, Any], context: str, candidate: str) -> tuple[float, int]:
+        """(summed log-prob, token count) of the candidate span in one echoed answer; or a fault."""
+        choices = data.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+        lp = choice.get("logprobs") if choice is not None else None
+        if not isinstance(lp, dict) or not lp.get("token_logprobs") or not lp.get("text_offset"):
+            raise _Fault("decode",
+                         f"{self._where()} returned no prompt log-probs for echo=True, logprobs=1; scoring needs a "
+                         "server that returns them (llama.cpp server: --logits_all true; vLLM: completions with echo)")
+        tokens, logps, offsets = lp.get("tokens"), lp.get("token_logprobs"), lp.get("text_offset")
+        if (not isinstance(tokens, list) or not isinstance(logps, list) or not isinstance(offsets, list)
+                or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+                or not all(isinstance(t, str) for t in tokens)):
+            raise _Fault("decode", f"{self._where()} sent malformed log-probs (tokens / token_logprobs / text_offset)")
+        start, end = len(context), len(context) + len(candidate)
+        total, count = 0.0, 0
+        for i, (tok, logp, offset) in enumerate(zip(tokens, logps, offsets, strict=False)):
+            tok_end = offsets[i + 1] if i + 1 < len(offsets) else offset + len(tok)
+            if tok_end <= start or offset >= end:
+                continue
+            if isinstance(logp, bool) or not isinstance(logp, int | float) or not math.isfinite(logp):
+                raise _Fault("nonfinite", f"{self._where()} gave a non-finite log-prob ({logp!r}) for candidate "
+                                          f"token {self._message(repr(tok))}")
+            if logp > 1e-4:
+                raise _Fault("decode", f"{self._where()} gave a positive log-prob ({logp!r})")
+            total += float(logp)
+            count += 1
+        if count == 0:
+            raise _Fault("decode", f"{self._where()} did not echo the prompt (no token inside the candidate span)")
+        return total, count
+
     def _score_pair(self, pair: tuple[str, str]) -> tuple[float, int]:
         """(summed log-prob, token count) of the candidate given the context, from echoed prompt log-probs."""
         context, candidate = pair
@@ -129,30 +390,13 @@ class HTTPLM(LanguageModel):
             return 0.0, 0
         if not context:
             raise ValueError("HTTP scoring needs a non-empty context (the first prompt token has no log-prob)")
-        res = self._call(self._client.completions.create, prompt=context + candidate, echo=True, logprobs=1,
-                         max_tokens=1, temperature=0.0)
-        lp = res.choices[0].logprobs if res.choices else None
-        if lp is None or not lp.token_logprobs or not lp.text_offset:
-            raise LLMUnavailableError(
-                f"LM server {self.base_url} (model {self.model_id!r}) returned no prompt log-probs for "
-                "echo=True, logprobs=1; scoring needs a server that returns them (llama.cpp server: "
-                "--logits_all true; vLLM: completions with echo)"
-            )
-        start, end = len(context), len(context) + len(candidate)
-        total, count = 0.0, 0
-        for i, (tok, logp, offset) in enumerate(zip(lp.tokens, lp.token_logprobs, lp.text_offset, strict=False)):
-            tok_end = lp.text_offset[i + 1] if i + 1 < len(lp.text_offset) else offset + len(tok)
-            if tok_end <= start or offset >= end:
-                continue
-            if logp is None:
-                raise LLMUnavailableError(f"LM server {self.base_url} gave no log-prob for candidate token {tok!r}")
-            total += logp
-            count += 1
-        if count == 0:
-            raise LLMUnavailableError(
-                f"LM server {self.base_url} did not echo the prompt (no token inside the candidate span)"
-            )
-        return total, count
+
+        def attempt() -> tuple[float, int]:
+            data = self._post(False, prompt=context + candidate, echo=True, logprobs=1, max_tokens=1,
+                              temperature=0.0)
+            return self._span_logprob(data, context, candidate)
+
+        return self._attempts(attempt)
 
     def score(
         self,
@@ -161,21 +405,32 @@ class HTTPLM(LanguageModel):
         *,
         normalize: bool = False,
     ) -> list[list[float]]:
-        """Summed candidate token log-probs from the server's echoed prompt log-probs."""
+        """Summed candidate token log-probs from the server's echoed prompt log-probs.
+
+        A context with a candidate whose request failed after its retries gets ``nan`` for every
+        candidate; when every context failed, raises :class:`LLMUnavailableError`.
+        """
         check_score_args(contexts, candidates)
         pairs = [(ctx, cand) for ctx, cands in zip(contexts, candidates, strict=True) for cand in cands]
-        flat = self._map(self._score_pair, pairs)
-        out, k = [], 0
+        flat = self._map(self._settle(self._score_pair), pairs)
+        out: list[list[float]] = []
+        errors: list[LLMUnavailableError] = []
+        k = 0
         for cands in candidates:
-            row = []
-            for _ in cands:
-                total, count = flat[k]
-                row.append(total / count if normalize and count else total)
-                k += 1
-            out.append(row)
+            got = flat[k:k + len(cands)]
+            k += len(cands)
+            failed = [r for r in got if isinstance(r, LLMUnavailableError)]
+            if failed:
+                errors.append(failed[0])
+                out.append([math.nan] * len(cands))
+                continue
+            out.append([total / count if normalize and count else total for total, count in got])  # type: ignore[misc]
+        if errors and len(errors) == sum(1 for c in candidates if c):
+            raise errors[0]
         return out
 
     def close(self) -> None:
-        """Stop the worker threads and close the HTTP connection pool."""
+        """Stop the worker threads (cutting retry waits short) and close the HTTP connection pool."""
+        self._closing.set()
         self._pool.shutdown(wait=True)
         self._client.close()

@@ -24,12 +24,63 @@ exception from the LM:
 - **Budget**: once ``token_budget`` tokens or ``dollar_budget`` dollars
   (``tokens / 1000 * price_per_1k_tokens``) are spent, requests resolve with the fallback (counted).
 
+- **Failed answers**: a ``Completion`` with ``error`` set and a score row with a missing or non-finite
+  value (the HTTP backend's per-request failure after its own retries) resolve as the fallback too.
+
 Reading results without blocking: ``fut.done()`` then ``fut.result()``, or :func:`poll`.
+
+The ``lm/*`` metrics
+--------------------
+:meth:`LLMService.lm_metrics` is the one definition of the ``lm/*`` metrics every method logs
+(cumulative over the service's life, this process only; floats):
+
+=========================  ===================================================================================
+key                        meaning
+=========================  ===================================================================================
+``lm/requests``            requests submitted to the service (``submit_generate`` + ``submit_score``)
+``lm/deduplicated``        submissions that joined an identical request already in flight (no new work)
+``lm/cache_hits``          requests answered from the persistent cache (no backend call)
+``lm/calls``               requests sent to the real backend: cache misses, once per distinct request in a
+                           backend call (a request re-sent after a failed call counts again)
+``lm/hit_rate``            answered without a backend call / answered: ``(cache_hits + deduplicated) /
+                           (cache_hits + deduplicated + calls)``; callers add their own memo hits if any
+``lm/completed``           requests resolved with a real answer (not a fallback)
+``lm/fallbacks``           requests resolved with the fallback (server down, timeout, queue full, budget, a
+                           request that failed after its retries, a non-finite score row)
+``lm/retries``             re-sent HTTP requests (backend) + re-tried backend calls (service)
+``lm/errors``              failed HTTP attempts of every kind (the five below + ``rejected_nonfinite``)
+``lm/errors_http``         HTTP 4xx/5xx answers
+``lm/errors_decode``       undecodable answers: invalid or truncated JSON, not an object, missing or mistyped
+                           fields, no echoed log-probs, positive log-probs
+``lm/errors_timeout``      requests cut by the read timeout (a stalled server) or the total response deadline
+``lm/errors_connection``   connection refused / reset
+``lm/errors_oversize``     bodies larger than ``max_response_bytes`` (dropped while streaming)
+``lm/rejected_nonfinite``  answers rejected for a null / NaN / infinite log-prob of a candidate token
+``lm/truncated``           answers longer than the requested ``max_tokens``, cut to it (never cached)
+``lm/errors_backend``      backend calls that raised into the service (after the backend's own retries)
+``lm/cache_rejected``      answers returned but not cached: malformed (control characters, over the
+                           length cap, truncated) or larger than the cache's entry limit
+``lm/cache_evictions``     cache entries this process evicted to keep the cache under ``max_bytes``
+``lm/cache_bytes``         total size of the cache entries (bytes) after this process's last write
+``lm/http_requests``       HTTP requests sent (retries included)
+``lm/redacted``            server answers or messages in which the API key was found and removed
+``lm/tokens``              prompt + completion tokens spent on backend calls (cache hits cost none)
+``lm/latency_p50``         median seconds from submit to resolved (fallbacks included)
+``lm/latency_p95``         95th percentile of the same
+``lm/queue_depth``         requests waiting for the worker now
+``lm/inflight``            distinct requests submitted and not yet resolved now
+``lm/circuit_open``        1 while the service takes the server as down, else 0
+``lm/parse_errors``        only when the caller passes ``parse_errors=`` (answers its parser rejected)
+=========================  ===================================================================================
+
+Counters a backend does not have (e.g. HTTP errors of the embedded model) are 0.  :meth:`metrics`
+keeps the older, unprefixed service counters for existing callers.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -260,6 +311,13 @@ class LLMService:
             raise ValueError(f"backend returned {len(out)} results for {len(batch)} requests")
         return list(out)
 
+    @staticmethod
+    def _failed_scores(value: Any, n: int) -> bool:
+        try:
+            return len(value) != n or not all(v is not None and math.isfinite(float(v)) for v in value)
+        except (TypeError, ValueError):
+            return True
+
     def _run_batch(self, batch: list[_Request]) -> None:
         now = time.monotonic()
         stale = [r for r in batch if now - r.submitted > self.timeout]
@@ -285,10 +343,13 @@ class LLMService:
             try:
                 with self._cond:
                     self._counts["backend_calls"] += 1
+                    self._counts["sent"] += len(batch)
                     self._batch_sizes[len(batch)] += 1
                 results = self._call(batch)
             except RETRYABLE as err:
                 last_error = err
+                with self._cond:
+                    self._counts["backend_failures"] += 1
                 delay = min(self.backoff_max, self.backoff_base * 2**attempt) * random.uniform(0.5, 1.0)
                 if attempt + 1 >= attempts or time.monotonic() + delay > deadline:
                     break
@@ -298,6 +359,8 @@ class LLMService:
                 self._stop.wait(delay)
                 continue
             except Exception as err:  # a bad request or a backend bug: not retried
+                with self._cond:
+                    self._counts["backend_failures"] += 1
                 log.exception("LLMService: backend call failed (not retried)")
                 self._resolve_fallback(batch, f"error: {err!r}")
                 return
@@ -309,6 +372,13 @@ class LLMService:
         self._resolve_fallback(batch, f"unavailable after {attempt + 1} attempt(s): {last_error!r}")
 
     def _account(self, batch: list[_Request], results: list[Any]) -> None:
+        failed = [(req, value) for req, value in zip(batch, results, strict=True)
+                  if req.kind == "score" and self._failed_scores(value, len(req.payload["candidates"]))]
+        if failed:  # a context the backend could not score (after its own retries): counted fallback
+            self._resolve_fallback([req for req, _ in failed], "error: the backend returned no finite scores")
+            done = {id(req) for req, _ in failed}
+            pairs = [(r, v) for r, v in zip(batch, results, strict=True) if id(r) not in done]
+            batch, results = [r for r, _ in pairs], [v for _, v in pairs]
         for req, value in zip(batch, results, strict=True):
             if req.kind == "generate" and isinstance(value, Completion):
                 if value.cached:
@@ -347,6 +417,56 @@ class LLMService:
             cache = self.lm.stats
             out["cache_hits"] = cache["hits"]
             out["cache_hit_rate"] = cache["hit_rate"]
+        return out
+
+    def lm_metrics(self, parse_errors: float | None = None) -> dict[str, float]:
+        """The canonical ``lm/*`` metrics (see the table in the module docstring); all values floats."""
+        with self._cond:
+            counts = dict(self._counts)
+            lat = np.array(self._latencies, dtype=np.float64)
+            depth, inflight = len(self._queue), len(self._inflight)
+        try:
+            io = dict(self.lm.io_stats())
+        except Exception:  # a backend's counters must never break logging
+            log.exception("LLMService: io_stats() of the backend failed")
+            io = {}
+        kinds = ("http", "decode", "timeout", "connection", "oversize")
+        cache_hits = float(io.get("cache_hits", counts.get("cache_hits", 0)))
+        calls = float(io.get("sent", counts.get("sent", 0)))
+        dedup = float(counts.get("deduplicated", 0))
+        without = cache_hits + dedup
+        out: dict[str, float] = {
+            "lm/requests": float(counts.get("submitted", 0)),
+            "lm/deduplicated": dedup,
+            "lm/cache_hits": cache_hits,
+            "lm/calls": calls,
+            "lm/hit_rate": without / (without + calls) if without + calls else 0.0,
+            "lm/completed": float(counts.get("completed", 0)),
+            "lm/fallbacks": float(counts.get("fallbacks", 0)),
+            "lm/retries": float(counts.get("retries", 0)) + float(io.get("retries", 0)),
+        }
+        errors = {f"lm/errors_{k}": float(io.get(f"errors_{k}", 0)) for k in kinds}
+        nonfinite = float(io.get("rejected_nonfinite", 0))
+        out["lm/errors"] = sum(errors.values()) + nonfinite
+        out.update(errors)
+        out.update({
+            "lm/rejected_nonfinite": nonfinite,
+            "lm/truncated": float(io.get("truncated", 0)),
+            "lm/errors_backend": float(counts.get("backend_failures", 0)),
+            "lm/cache_rejected": float(io.get("rejected", 0)),
+            "lm/cache_evictions": float(io.get("cache_evictions", 0)),
+            "lm/cache_bytes": float(io.get("cache_bytes", 0)),
+            "lm/http_requests": float(io.get("http_requests", 0)),
+            "lm/redacted": float(io.get("redacted", 0)),
+            "lm/tokens": float(self._tokens),
+            "lm/latency_p50": float(np.percentile(lat, 50)) if lat.size else 0.0,
+            "lm/latency_p95": float(np.percentile(lat, 95)) if lat.size else 0.0,
+            "lm/queue_depth": float(depth),
+            "lm/inflight": float(inflight),
+            "lm/circuit_open": 1.0 if self._circuit_open else 0.0,
+        })
+        if parse_errors is not None:
+            out["lm/parse_errors"] = float(parse_errors)
         return out
 
     def close(self, timeout: float | None = 30.0) -> None:
