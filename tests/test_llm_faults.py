@@ -1,0 +1,300 @@
+"""A misbehaving OpenAI-compatible server (tests/fault_server.py) against HTTPLM, CachedLM and LLMService:
+no exception escapes, every fault is counted in ``lm/*``, faulty answers are never cached, the cache
+stays under its size bound, and the API key reaches no file.  End to end: ELLM (generate and score)
+and ONI training runs through the CLI against the same server."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fault_server import DEFAULT_SCHEDULE, GARBAGE, FaultServer
+from llmguide.llm.base import Completion, char_cap
+from llmguide.llm.cache import CachedLM, LLMCache, cache_command, well_formed_completion, well_formed_scores
+from llmguide.llm.http import HTTPLM
+from llmguide.llm.service import LLMService
+
+CANARY = "sk-canary-7d1e5f3a9b2c4e6f8a0b"
+KEY_ENV = "LLMGUIDE_FAULT_TEST_KEY"
+VOCAB = [" collect wood", " place table", " eat cow", " collect drink"]
+
+
+@pytest.fixture
+def canary(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, CANARY)
+    return CANARY
+
+
+def _http(url: str, **kw) -> HTTPLM:
+    opts = {"api_key_env": KEY_ENV, "concurrency": 4, "timeout": 1.0, "max_retries": 3, "backoff_base": 0.01,
+            "backoff_max": 0.05}
+    return HTTPLM(url, "fault", **{**opts, **kw})
+
+
+def _files_with(root: Path, secret: str) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+# --- HTTPLM: one fault at a time ----------------------------------------------------------------------
+@pytest.mark.parametrize(("fault", "counter"), [
+    ("http_500", "errors_http"), ("http_429", "errors_http"), ("http_400", "errors_http"),
+    ("http_401_echo", "errors_http"), ("invalid_json", "errors_decode"), ("truncated_json", "errors_decode"),
+    ("missing_fields", "errors_decode"), ("wrong_types", "errors_decode"), ("html", "errors_decode"),
+    ("drop", "errors_connection"),
+])
+def test_each_transport_fault_is_retried_counted_and_raised_only_when_all_failed(fault, counter, canary):
+    with FaultServer([fault]) as server:
+        lm = _http(server.base_url, max_retries=2)
+        try:
+            with pytest.raises(Exception) as err:
+                lm.generate(["hello"], max_tokens=8)
+            stats = lm.io_stats()
+        finally:
+            lm.close()
+    assert type(err.value).__name__ == "LLMUnavailableError" and CANARY not in str(err.value)
+    retried = fault != "http_400" and fault != "http_401_echo"   # other 4xx are not transient
+    assert stats[counter] == (3 if retried else 1) and stats["failed"] == 1
+    assert stats.get("retries", 0) == (2 if retried else 0) and server.authorized == stats["http_requests"]
+
+
+def test_one_bad_answer_does_not_fail_its_batch_and_retries_get_through(canary):
+    with FaultServer(["ok", "invalid_json", "ok", "http_503"] + ["ok"] * 10) as server:
+        lm = _http(server.base_url, concurrency=1)
+        try:
+            out = lm.generate(["a", "b", "c", "d"], max_tokens=16)
+            scores = lm.score(["Action:"], [VOCAB[:2]])
+            stats = lm.io_stats()
+        finally:
+            lm.close()
+    assert all(c.error is None and c.text.startswith("- collect wood") for c in out)
+    assert all(math.isfinite(s) for s in scores[0])
+    assert stats["errors_decode"] == 1 and stats["errors_http"] == 1 and stats["retries"] == 2
+    assert "failed" not in stats
+
+
+def test_stall_is_a_timeout_fault_and_a_slow_server_cannot_hold_a_call(canary):
+    import time
+
+    with FaultServer(["stall"], stall=3.0) as server:
+        lm = _http(server.base_url, timeout=0.5, max_retries=1)
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(Exception, match="timed out"):
+                lm.generate(["hello"])
+            stats = lm.io_stats()
+        finally:
+            lm.close()
+    assert time.monotonic() - t0 < 2.5 and stats["errors_timeout"] == 2 and stats["retries"] == 1
+
+
+def test_huge_answers_are_cut_to_max_tokens_or_dropped_over_the_body_limit(canary, tmp_path):
+    with FaultServer(["huge"]) as server:
+        cached = CachedLM(_http(server.base_url, max_retries=0), LLMCache(tmp_path / "c.sqlite"))
+        try:
+            out = cached.generate(["hello"], max_tokens=10)[0]
+            stats = cached.io_stats()
+            assert len(out.text) <= char_cap(10) and out.completion_tokens == 10 and out.finish_reason == "length"
+            assert out.meta["truncated"] and stats["truncated"] == 1 and stats["rejected"] == 1
+            assert len(cached.cache) == 0   # a server that ignored max_tokens: the answer is used, never cached
+        finally:
+            cached.close()
+        small = _http(server.base_url, max_retries=1, max_response_bytes=2**20)
+        try:
+            with pytest.raises(Exception, match="more than 1048576 bytes"):
+                small.generate(["hello"], max_tokens=10)
+            assert small.io_stats()["errors_oversize"] == 2
+        finally:
+            small.close()
+
+
+@pytest.mark.parametrize("fault", ["null_logprobs", "nan_logprobs"])
+def test_non_finite_logprobs_are_rejected_retried_and_never_scores(fault, canary):
+    with FaultServer([fault, "ok"]) as server:
+        lm = _http(server.base_url, concurrency=1)
+        try:
+            scores = lm.score(["Action:"], [VOCAB[:1]])
+            stats = lm.io_stats()
+        finally:
+            lm.close()
+    assert math.isfinite(scores[0][0]) and stats["rejected_nonfinite"] == 1 and stats["retries"] == 1
+    with FaultServer([fault]) as server:
+        lm = _http(server.base_url, max_retries=1)
+        try:   # one context always fails, the other has no candidate: the call raises
+            with pytest.raises(Exception, match="non-finite log-prob"):
+                lm.score(["Action:", "Next:"], [VOCAB[:2], []])
+        finally:
+            lm.close()
+
+
+def test_key_echoed_by_the_server_is_redacted(canary):
+    with FaultServer(["echo_key", "http_401_echo"]) as server:
+        lm = _http(server.base_url, concurrency=1, max_retries=0)
+        try:
+            out = lm.generate(["hello", "again"], max_tokens=16)
+            stats = lm.io_stats()
+        finally:
+            lm.close()
+    assert CANARY not in out[0].text and "[redacted]" in out[0].text
+    assert out[1].error is not None and CANARY not in out[1].error and "[redacted]" in out[1].error
+    assert stats["redacted"] == 2
+
+
+# --- the whole stack: LLMService -> CachedLM -> HTTPLM against the full fault schedule -----------------
+def test_service_over_the_full_fault_schedule(canary, tmp_path):
+    cache_dir = tmp_path / "cache"
+    max_bytes = 16 * 1024
+    with FaultServer(DEFAULT_SCHEDULE, stall=3.0) as server:
+        lm = CachedLM(_http(server.base_url), LLMCache(cache_dir / "llm_cache.sqlite", max_bytes=max_bytes))
+        with LLMService(lm, max_batch=8, max_retries=2, backoff_base=0.01, backoff_max=0.05, timeout=60) as service:
+            gen = [service.submit_generate(f"Caption {i}: you see a tree.", max_tokens=48, temperature=0.0)
+                   for i in range(60)]
+            sco = [service.submit_score(f"State {i}: you see water. Goal:", VOCAB) for i in range(24)]
+            results = [f.result(timeout=120) for f in gen + sco]
+            m = service.lm_metrics(parse_errors=0)
+            legacy = service.metrics()
+        lm.close()
+    assert len(results) == 84 and all(r is not None for r in results)
+    served = server.served
+    assert served["stall"] >= 1 and served["huge"] >= 1 and served["nan_logprobs"] >= 1
+
+    # every fault kind the server sent is counted
+    assert m["lm/errors_http"] >= served["http_500"] + served["http_429"] + served["http_400"]
+    assert m["lm/errors_decode"] >= served["invalid_json"] + served["truncated_json"] + served["html"]
+    assert m["lm/errors_timeout"] == served["stall"] and m["lm/errors_connection"] == served["drop"]
+    assert m["lm/rejected_nonfinite"] == served["nan_logprobs"] + served["null_logprobs"]
+    assert m["lm/truncated"] >= 1 and m["lm/cache_rejected"] >= served["garbage"] and m["lm/redacted"] >= 1
+    assert m["lm/retries"] > 0 and m["lm/errors"] >= sum(v for k, v in served.items() if k != "ok") - served[
+        "garbage"] - served["injection"] - served["echo_key"] - served["huge"]
+    assert m["lm/http_requests"] == server.requests
+    assert m["lm/requests"] == 84 and m["lm/calls"] >= 84 - m["lm/fallbacks"] and m["lm/parse_errors"] == 0
+    assert m["lm/completed"] + m["lm/fallbacks"] >= 84 and 0.0 <= m["lm/hit_rate"] <= 1.0
+    assert m["lm/latency_p95"] >= m["lm/latency_p50"] > 0 and all(isinstance(v, float) for v in m.values())
+    assert legacy["submitted"] == 84   # the old unprefixed view still works
+
+    # score fallbacks are [None, ...]; answers are never NaN; generate fallbacks carry an error
+    for r in results[60:]:
+        assert all(v is None for v in r) or all(isinstance(v, float) and math.isfinite(v) for v in r)
+    # only well-formed answers were cached, and the cache stayed under its bound
+    cache = LLMCache(cache_dir / "llm_cache.sqlite", max_bytes=max_bytes)
+    stats = cache.stats()
+    with sqlite3.connect(cache.path) as raw:
+        rows = raw.execute("SELECT kind, value FROM entries").fetchall()
+    cache.close()
+    assert rows and stats["bytes"] <= max_bytes and stats["evictions"] > 0
+    for kind, value in rows:
+        v = json.loads(value)
+        if kind == "generate":
+            assert well_formed_completion(Completion(**v), 48) and GARBAGE not in v["text"]
+        else:
+            assert well_formed_scores(v["scores"], len(VOCAB))
+    disk = sum(p.stat().st_size for p in cache_dir.iterdir())
+    assert disk < 8 * 2**20, f"cache files {disk} bytes"
+    assert _files_with(cache_dir, CANARY) == []
+
+
+# --- the cache's size bound ---------------------------------------------------------------------------
+def test_cache_evicts_least_recently_used_and_counts_evictions(tmp_path, capsys):
+    path = tmp_path / "bounded.sqlite"
+    cache = LLMCache(path, max_bytes=20_000, flush_every=1)
+    keys = [f"k{i:03d}" for i in range(200)]
+    cache.put(keys[0], {"text": "first " * 30})
+    for i, k in enumerate(keys[1:], 1):
+        assert cache.get(keys[0]) is not None, f"the entry read before every write was evicted at {i}"
+        cache.put(k, {"text": f"entry {i} " + "x" * 200})
+    s = cache.stats()
+    assert s["bytes"] <= 20_000 and s["evictions"] > 100 and s["entries"] < 100
+    assert keys[1] not in cache and keys[-1] in cache and keys[0] in cache   # LRU, not FIFO
+    assert not cache.put("big", {"text": "y" * 5000})   # over max_bytes / 8: never stored
+    cache.close()
+    # the bound and the counts persist; the CLI shows bytes, entries and evictions
+    assert cache_command("stats", None, str(path)) == 0
+    out = capsys.readouterr().out
+    assert f"entries    {s['entries']}" in out and f"bytes      {s['bytes']}" in out
+    assert f"evictions  {s['evictions']}" in out
+
+
+def test_cache_written_before_the_size_bound_is_migrated(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as raw:
+        raw.executescript("""
+            CREATE TABLE entries (key TEXT PRIMARY KEY, value TEXT NOT NULL, backend TEXT, model_id TEXT,
+                                  template_version TEXT, kind TEXT, meta TEXT, created REAL);
+            CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);""")
+        raw.executemany("INSERT INTO entries VALUES (?, ?, 'b', 'm', 'v0', 'generate', '{}', ?)",
+                        [(f"old{i}", json.dumps({"text": "z" * 500}), float(i)) for i in range(40)])
+    cache = LLMCache(path, max_bytes=10_000)
+    assert cache.stats()["bytes"] > 20_000 and cache.get("old39") is not None
+    cache.put("new", {"text": "fresh"})
+    s = cache.stats()
+    assert s["bytes"] <= 10_000 and "new" in cache and "old0" not in cache and s["evictions"] >= 20
+    cache.close()
+
+
+# --- end to end: the CLI against the fault server ----------------------------------------------------
+def _cli_run(tmp_path: Path, server: FaultServer, name: str, *overrides: str, timeout: float = 900) -> Path:
+    cache_dir = tmp_path / "cache"
+    env = {**os.environ, KEY_ENV: CANARY, "LLMGUIDE_CACHE_DIR": str(cache_dir), "HF_HUB_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env.pop("OPENAI_API_KEY", None)
+    cmd = [sys.executable, "-m", "llmguide.cli", "train", *overrides, "llm=http", f"llm.base_url={server.base_url}",
+           "llm.model=fault", f"llm.api_key_env={KEY_ENV}", "llm.timeout=1.0", "llm.max_retries=3",
+           "llm.backoff_base=0.01", "llm.backoff_max=0.05", "llm.cache.max_bytes=65536",
+           f"llm.cache.path={cache_dir / 'llm_cache.sqlite'}", "progress=false", f"run.dir={tmp_path / 'runs'}",
+           f"run.name={name}"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert CANARY not in out.stdout and CANARY not in out.stderr
+    run = tmp_path / "runs" / name
+    assert _files_with(run, CANARY) == [] and _files_with(cache_dir, CANARY) == []
+    cache = cache_dir / "llm_cache.sqlite"
+    assert cache.exists() and sum(p.stat().st_size for p in cache_dir.iterdir()) < 8 * 2**20
+    with LLMCache(cache, max_bytes=65536) as c:
+        assert c.stats()["bytes"] <= 65536
+    return run
+
+
+def _last_lm(run: Path) -> dict[str, float]:
+    last: dict[str, float] = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        last.update({k: v for k, v in rec.items() if k.startswith("lm/")})
+    return last
+
+
+ELLM = ["env=crafter", "method=ellm", "total_steps=512", "num_envs=2", "agent.num_steps=64", "agent.hidden=32",
+        "log_every=64", "eval.episodes=1", "env.max_steps=60", "method.service.timeout=120"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suggester", ["generate", "score"])
+def test_ellm_training_against_the_fault_server(tmp_path, suggester):
+    pytest.importorskip("crafter")
+    with FaultServer(DEFAULT_SCHEDULE, stall=3.0) as server:
+        run = _cli_run(tmp_path, server, f"ellm_{suggester}", *ELLM, f"method.suggester={suggester}")
+    lm = _last_lm(run)
+    assert server.requests > 0 and lm["lm/requests"] > 0 and lm["lm/http_requests"] > 0
+    faults = lm["lm/errors_http"] + lm["lm/errors_decode"] + lm["lm/errors_timeout"] + lm["lm/errors_connection"]
+    assert faults > 0 and lm["lm/retries"] > 0
+    if suggester == "score":
+        assert lm["lm/rejected_nonfinite"] > 0
+    else:
+        assert lm["lm/truncated"] + lm["lm/cache_rejected"] > 0
+
+
+@pytest.mark.slow
+def test_oni_training_against_the_fault_server(tmp_path):
+    pytest.importorskip("minihack")
+    with FaultServer(DEFAULT_SCHEDULE, stall=3.0) as server:
+        run = _cli_run(tmp_path, server, "oni", "env=minihack", "env.id=MiniHack-KeyRoom-S5-v0", "method=oni_retrieval",
+                       "num_envs=2", "agent.num_steps=64", "agent.hidden=32", "total_steps=512", "eval.episodes=0",
+                       "log_every=64")
+    lm = _last_lm(run)
+    assert server.requests > 0 and lm["lm/http_requests"] > 0
+    assert lm["lm/errors_http"] + lm["lm/errors_decode"] + lm["lm/errors_timeout"] > 0 and lm["lm/retries"] > 0
