@@ -64,7 +64,7 @@ def test_transition_shaping_is_exact_across_rollouts_and_episode_ends():
         n = len(caps)
         return TransitionBatch(obs={"x": np.zeros((n, 1, 1))}, actions=np.zeros((n, 1), int),
                                next_obs={"x": np.zeros((n, 1, 1))}, rewards=np.zeros((n, 1)),
-                               dones=np.array(dones)[:, None], infos=[[{"caption": c}] for c in caps])
+                               terminated=np.array(dones)[:, None], infos=[[{"caption": c}] for c in caps])
     f1 = module.compute(batch(["a", "b"], [False, False]))[:, 0]
     f2 = module.compute(batch(["c", "d"], [True, False]))[:, 0]
     # Φ(s0) = 0 (no incoming transition), terminal Φ masked, next episode starts from Φ = 0 again

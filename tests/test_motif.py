@@ -86,6 +86,6 @@ def test_reward_model_threshold_and_count_division(tmp_path):
     assert shaped[:3].min() > 0 and np.all(shaped[3:] == 0)  # bad messages fall under the median threshold
     infos = [[{"caption": good[0]}], [{"caption": good[0]}], [{"caption": bad[0]}]]
     batch = TransitionBatch(obs={}, actions=np.zeros((3, 1)), next_obs={}, rewards=np.zeros((3, 1)),
-                            dones=np.zeros((3, 1), bool), infos=infos)
+                            terminated=np.zeros((3, 1), bool), infos=infos)
     r = module.compute(batch)[:, 0]
     assert r.tolist() == pytest.approx([shaped[0], shaped[0] / 2, 0.0])

@@ -95,7 +95,7 @@ def make_batch(messages: list[list[str]], dones: list[list[bool]] | None = None)
     d = np.zeros((T, N), bool) if dones is None else np.array(dones, bool)
     infos = [[{"caption": m, "events": [], "mission": ""} for m in row] for row in messages]
     z = np.zeros((T, N), np.float32)
-    return TransitionBatch(obs={}, actions=np.zeros((T, N), np.int64), next_obs={}, rewards=z, dones=d, infos=infos)
+    return TransitionBatch(obs={}, actions=np.zeros((T, N), np.int64), next_obs={}, rewards=z, terminated=d, infos=infos)
 
 
 def test_same_message_from_many_envs_is_one_request_and_learner_never_blocks(stack):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 from llmguide.learners.common import generic_split_infos, mix_rewards
 from llmguide.learners.evaluation import evaluate
@@ -70,7 +72,7 @@ def test_mix_rewards_sums_coefficients_and_counts_non_finite():
 
     actions = np.array([[1, 0], [1, 1]])
     batch = TransitionBatch(obs={}, actions=actions, next_obs={}, rewards=np.zeros((2, 2), np.float32),
-                            dones=np.zeros((2, 2), bool))
+                            terminated=np.zeros((2, 2), bool))
     counters: dict[str, int] = {}
     total, metrics = mix_rewards(batch, [(0.5, ActionBonus(1)), (2.0, Bad(1))], counters)
     np.testing.assert_allclose(total, [[0.5, 0.0], [2.5, 2.5]])
@@ -179,12 +181,83 @@ def test_dict_encoder_scales_uint8_images_and_concatenates_vectors():
         DictEncoder(spaces.Dict({"bad": spaces.Box(0, 1, (2, 2), np.float32)}))
 
 
-def test_on_step_hook_sees_every_vector_step_with_transition_infos():
+def test_on_step_callback_sees_every_vector_step_with_transition_infos():
+    from llmguide.learners.callbacks import Callback
+
     seen = []
-    agent = PPO(vector_env(lambda: ContextBandit(3), 2), CFG, seed=0,
-                on_step=lambda step, obs, actions, rewards, dones, infos: seen.append((step, dones.copy(), infos)))
-    agent.learn(64, progress=False)
+
+    class Spy(Callback):
+        def on_step(self, step):
+            seen.append((step.step, step.dones.copy(), step.infos))
+            return True
+
+    agent = PPO(vector_env(lambda: ContextBandit(3), 2), CFG, seed=0)
+    agent.learn(64, callback=Spy(), progress=False)
     assert [s for s, _, _ in seen] == list(range(2, 66, 2))
     assert all(d.all() and all("success" in i for i in infos) for _, d, infos in seen)
     successes = [float(i["success"]) for _, _, infos in seen for i in infos]
     assert np.mean(successes) == np.mean([e["charts/success"] for e in agent.episodes])
+
+
+class Endless(gym.Env):
+    """Reward 1 every step in one unchanging state; the episode ends after ``horizon`` steps, by a time
+    limit (truncated) or by a real end (terminated)."""
+
+    def __init__(self, horizon: int = 5, terminal: bool = False):
+        self.horizon, self.terminal, self.t = horizon, terminal, 0
+        self.observation_space = spaces.Dict({"vector": spaces.Box(0.0, 1.0, (1,), np.float32)})
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return {"vector": np.ones(1, np.float32)}, {}
+
+    def step(self, action):
+        self.t += 1
+        end = self.t >= self.horizon
+        return {"vector": np.ones(1, np.float32)}, 1.0, end and self.terminal, end and not self.terminal, {}
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_ppo_bootstraps_at_truncation_but_not_at_termination(terminal):
+    # gamma 0.9: with the time limit bootstrapped V = 1 / (1 - 0.9) = 10 in the (only) state; if the
+    # limit were treated as terminal (the old behaviour) V would average sum_{k<=5} 0.9^k ~ 3.3 over the
+    # positions; with a real termination that is also the right answer.
+    cfg = dict(CFG, gamma=0.9, gae_lambda=0.95, lr=1e-2, ent_coef=0.0, anneal_lr=False, clip_vloss=False)
+    agent = PPO(vector_env(lambda: Endless(5, terminal), 2), cfg, seed=0)
+    agent.learn(6000, progress=False)
+    value = agent.net.get_value({"vector": torch.ones(1, 1)}).item()
+    if terminal:
+        assert 2.0 < value < 4.6
+    else:
+        assert value > 7.5
+
+
+def test_callbacks_vocabulary_checkpoint_eval_and_early_stop(tmp_path):
+    from llmguide.core.rundir import RunDir
+    from llmguide.learners.callbacks import Callback, CheckpointCallback, EvalCallback
+
+    calls = {"eval": [], "start": 0, "end": 0}
+
+    class StopAt(Callback):
+        def on_training_start(self):
+            calls["start"] += 1
+
+        def on_step(self, step):
+            return step.step < 96
+
+        def on_training_end(self):
+            calls["end"] += 1
+
+    with RunDir(tmp_path / "run") as run:
+        agent = PPO(vector_env(lambda: ContextBandit(3), 2), CFG, seed=0, run=run)   # 32 steps per update
+        agent.learn(1000, progress=False, callback=[
+            CheckpointCallback(run, every=64),
+            EvalCallback(run, 40, lambda a: calls["eval"].append(a.global_step) or {"x": 1.0}),
+            StopAt()])
+        saved = sorted(int(p.stem.split("_")[1]) for p in (tmp_path / "run" / "checkpoints").glob("ckpt_*.pt"))
+    assert agent.global_step == 96          # stopped by on_step at the end of that rollout
+    assert saved == [64]                     # 96 did not cross 128
+    assert calls["eval"] == [64, 96]         # first rollout end past 40 and past 80
+    assert calls["start"] == calls["end"] == 1

@@ -61,7 +61,7 @@ def grid_batch(rng: np.random.Generator, t: int, regions: list[tuple[int, int]],
 
     return TransitionBatch(obs=shape(render(pos, image)), actions=actions.reshape(t, n),
                            next_obs=shape(render(nxt, image)), rewards=np.zeros((t, n), np.float32),
-                           dones=np.zeros((t, n), bool))
+                           terminated=np.zeros((t, n), bool))
 
 
 @pytest.fixture(autouse=True)
@@ -77,8 +77,15 @@ SMALL = {"feature_dim": 32, "hidden": 64, "lr": 1e-3, "epochs": 4, "minibatch_si
 SEEN, UNSEEN = (0, G // 2), (G // 2 + 1, G)
 
 
+CLASSES = {"rnd": "RND", "noveld": "NovelD", "icm": "ICM", "apt": "APT"}
+
+
+def target(name: str) -> str:
+    return f"llmguide.rewards.{name}:{CLASSES[name]}"
+
+
 def build(name: str, space: spaces.Space = VECTOR_SPACE, num_envs: int = 4, seed: int = 0, **module):
-    cfg = {"name": name, "intrinsic_coef": 0.5, "module": {**SMALL, **module}}
+    cfg = {"name": name, "reward": target(name), "intrinsic_coef": 0.5, "module": {**SMALL, **module}}
     [(coef, m)] = build_reward_modules(cfg, space, ACTIONS, num_envs, seed=seed)
     assert coef == 0.5
     return m
@@ -193,7 +200,7 @@ def test_noveld_pays_relu_difference_on_first_visits_only():
     batch = TransitionBatch(
         obs={k: v[:, None] for k, v in obs.items()}, actions=np.zeros((5, 1), int),
         next_obs={k: v[:, None] for k, v in nxt.items()}, rewards=np.zeros((5, 1)),
-        dones=np.array([[0], [0], [1], [0], [0]], bool),
+        terminated=np.array([[0], [0], [1], [0], [0]], bool),
     )
     mask = NovelD.first_visit_mask(build("noveld", num_envs=1), batch)[:, 0]
     # B new; A revisited (the episode's first obs); C new; after the reset B is new again; A revisited
@@ -239,13 +246,18 @@ def test_build_from_shipped_method_configs():
 
 def test_bad_method_config_names_the_key():
     with pytest.raises(ConfigError, match="method.module.feature_dims"):
-        build_reward_modules({"name": "rnd", "module": {"feature_dims": 3}}, VECTOR_SPACE, ACTIONS, 2)
+        build_reward_modules({"name": "rnd", "reward": target("rnd"), "module": {"feature_dims": 3}},
+                             VECTOR_SPACE, ACTIONS, 2)
     with pytest.raises(ConfigError, match="method.module.gamma"):
-        build_reward_modules({"name": "icm", "module": {"gamma": 1.5}}, VECTOR_SPACE, ACTIONS, 2)
+        build_reward_modules({"name": "icm", "reward": target("icm"), "module": {"gamma": 1.5}}, VECTOR_SPACE, ACTIONS, 2)
     with pytest.raises(ConfigError, match="method.module.representation"):
-        build_reward_modules({"name": "apt", "module": {"representation": "clip"}}, VECTOR_SPACE, ACTIONS, 2)
-    with pytest.raises(ConfigError, match="method.name"):
+        build_reward_modules({"name": "apt", "reward": target("apt"), "module": {"representation": "clip"}},
+                             VECTOR_SPACE, ACTIONS, 2)
+    with pytest.raises(ConfigError, match="method.reward"):
         build_reward_modules({"name": "nope"}, VECTOR_SPACE, ACTIONS, 2)
+    with pytest.raises(ConfigError, match="method.reward"):
+        build_reward_modules({"name": "nope", "reward": "llmguide.rewards.rnd:Nope"}, VECTOR_SPACE, ACTIONS, 2)
+    assert build_reward_modules({"name": "none", "reward": None}, VECTOR_SPACE, ACTIONS, 2) == []
     with pytest.raises(ConfigError, match="method.module.lr"):
         load_config(["method=rnd", "method.module.lr=-1.0"])
 
@@ -270,7 +282,7 @@ def test_crafter_sized_images_take_the_strided_cnn_path():
     obs = {"image": rng.integers(0, 256, (2, 2, 3, 64, 64), dtype=np.uint8),
            "inventory": rng.integers(0, 9, (2, 2, 16)).astype(np.float32)}
     batch = TransitionBatch(obs=obs, actions=np.zeros((2, 2), int), next_obs=obs, rewards=np.zeros((2, 2)),
-                            dones=np.zeros((2, 2), bool))
+                            terminated=np.zeros((2, 2), bool))
     for name in ("rnd", "icm"):
         m = build(name, space=space, num_envs=2)
         assert m.compute(batch).shape == (2, 2)

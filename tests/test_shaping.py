@@ -42,7 +42,7 @@ def test_potential_shaping_module_on_a_two_env_rollout():
     x_next = x + 100
     dones = np.array([[0, 1], [1, 0], [0, 0]], bool)
     batch = TransitionBatch(obs={"x": x}, actions=np.zeros((3, 2), int), next_obs={"x": x_next},
-                            rewards=np.zeros((3, 2)), dones=dones)
+                            rewards=np.zeros((3, 2)), terminated=dones)
     module = PotentialShaping(potential, gamma)
     f = module.compute(batch)
     phi_s, phi_next = x.sum(-1), x_next.sum(-1)
@@ -54,10 +54,23 @@ def test_potential_shaping_module_on_a_two_env_rollout():
 
 def test_bad_potentials_get_clear_errors():
     batch = TransitionBatch(obs={"x": np.zeros((2, 3, 1))}, actions=np.zeros((2, 3)), next_obs={"x": np.zeros((2, 3, 1))},
-                            rewards=np.zeros((2, 3)), dones=np.zeros((2, 3)))
+                            rewards=np.zeros((2, 3)), terminated=np.zeros((2, 3)))
     with pytest.raises(ValueError, match=r"shape \(6,\), expected \(2, 3\)"):
         PotentialShaping(lambda o: o["x"].reshape(-1), 0.9).compute(batch)
     with pytest.raises(ValueError, match="non-finite"):
         PotentialShaping(lambda o: o["x"][..., 0] * np.nan, 0.9).compute(batch)
     with pytest.raises(ValueError, match="shape mismatch"):
         potential_shaping(np.zeros((2, 3)), np.zeros((3, 2)), np.zeros((2, 3)), 0.9)
+
+
+def test_truncation_keeps_the_next_potential_termination_zeroes_it():
+    gamma = 0.9
+    x = np.zeros((1, 3, 1), np.float32)
+    x_next = np.full((1, 3, 1), 2.0, np.float32)
+    # env 0 continues, env 1 is cut by a time limit, env 2 really ended
+    batch = TransitionBatch(obs={"x": x}, actions=np.zeros((1, 3), int), next_obs={"x": x_next},
+                            rewards=np.zeros((1, 3)), terminated=np.array([[0, 0, 1]], bool),
+                            truncated=np.array([[0, 1, 0]], bool))
+    f = PotentialShaping(lambda o: o["x"][..., 0], gamma).compute(batch)
+    np.testing.assert_allclose(f, [[gamma * 2.0, gamma * 2.0, 0.0]])
+    assert batch.dones.tolist() == [[False, True, True]]

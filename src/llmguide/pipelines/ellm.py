@@ -42,7 +42,7 @@ for _key, _rule in {
     "method.top_k": positive,
     "method.threshold": in_range(-1.0, 1.0),
     "method.match": one_of("cosine", "exact"),
-    "method.reward": one_of("one", "cosine"),
+    "method.payment": one_of("one", "cosine"),
     "method.embedder": one_of("minilm", "bow"),
     "method.goal_choice": one_of("random", "first"),
     "method.guide_prob": in_range(0.0, 1.0),
@@ -66,7 +66,7 @@ def _embedder(kind: str) -> Any:
 
 def lm_metrics(service: Any, suggester: GoalSuggester) -> dict[str, float]:
     """``lm/*`` as the LM service defines them, plus the suggester's parse errors and fallbacks."""
-    out: dict[str, float] = service.lm_metrics() if service is not None else {}
+    out: dict[str, float] = service.lm_metrics() if service is not None else {"lm/calls": 0.0, "lm/hit_rate": 0.0}
     parse = suggester.parse_stats
     out["lm/parse_errors"] = float(sum(parse.malformed.values())) if parse is not None else 0.0
     out["lm/suggester_fallbacks"] = float(suggester.stats.fallbacks)
@@ -110,7 +110,7 @@ class ELLMRecipe(Recipe):
             top_k=int(m.top_k), max_tokens=int(m.max_tokens), temperature=float(m.temperature),
             normalize_scores=bool(m.normalize_scores), grade_map=lambda g: oracle.canonical(g) or canonical(g),
             memo_size=int(m.memo_size))
-        reward = ELLMReward(GoalMatcher(embedder, str(m.match)), envs.num_envs, float(m.threshold), str(m.reward))
+        reward = ELLMReward(GoalMatcher(embedder, str(m.match)), envs.num_envs, float(m.threshold), str(m.payment))
         wrapped = ELLMGoalWrapper(envs, suggester, reward, grade_matcher, goal_conditioned=bool(m.goal_conditioned),
                                   goal_choice=str(m.goal_choice), fixed_goal=_task_goal(cfg) if task else None,
                                   seed=int(cfg.seed))

@@ -125,8 +125,11 @@ def build_reward_modules(method_cfg: DictConfig | Mapping[str, Any], obs_space: 
         factory = _class_factory(str(target))
     elif name in REWARDS:
         factory = REWARDS[name]
+    elif "reward" in cfg:
+        return []  # ``reward: null``: no reward module (method=none)
     else:
-        return []  # no reward module (method=none)
+        raise ConfigError("method.reward", f"method '{name}' names no reward module: add reward: package.module:Class "
+                                           f"to its YAML (registered factories: {sorted(REWARDS)})")
     built = factory(cfg, obs_space, action_space, num_envs, device=device, seed=seed)
     if built is None:
         return []
