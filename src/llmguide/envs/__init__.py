@@ -17,9 +17,10 @@ import gymnasium as gym
 
 from llmguide.core.config import one_of, positive, register_rule
 from llmguide.envs.base import GOOD, ILL_TIMED, IMPOSSIBLE, Oracle, cfg_get
-from llmguide.envs.vector import make_vector_env, split_infos
+from llmguide.envs.vector import make_vector_env as _make_vector_env
+from llmguide.envs.vector import split_infos
 
-FAMILIES = ("crafter", "babyai", "minihack", "nethack")
+FAMILIES = ("crafter", "babyai", "minihack", "nethack", "craftax")
 
 __all__ = ["FAMILIES", "GOOD", "ILL_TIMED", "IMPOSSIBLE", "Oracle", "get_oracle", "make_env",
            "make_vector_env", "split_infos"]
@@ -55,6 +56,10 @@ def make_env(env_cfg: Any, seed: int | None = None) -> gym.Env:
         from llmguide.envs.babyai_text import make_babyai
 
         env = make_babyai(env_cfg, seed)
+    elif name == "craftax":
+        from llmguide.envs.craftax import make_craftax
+
+        env = make_craftax(env_cfg, seed)
     elif name in ("minihack", "nethack"):
         from llmguide.envs.nethack import make_nethack
 
@@ -78,11 +83,24 @@ def get_oracle(family: str) -> Oracle:
         from llmguide.envs.babyai_text import BabyAIOracle
 
         return BabyAIOracle()
+    if family == "craftax":
+        from llmguide.envs.craftax import CraftaxOracle
+
+        return CraftaxOracle()
     if family in ("nethack", "minihack"):
         from llmguide.envs.nethack import NetHackOracle
 
         return NetHackOracle()
     raise ValueError(f"unknown env family {family!r}; choose one of {list(FAMILIES)}")
+
+
+def make_vector_env(env_cfg: Any, num_envs: int, seed: int, mode: str = "sync") -> gym.vector.VectorEnv:
+    """:func:`llmguide.envs.vector.make_vector_env`; ``env=craftax`` is one batched JAX env (mode unused)."""
+    if cfg_get(env_cfg, "name") == "craftax":
+        from llmguide.envs.craftax import make_craftax_vector
+
+        return make_craftax_vector(env_cfg, num_envs, seed)
+    return _make_vector_env(env_cfg, num_envs, seed, mode)
 
 
 def _register() -> None:
@@ -93,6 +111,7 @@ def _register() -> None:
                                      {"env_id": "MiniHack-Room-5x5-v0", "family": "minihack"}),
         "llmguide/NetHackText-v0": ("llmguide.envs.nethack:NetHackText",
                                     {"env_id": "NetHackScore-v0", "family": "nethack"}),
+        "llmguide/CraftaxClassic-v0": ("llmguide.envs.craftax:CraftaxText", {}),
     }
     for env_id, (entry, kwargs) in specs.items():
         if env_id not in gym.registry:
