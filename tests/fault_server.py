@@ -190,7 +190,7 @@ class FaultServer:
                     return
                 path = self.path.rstrip("/")
                 chat = path.endswith("/chat/completions")
-                if not chat and not path.endswith("/completions"):
+                if path not in ("/v1/completions", "/v1/chat/completions"):
                     self._send(404, b'{"error": {"message": "not found"}}')
                     return
                 bearer = (self.headers.get("Authorization") or "").removeprefix("Bearer ")

@@ -496,11 +496,12 @@ class CachedLM(LanguageModel):
                     misses=sum(map(len, misses.values())), tokens_saved=saved)
         if misses:
             first = [idx[0] for idx in misses.values()]
+            self._count(sent=len(first))
             fresh = self.inner.generate([prompts[i] for i in first], max_tokens=max_tokens,
                                         temperature=temperature, stop=stop, seed=seed)
             if len(fresh) != len(first):
                 raise LLMGuideError(f"{self.backend} returned {len(fresh)} completions for {len(first)} prompts")
-            self._count(backend_calls=1, sent=len(first), prompt_tokens=sum(c.prompt_tokens for c in fresh),
+            self._count(backend_calls=1, prompt_tokens=sum(c.prompt_tokens for c in fresh),
                         completion_tokens=sum(c.completion_tokens for c in fresh))
             for (k, idx), comp in zip(misses.items(), fresh, strict=True):
                 if comp.error is not None:
@@ -532,11 +533,12 @@ class CachedLM(LanguageModel):
         self._count(calls=1, lookups=len(keys), hits=len(keys) - n_miss, misses=n_miss)
         if misses:
             first = [idx[0] for idx in misses.values()]
+            self._count(sent=len(first))
             fresh = self.inner.score([contexts[i] for i in first], [list(candidates[i]) for i in first],
                                      normalize=normalize)
             if len(fresh) != len(first):
                 raise LLMGuideError(f"{self.backend} returned {len(fresh)} score lists for {len(first)} contexts")
-            self._count(backend_calls=1, sent=len(first))
+            self._count(backend_calls=1)
             for (k, idx), scores in zip(misses.items(), fresh, strict=True):
                 if well_formed_scores(scores, len(candidates[idx[0]])):
                     self._put(k, {"scores": [float(s) for s in scores]}, "score")

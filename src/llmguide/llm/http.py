@@ -15,10 +15,11 @@ automatic prefix caching); the llama.cpp server needs ``--logits_all true`` for 
 A misbehaving server cannot crash a run, stall it, flood it or poison the cache:
 
 - **Retries** (``max_retries``, backoff ``min(backoff_max, backoff_base * 2**attempt)`` times a jitter
-  in [0.5, 1]) for every transient fault of one request: HTTP 408/409/425/429/5xx, connection errors,
-  timeouts, over-long bodies and *decode* faults (invalid or truncated JSON, a non-object body,
-  missing or mistyped fields, no echoed log-probs).  Other HTTP 4xx are not retried.  Retries are
-  per request, so one bad answer does not fail its batch.
+  in [0.5, 1]) for every fault of one request: HTTP errors, connection errors, timeouts, over-long
+  bodies and *decode* faults (invalid or truncated JSON, a non-object body, missing or mistyped
+  fields, no echoed log-probs).  Only HTTP 403/404/405/501 (forbidden, no such model or endpoint:
+  configuration errors) are not retried; a 401 is, since the key is read anew at every attempt
+  (rotation).  Retries are per request, so one bad answer does not fail its batch.
 - **Timeouts**: ``timeout`` seconds per read (a stalled server) and ``3 * timeout`` for a whole response
   (a server trickling bytes); both are ``timeout`` faults.
 - **Size**: a body larger than ``max_response_bytes`` is dropped while it streams in (``oversize``).  A
@@ -62,7 +63,7 @@ httpx: Any = importlib.import_module(openai.DefaultHttpxClient.__mro__[1].__modu
 
 T = TypeVar("T")
 
-RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+FINAL_STATUS = frozenset({403, 404, 405, 501})  # configuration errors: retrying cannot help
 _MESSAGE_CHARS = 300
 
 
@@ -237,7 +238,7 @@ class HTTPLM(LanguageModel):
         except openai.APIStatusError as err:
             status = int(err.status_code)
             raise _Fault("http", f"{self._where()} answered HTTP {status}: {self._message(err.message)}",
-                         retryable=status in RETRYABLE_STATUS or status >= 500) from err
+                         retryable=status not in FINAL_STATUS) from err
         except openai.APIError as err:  # response validation and anything else the SDK reports
             raise _Fault("decode", f"{self._where()}: {self._message(str(err))}") from err
         except (httpx.HTTPError, ResponseTooLarge) as err:  # raised outside the SDK's wrapping
