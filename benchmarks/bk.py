@@ -27,22 +27,6 @@ def overrides(args: argparse.Namespace, out: Path, *extra: str) -> list[str]:
             "progress=false", f"run.dir={out}", "run.overwrite=true", *extra]
 
 
-def train_plain(cfg) -> None:
-    """Plain PPO on the extrinsic reward (the baseline), same agent config as the BK runs."""
-    from llmguide.core.rundir import RunDir
-    from llmguide.core.seeding import seed_everything
-    from llmguide.envs import make_vector_env
-    from llmguide.learners.ppo import PPO
-
-    seed_everything(int(cfg.seed))
-    with RunDir.open(cfg) as run:
-        envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), "sync")
-        try:
-            PPO(envs, cfg.agent, run=run, seed=int(cfg.seed)).learn(int(cfg.total_steps), progress=False)
-        finally:
-            envs.close()
-
-
 def curve(run: Path, bins: int) -> tuple[np.ndarray, np.ndarray]:
     """Success rate of finished episodes per step bin, and the step bin centres."""
     from llmguide.core.rundir import read_metrics
@@ -72,7 +56,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from llmguide.core.config import load_config
-    from llmguide.pipelines import bk
+    from llmguide.pipelines import bk, run
 
     out = Path(args.out)
     timings: dict[str, float] = {}
@@ -93,9 +77,9 @@ def main() -> None:
             t = time.perf_counter()
             common = overrides(args, out, f"total_steps={args.steps}", f"seed={seed}", f"run.name={method}-s{seed}")
             if method == "ppo":
-                train_plain(load_config([*common, "method=none"]))
+                run("train", load_config([*common, "method=none"]))
             else:
-                bk.train(load_config([*common, f"method={method}", f"method.labels={out / ('labels-' + method)}"]))
+                run("train", load_config([*common, f"method={method}", f"method.labels={out / ('labels-' + method)}"]))
             timings[f"train {method}"] = timings.get(f"train {method}", 0.0) + time.perf_counter() - t
 
     bins = 10

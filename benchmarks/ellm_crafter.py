@@ -36,10 +36,7 @@ METHODS = {  # label -> overrides
 RUNNER = """
 import sys
 from llmguide.core.config import load_config
-from llmguide.pipelines import PIPELINES, register, run
-for name in ("ellm", "ellm_oracle", "ellm_all_goals"):
-    if name not in PIPELINES:
-        register(name, "train", "llmguide.pipelines.ellm:train")
+from llmguide.pipelines import run
 sys.exit(run("train", load_config(sys.argv[1:])) or 0)
 """
 

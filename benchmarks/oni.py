@@ -23,7 +23,7 @@ import numpy as np
 
 def run_one(method: str, seed: int, args: argparse.Namespace, runs: Path) -> dict:
     from llmguide.core.config import load_config
-    from llmguide.pipelines.oni import train
+    from llmguide.pipelines import run
 
     name = f"{method}-s{seed}"
     overrides = ["env=minihack", f"env.id={args.env}", f"method={method}", f"seed={seed}",
@@ -33,12 +33,11 @@ def run_one(method: str, seed: int, args: argparse.Namespace, runs: Path) -> dic
     if method == "none":
         overrides.append(f"method.extrinsic_coef={args.extrinsic_coef}")
     start = time.perf_counter()
-    train(load_config(overrides))
+    run("train", load_config(overrides))
     wall = time.perf_counter() - start
     records = [json.loads(line) for line in (runs / name / "metrics.jsonl").read_text().splitlines() if line]
     episodes = [r for r in records if "charts/episodic_return" in r]
-    stats_file = runs / name / "lm_stats.json"
-    lm = json.loads(stats_file.read_text()) if stats_file.exists() else {}
+    lm = ([r for r in records if "lm/annot_requests" in r] or [{}])[-1]
     last = episodes[-max(1, len(episodes) // 5):]  # final 20% of the episodes
     return {
         "method": method, "seed": seed, "wall_s": wall, "sps": args.steps / wall, "episodes": len(episodes),

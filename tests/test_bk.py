@@ -211,6 +211,6 @@ def test_pipeline_steps_name_missing_inputs(tmp_path):
     with pytest.raises(ConfigError, match="method.data"):
         pipe.label(cfg)
     with pytest.raises(ConfigError, match="method.labels"):
-        pipe.train(cfg)
+        pipe.BKRecipe(cfg).check()
     with pytest.raises(ConfigError, match="no BK labels"):
         pipe.build_module(cfg, tmp_path, 0.99)

@@ -291,7 +291,7 @@ def test_checkpoint_round_trip_restores_network_optimizer_counters_and_replay():
 
 
 def _train_args(tmp_path, *extra: str) -> list[str]:
-    return ["train", "env=babyai", "method=drrn", "env.task=GoToRedBall", "num_envs=2", "method.batch_size=16",
+    return ["train", "env=babyai", "method=drrn", "env.task=GoToRedBall", "num_envs=2", "agent.batch_size=16",
             "method.hidden_dim=32", "method.embed_dim=32", "log_every=16", "eval.episodes=2", "env.max_steps=8",
             "progress=false", f"run.dir={tmp_path}", "run.name=drrn", *extra]
 
@@ -328,9 +328,9 @@ def test_train_cli_end_to_end_writes_metrics_checkpoint_eval_and_resumes(tmp_pat
     assert set(tests) == {"oov_nouns", "new_composition"} and tests["new_composition"]["task"] == "PickupPickupLocal"
 
 
-@pytest.mark.parametrize(("override", "key"), [("method.batch_size=0", "method.batch_size"),
-                                                ("method.gamma=1.5", "method.gamma"),
-                                                ("method.update_every=-4", "method.update_every"),
+@pytest.mark.parametrize(("override", "key"), [("agent.batch_size=0", "agent.batch_size"),
+                                                ("agent.gamma=1.5", "agent.gamma"),
+                                                ("agent.update_every=-4", "agent.update_every"),
                                                 ("method.vocab_size=1", "method.vocab_size")])
 def test_bad_method_value_is_a_config_error_naming_the_key(tmp_path, capsys, override, key):
     from llmguide import cli

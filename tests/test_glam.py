@@ -155,10 +155,10 @@ def test_train_cli_end_to_end_writes_metrics_checkpoint_and_eval(tmp_path):
 
     threads = torch.get_num_threads()
     code = cli.main(["train", "env=babyai", "method=glam", "llm=hf", "total_steps=2", "num_envs=1",
-                     "env.task=GoToRedBall", "env.max_steps=2", "method.rollout_steps=2", "method.minibatch=2",
-                     "method.epochs=1", "method.k_history=1", "method.value_hidden=16", "eval.episodes=1",
+                     "env.task=GoToRedBall", "env.max_steps=2", "agent.rollout_steps=2", "agent.minibatch=2",
+                     "agent.epochs=1", "method.k_history=1", "method.value_hidden=16", "eval.episodes=1",
                      "progress=false", f"run.dir={tmp_path}", "run.name=glam"])
-    torch.set_num_threads(threads)   # the pipeline sets method.torch_threads
+    torch.set_num_threads(threads)   # the recipe sets agent.torch_threads
     assert code == 0
     run = tmp_path / "glam"
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -291,15 +291,15 @@ def test_npae_and_glam_config_errors_name_the_key():
 
     cfg = load_config(["env=babyai", "method=npae", "llm=hf"])
     assert cfg.method.name == "npae" and not cfg.method.pretrained and cfg.method.action_heads and not cfg.method.lora
-    assert cfg.method.reward_scale == 20.0   # the rest comes from glam.yaml
+    assert cfg.agent.reward_scale == 20.0   # the rest comes from glam.yaml
     with pytest.raises(ConfigError, match="method.post_tests"):
         load_config(["env=babyai", "method=glam", "llm=hf", "method.post_tests=[french]"])
     with pytest.raises(ConfigError, match="method.bc_episodes"):
         load_config(["env=babyai", "method=glam", "llm=hf", "method.bc_episodes=-1"])
-    from llmguide.pipelines.glam import build_policy
+    from llmguide.pipelines.glam import GLAMRecipe
 
-    with pytest.raises(ConfigError, match="method.lora"):
-        build_policy(load_config(["env=babyai", "method=npae", "llm=hf", "method.lora=true"]))
+    with pytest.raises(ConfigError, match="method.lora"):   # before any model is loaded
+        GLAMRecipe(load_config(["env=babyai", "method=npae", "llm=hf", "method.lora=true"])).check()
 
 
 @needs_hf
@@ -321,8 +321,8 @@ def test_seq2seq_lm_trains_as_policy_through_the_cli(tmp_path, method):
         shutil.copy(embedded_safetensors_dir() / name, model / name)
     threads = torch.get_num_threads()
     code = cli.main(["train", "env=babyai", f"method={method}", "llm=hf", f"llm.model_path={model}", "total_steps=4",
-                     "num_envs=1", "env.task=GoToRedBall", "env.max_steps=4", "method.rollout_steps=4",
-                     "method.minibatch=2", "method.value_hidden=8", "eval.episodes=1", "progress=false",
+                     "num_envs=1", "env.task=GoToRedBall", "env.max_steps=4", "agent.rollout_steps=4",
+                     "agent.minibatch=2", "method.value_hidden=8", "eval.episodes=1", "progress=false",
                      f"run.dir={tmp_path}", "run.name=run"])
     torch.set_num_threads(threads)
     assert code == 0

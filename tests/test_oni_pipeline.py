@@ -31,12 +31,14 @@ def oni_cfg(tmp_path, method: str, *extra: str):
 def test_oni_retrieval_trains_ppo_and_records_annotation_stats(tmp_path):
     import torch
 
-    from llmguide.pipelines.oni import train
+    from llmguide.pipelines import run as run_verb
 
-    assert train(oni_cfg(tmp_path, "oni_retrieval")) == 0
+    assert run_verb("train", oni_cfg(tmp_path, "oni_retrieval")) == 0
     run = tmp_path / "oni_retrieval"
-    stats = json.loads((run / "lm_stats.json").read_text())
+    stats = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "lm/annot_requests" in x][-1]
     assert stats["lm/annot_duplicate_requests"] == 0
+    assert {"lm/calls", "lm/hit_rate", "lm/fallbacks"} <= set(stats)   # the LM service's definitions
+    assert (run / "eval.json").exists() and (run / "report.md").exists()
     assert stats["lm/annot_requests"] >= 1  # the real env produced messages that were sent to the LM
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert any("reward/oni_retrieval/annot/requests" in r for r in records)
@@ -50,7 +52,11 @@ def test_oni_retrieval_trains_ppo_and_records_annotation_stats(tmp_path):
 
 @pytest.mark.slow
 def test_motif_collect_label_train_end_to_end(tmp_path):
-    from llmguide.pipelines.motif import collect, label, train
+    from llmguide.pipelines import run
+    from llmguide.pipelines.motif import collect, label
+
+    def train(cfg):
+        return run("train", cfg)
 
     extra = [f"method.data_dir={tmp_path / 'data'}", "method.collect_steps=200", "method.num_pairs=4",
              "method.label_batch=2"]

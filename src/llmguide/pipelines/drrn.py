@@ -45,6 +45,6 @@ class DRRNRecipe(TextPolicyRecipe):
     def make_agent(self, parts: Parts, run: RunDir | None) -> Any:
         from llmguide.learners.drrn import DRRNAgent
 
-        settings = OmegaConf.merge(self.cfg.agent, {"k_history": int(self.cfg.method.k_history)})
+        settings = {**OmegaConf.to_container(self.cfg.agent, resolve=True), "k_history": int(self.cfg.method.k_history)}
         return DRRNAgent(parts.envs, self.policy, settings, run=run, seed=int(self.cfg.seed),
                          log_every=int(self.cfg.log_every))

@@ -73,7 +73,7 @@ class GLAMRecipe(TextPolicyRecipe):
     def make_agent(self, parts: Parts, run: RunDir | None) -> Any:
         from llmguide.learners.llm_policy import GLAMPPO
 
-        settings = OmegaConf.merge(self.cfg.agent, {"k_history": int(self.cfg.method.k_history)})
+        settings = {**OmegaConf.to_container(self.cfg.agent, resolve=True), "k_history": int(self.cfg.method.k_history)}
         return GLAMPPO(parts.envs, self.policy, settings, run=run, seed=int(self.cfg.seed))
 
     def prepare(self, agent: Any, run: RunDir) -> None:
