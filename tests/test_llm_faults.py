@@ -75,9 +75,10 @@ def test_configuration_errors_are_not_retried(canary):
     assert stats["errors_http"] == 1 and "retries" not in stats
 
 
-def test_one_bad_answer_does_not_fail_its_batch_and_retries_get_through(canary):
+@pytest.mark.parametrize("chat", [False, True])
+def test_one_bad_answer_does_not_fail_its_batch_and_retries_get_through(canary, chat):
     with FaultServer(["ok", "invalid_json", "ok", "http_503"] + ["ok"] * 10) as server:
-        lm = _http(server.base_url, concurrency=1)
+        lm = _http(server.base_url, concurrency=1, chat=chat)
         try:
             out = lm.generate(["a", "b", "c", "d"], max_tokens=16)
             scores = lm.score(["Action:"], [VOCAB[:2]])
@@ -87,7 +88,7 @@ def test_one_bad_answer_does_not_fail_its_batch_and_retries_get_through(canary):
     assert all(c.error is None and c.text.startswith("- collect wood") for c in out)
     assert all(math.isfinite(s) for s in scores[0])
     assert stats["errors_decode"] == 1 and stats["errors_http"] == 1 and stats["retries"] == 2
-    assert "failed" not in stats
+    assert "failed" not in stats and server.endpoints["chat" if chat else "completions"] == 6
 
 
 def test_stall_is_a_timeout_fault_and_a_slow_server_cannot_hold_a_call(canary):

@@ -607,8 +607,8 @@ def cache_command(action: str, file: str | None = None, path: str | None = None)
             s = cache.stats()
             print(f"LM cache   {s['path']}")
             print(f"entries    {s['entries']}")
-            print(f"bytes      {s['bytes']} ({_human_size(s['bytes'])} of entries; bound of the writing runs, "
-                  f"default {_human_size(DEFAULT_MAX_BYTES)})")
+            print(f"bytes      {s['bytes']} ({_human_size(s['bytes'])} in entries; each run bounds them by its "
+                  f"llm.cache.max_bytes, default {_human_size(DEFAULT_MAX_BYTES)})")
             print(f"size       {_human_size(s['size_bytes'])} on disk ({s['size_bytes']} bytes, WAL included)")
             print(f"evictions  {s['evictions']} ({_human_size(s['evicted_bytes'])} evicted, least recently used first)")
             print(f"lookups    {s['hits'] + s['misses']} (hits {s['hits']}, misses {s['misses']}, "

@@ -24,8 +24,8 @@ exception from the LM:
 - **Budget**: once ``token_budget`` tokens or ``dollar_budget`` dollars
   (``tokens / 1000 * price_per_1k_tokens``) are spent, requests resolve with the fallback (counted).
 
-- **Failed answers**: a ``Completion`` with ``error`` set and a score row with a missing or non-finite
-  value (the HTTP backend's per-request failure after its own retries) resolve as the fallback too.
+- **Failed answers**: a ``Completion`` with ``error`` set and a score row with a missing or NaN value
+  (the HTTP backend's per-request failure after its own retries) resolve as the fallback too.
 
 Reading results without blocking: ``fut.done()`` then ``fut.result()``, or :func:`poll`.
 
@@ -46,7 +46,7 @@ key                        meaning
                            (cache_hits + deduplicated + calls)``; callers add their own memo hits if any
 ``lm/completed``           requests resolved with a real answer (not a fallback)
 ``lm/fallbacks``           requests resolved with the fallback (server down, timeout, queue full, budget, a
-                           request that failed after its retries, a non-finite score row)
+                           request that failed after its retries, a score row with a NaN / missing value)
 ``lm/retries``             re-sent HTTP requests (backend) + re-tried backend calls (service)
 ``lm/errors``              failed HTTP attempts of every kind (the five below + ``rejected_nonfinite``)
 ``lm/errors_http``         HTTP 4xx/5xx answers
@@ -314,7 +314,7 @@ class LLMService:
     @staticmethod
     def _failed_scores(value: Any, n: int) -> bool:
         try:
-            return len(value) != n or not all(v is not None and math.isfinite(float(v)) for v in value)
+            return len(value) != n or any(v is None or math.isnan(float(v)) for v in value)
         except (TypeError, ValueError):
             return True
 
