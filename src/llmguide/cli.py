@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
         if verb in ("train", "collect", "label"):
             p.add_argument("overrides", nargs="*", help="group=option and key=value overrides")
             p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+            if verb == "train":
+                p.add_argument("-m", "--multirun", action="store_true",
+                               help="sweep: one run per combination of comma-separated values "
+                                    "(e.g. -m seed=0,1,2 method=rnd,none), sweep.jobs at a time")
         elif verb == "eval":
             p.add_argument("run_dir", help="run directory to evaluate")
             p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. eval.episodes=20")
@@ -74,6 +78,10 @@ def _run_bench(name: str, args: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.verb == "train" and args.multirun:
+            from llmguide.sweep import run_sweep
+
+            return run_sweep(args.overrides)
         if args.verb in ("train", "collect", "label"):
             cfg = load_config(args.overrides)
             if args.print_config:

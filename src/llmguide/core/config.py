@@ -29,14 +29,22 @@ REDACTED = "***redacted***"
 
 def group_options(group: str) -> list[str]:
     """Names of the options available for one config group (the YAML files in conf/<group>)."""
-    folder = resources.files("llmguide.conf") / group
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    folders = [resources.files("llmguide.conf") / group, *(d / group for d in user_config_dirs())]
+    return sorted({p.name[:-5] for f in folders if f.is_dir() for p in f.iterdir() if p.name.endswith(".yaml")})
+
+
+def user_config_dirs() -> list[Path]:
+    """Extra config folders from ``$LLMGUIDE_CONFIG_PATH`` (``:``-separated), searched after the package's:
+    a ``method/my_reward.yaml`` there is ``method=my_reward``."""
+    return [Path(p).expanduser().resolve() for p in os.environ.get("LLMGUIDE_CONFIG_PATH", "").split(os.pathsep) if p]
 
 
 def _compose(overrides: Sequence[str]) -> DictConfig:
     GlobalHydra.instance().clear()
+    extra = user_config_dirs()
+    search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in extra)}]"] if extra else []
     with initialize_config_module(config_module="llmguide.conf", version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+        return compose(config_name="config", overrides=[*search, *overrides])
 
 
 def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> ConfigError:

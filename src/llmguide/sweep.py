@@ -1,0 +1,74 @@
+"""Sweeps: ``llmguide train -m seed=0,1,2 method=ellm_oracle,rnd`` (Hydra's multirun syntax).
+
+Every combination of the comma-separated values (and Hydra sweep functions such as ``range(0,3)``)
+is one run, in its own process, ``sweep.jobs`` at a time, each in ``<run.dir>/<sweep name>/<key-value_...>``.
+Every combination's config is composed and validated before the first run starts.  A failed run is
+reported (and makes the exit code 1), never dropped silently; the ``llmguide report`` command that
+aggregates the finished runs is printed at the end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from llmguide.core.config import load_config
+
+
+def expand(overrides: list[str]) -> list[list[str]]:
+    """All combinations of the sweep overrides, each a plain override list."""
+    choices = []
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.get_key_element()
+        values = list(override.sweep_string_iterator()) if override.is_sweep_override() \
+            else [override.get_value_element_as_str()]
+        choices.append([f"{key}={v}" for v in values])
+    return [list(combo) for combo in itertools.product(*choices)]
+
+
+def _name(combo: list[str], swept: set[str]) -> str:
+    parts = [o.replace("=", "-", 1) for o in combo if o.split("=", 1)[0] in swept]
+    return "_".join(parts).replace("/", "_").replace(",", "_") or "run"
+
+
+def run_sweep(overrides: list[str]) -> int:
+    """Run every combination; returns 0 when all succeeded."""
+    combos = expand(overrides)
+    swept = {o.split("=", 1)[0] for o in overrides if "," in o.split("=", 1)[-1] or "(" in o.split("=", 1)[-1]}
+    first = load_config(combos[0])
+    sweep_name = str(first.run.name or f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    root = Path(str(first.run.dir)) / sweep_name
+    jobs = []
+    for combo in combos:
+        name = _name(combo, swept)
+        args = [o for o in combo if not o.startswith("run.name=")] + [f"run.name={name}", f"run.dir={root}"]
+        load_config(args)  # a bad combination fails here, before any run starts
+        jobs.append((name, args))
+    workers = max(1, int(first.sweep.jobs))
+    print(f"sweep: {len(jobs)} runs, {workers} at a time, into {root}")
+
+    def launch(job: tuple[str, list[str]]) -> tuple[str, int]:
+        name, args = job
+        root.mkdir(parents=True, exist_ok=True)
+        with open(root / f"{name}.log", "w") as log:
+            code = subprocess.call([sys.executable, "-m", "llmguide.cli", "train", *args, "progress=false"],
+                                   stdout=log, stderr=subprocess.STDOUT)
+        print(f"  {'ok    ' if code == 0 else 'FAILED'} {name}" + ("" if code == 0 else f" (exit {code}; log "
+                                                                           f"{root / (name + '.log')})"))
+        return name, code
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(launch, jobs))
+    done = [str(root / name) for name, code in results if code == 0]
+    failed = [name for name, code in results if code != 0]
+    if done:
+        print("aggregate with:\n  llmguide report " + " ".join(done))
+    if failed:
+        print(f"sweep: {len(failed)} of {len(results)} runs failed: {failed}", file=sys.stderr)
+    return 1 if failed else 0
