@@ -319,3 +319,23 @@ def test_oni_training_against_the_fault_server(tmp_path):  # ~10 s: the one CLI 
     assert server.requests >= 20 and lm["lm/http_requests"] >= 20 and lm["lm/completed"] > 0
     for key in ("lm/errors_http", "lm/errors_decode", "lm/errors_timeout", "lm/retries", "lm/rejected_nonfinite"):
         assert lm[key] > 0, key
+
+
+def test_config_keys_reach_the_backend_and_the_cache_and_bad_values_name_the_key(tmp_path):
+    from llmguide.core.config import load_config
+    from llmguide.core.errors import ConfigError
+    from llmguide.llm.factory import make_llm
+
+    cfg = load_config(["llm=http", "llm.timeout=1.5", "llm.backoff_base=0.1", "llm.max_response_bytes=4096",
+                       "llm.max_retries=2", "llm.cache.max_bytes=50000", f"llm.cache.path={tmp_path / 'c.sqlite'}"])
+    lm = make_llm(cfg.llm)
+    try:
+        assert isinstance(lm, CachedLM) and lm.cache.max_bytes == 50000
+        http = lm.inner
+        assert (http.timeout, http.backoff_base, http.max_response_bytes, http.max_retries) == (1.5, 0.1, 4096, 2)
+    finally:
+        lm.close()
+    for bad, key in [("llm.cache.max_bytes=0", "llm.cache.max_bytes"), ("llm.timeout=0", "llm.timeout"),
+                     ("llm.max_response_bytes=-1", "llm.max_response_bytes")]:
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            make_llm(load_config(["llm=http", bad]).llm)
