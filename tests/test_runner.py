@@ -96,3 +96,14 @@ def test_eval_verb_rewrites_eval_json_from_the_checkpoint(tmp_path, method):
     result = json.loads((tmp_path / "r" / "eval.json").read_text())
     assert result["step"] == 128 and result["episodes"] == 1 and result["sampled"]["episodes"] == 1
     assert Path(tmp_path / "r" / "report.md").exists()
+
+
+def test_wandb_logging_in_offline_mode_mirrors_the_metrics(tmp_path):
+    pytest.importorskip("wandb")
+    out = _cli(["train", "method=none", *SMALL, "logger.wandb=true", "logger.project=llmguide-test",
+                f"run.dir={tmp_path}", "run.name=wb"], {"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    offline = list((tmp_path / "wb" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert offline and offline[0].stat().st_size > 0
+    data = offline[0].read_bytes()   # the offline run's record stream holds the logged metric names
+    assert b"charts/episodic_return" in data and b"losses/value_loss" in data

@@ -70,6 +70,7 @@ class RunDir:
         self._metrics_file = open(self.path / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         self._tb = None
         self._tensorboard = tensorboard
+        self.sinks: list[Any] = []   # extra loggers: sink(step, metrics) and sink.close() (e.g. W&B)
         if cfg is not None:
             self.write_config(cfg)
 
@@ -114,6 +115,8 @@ class RunDir:
             for key, value in clean.items():
                 if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
                     self.tb.add_scalar(key, value, int(step))
+        for sink in self.sinks:
+            sink(int(step), clean)
 
     def write_json(self, name: str, obj: Any) -> None:
         atomic_write_text(self.path / name, json.dumps(obj, indent=2, default=_jsonable))
@@ -145,6 +148,9 @@ class RunDir:
         self._metrics_file = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+        self.sinks = []
         self._metrics_file.close()
         if self._tb is not None:
             self._tb.close()

@@ -130,7 +130,10 @@ class Recipe:
 @contextmanager
 def open_run(cfg: DictConfig) -> Iterator[RunDir]:
     """The run directory named by ``cfg.run`` (config written; refuses to overwrite a finished run)."""
+    from llmguide.core.wandb_logger import attach_wandb
+
     with RunDir.open(cfg) as run:
+        attach_wandb(cfg, run)
         yield run
 
 
@@ -181,10 +184,6 @@ def _callbacks(cfg: DictConfig, recipe: Recipe, parts: Parts, run: RunDir) -> li
                                                                     bool(cfg.eval.greedy))))
     if parts.metrics is not None:
         callbacks.append(MetricsCallback(run, int(cfg.log_every), parts.metrics, parts.progress))
-    if cfg.get("logger") and cfg.logger.get("wandb"):
-        from llmguide.core.wandb_logger import WandbCallback
-
-        callbacks.append(WandbCallback(cfg, run))
     return callbacks
 
 
