@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml
 	# the CPU build of torch is pinned; any other spec downloads a multi-GB CUDA build
 	$(PY) -m pip install torch==2.13.0
 	$(PY) -m pip install -e '.[all,dev]'
+	# the hf backend (GLAM) reads the embedded Gemma as safetensors: convert the GGUF once
+	$(PY) -c "from llmguide.llm.assets import embedded_gguf_path; from llmguide.llm.hf import _is_converted, convert_gguf, embedded_safetensors_dir as d; _is_converted(d()) or convert_gguf(embedded_gguf_path(), d())"
 	touch $(STAMP)
 
 demo: setup
