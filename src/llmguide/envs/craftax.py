@@ -19,6 +19,8 @@ Scores on this env are Craftax-Classic scores, not Crafter scores: the rules dif
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -43,6 +45,21 @@ from llmguide.envs.crafter import (
 )
 
 SCORE_NAME = "Craftax-Classic"
+
+
+def _persistent_compile_cache() -> None:
+    """Reuse compiled programs across processes (a first step compiles in ~7 s instead of ~35 s).
+
+    ``LLMGUIDE_JAX_CACHE`` names the directory (default ``~/.cache/llmguide/jax``; empty: off); a
+    cache directory already configured for JAX is left alone.
+    """
+    path = os.environ.get("LLMGUIDE_JAX_CACHE", str(Path.home() / ".cache" / "llmguide" / "jax"))
+    if path and not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
+_persistent_compile_cache()
 N_ACTIONS = 17
 VECTOR_DIM = len(ITEMS) + 4 + 2
 TRACES = {"reset": 0, "step": 0}  # incremented only while JAX traces (tests check for retraces)
