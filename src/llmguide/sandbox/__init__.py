@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import secrets
 import selectors
 import shutil
@@ -154,6 +155,76 @@ def _feed(stream, data: bytes) -> None:
             pass
 
 
+class _JailPid:
+    """The jail's PID 1 (a bwrap process outside our process group), from bwrap's ``--info-fd``.
+
+    Held as a pidfd, opened only after checking that the pid runs our bwrap command line (its
+    argv holds this call's random marker), so a recycled pid is never signalled."""
+
+    def __init__(self, info_r: int | None, marker: str):
+        self.info_r, self.marker, self.pidfd, self.buffer, self.opened = info_r, marker, None, b"", False
+
+    def read(self) -> bool:
+        """Read what bwrap wrote so far; True at end of file.  (Closing the pipe early would
+        kill bwrap with SIGPIPE in the middle of its report and leave the jail running.)"""
+        if self.info_r is None:
+            return True
+        try:
+            chunk = os.read(self.info_r, 4096)
+        except BlockingIOError:
+            return False
+        except OSError:
+            chunk = b""
+        self.buffer += chunk
+        if self.pidfd is None and not self.opened:
+            found = re.search(rb'"child-pid"\s*:\s*(\d+)\s*[,}]', self.buffer)
+            if found:
+                self.opened = True
+                self._open(int(found.group(1)))
+        if chunk and len(self.buffer) < 65536:
+            return False
+        os.close(self.info_r)
+        self.info_r = None
+        return True
+
+    def _open(self, pid: int) -> None:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return
+        try:
+            mine = self.marker.strip().encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            mine = False
+        if mine:
+            self.pidfd = pidfd
+        else:
+            os.close(pidfd)
+
+    def kill_and_wait(self, timeout: float) -> None:
+        self.read()                          # (if the pipe was never polled: the jail ended early)
+        if self.pidfd is None:
+            return
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            with selectors.DefaultSelector() as sel:      # a pidfd is readable once the process is gone
+                sel.register(self.pidfd, selectors.EVENT_READ)
+                sel.select(timeout)
+        except OSError:
+            pass
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for fd in (self.info_r, self.pidfd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.info_r = self.pidfd = None
+
+
 class Sandbox:
     """Evaluate one function of an untrusted program on a batch of argument tuples.
 
@@ -205,24 +276,28 @@ class Sandbox:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _command(self, settings: dict, scratch: Path | None) -> tuple[list[str], int | None]:
-        """The child's argv and the seccomp fd bwrap reads (None for isolation="python")."""
+    def _command(self, settings: dict, scratch: Path | None) -> tuple[list[str], list[int], int | None]:
+        """The child's argv, the fds it inherits (closed here after the start) and the read end of
+        bwrap's info pipe (None for isolation="python")."""
         lim = self.limits
         python = jail.interpreter()
-        if lim.isolation == "os":
-            assert self._bwrap is not None
-            seccomp_fd = jail.seccomp_memfd(jail.kernel_filter()) if jail.seccomp_supported() else None
-            settings.update(scratch=jail.SCRATCH, site=[jail.SITE], processes=lim.processes,
-                            seccomp=jail.process_filter().hex() if jail.seccomp_supported() else None)
-            prefix = jail.bwrap_command(self._bwrap, python, tuple(sorted(set(lim.allowed_imports))),
-                                        lim.scratch_mb, seccomp_fd)
-        else:
-            seccomp_fd = None
+        if lim.isolation == "python":
             settings.update(scratch=str(scratch), site=list(_site_dirs()), processes=0, seccomp=None)
             prefix = [python]
             if lim.network_namespace and _unshare_available():
                 prefix = [shutil.which("unshare") or "unshare", "-n", python]
-        return [*prefix, *PYTHON_FLAGS, "-c", jail.runner_source(), json.dumps(settings)], seccomp_fd
+            return [*prefix, *PYTHON_FLAGS, "-c", jail.runner_source(), json.dumps(settings)], [], None
+        assert self._bwrap is not None
+        seccomp = jail.seccomp_supported()
+        seccomp_fd = jail.seccomp_memfd(jail.kernel_filter()) if seccomp else None
+        info_r, info_w = os.pipe()
+        os.set_blocking(info_r, False)
+        settings.update(scratch=jail.SCRATCH, site=[jail.SITE], processes=lim.processes,
+                        seccomp=jail.process_filter().hex() if seccomp else None)
+        prefix = jail.bwrap_command(self._bwrap, python, tuple(sorted(set(lim.allowed_imports))),
+                                    lim.scratch_mb, seccomp_fd, info_w)
+        fds = [info_w] if seccomp_fd is None else [seccomp_fd, info_w]
+        return [*prefix, *PYTHON_FLAGS, "-c", jail.runner_source(), json.dumps(settings)], fds, info_r
 
     def _run(self, code: str, function: str, items: Sequence[tuple], scratch: Path | None, zeros: np.ndarray,
              start: float) -> SandboxResult:
@@ -233,23 +308,26 @@ class Sandbox:
                     "guards": lim.python_guards, "marker": marker}
         job = pickle.dumps({"code": code, "function": function, "items": [tuple(i) for i in items],
                             "allowed_imports": list(lim.allowed_imports)}, protocol=pickle.HIGHEST_PROTOCOL)
-        cmd, seccomp_fd = self._command(settings, scratch)
+        cmd, fds, info_r = self._command(settings, scratch)
         timeout = lim.timeout + lim.timeout_per_item * len(items)
+        jail_pid = _JailPid(info_r, marker)
         try:
             proc = subprocess.Popen(cmd, cwd=scratch or "/", env=dict(jail.JAIL_ENV, HOME=str(scratch or "/"),
                                                                        TMPDIR=str(scratch or "/tmp")),
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    close_fds=True, pass_fds=() if seccomp_fd is None else (seccomp_fd,),
-                                    start_new_session=True)
+                                    close_fds=True, pass_fds=fds, start_new_session=True)
+        except BaseException:
+            jail_pid.close()
+            raise
         finally:
-            if seccomp_fd is not None:
-                os.close(seccomp_fd)
+            for fd in fds:
+                os.close(fd)
         feeder = threading.Thread(target=_feed, args=(proc.stdin, job), daemon=True)
         feeder.start()
         try:
-            raw, problem = self._collect(proc, timeout, lim.max_result_mb * 1024 * 1024)
+            raw, problem = self._collect(proc, timeout, lim.max_result_mb * 1024 * 1024, jail_pid)
         finally:
-            self._kill(proc)
+            self._kill(proc, jail_pid)
             feeder.join(timeout=5)
         if problem == "timeout":
             return self._fail(zeros, f"timed out after {timeout:.1f} s (wall clock); the sandbox was killed", start)
@@ -292,7 +370,7 @@ class Sandbox:
                              duration=time.perf_counter() - start, extras=extras)
 
     @staticmethod
-    def _collect(proc: subprocess.Popen, timeout: float, cap: int) -> tuple[bytes, str | None]:
+    def _collect(proc: subprocess.Popen, timeout: float, cap: int, jail_pid: _JailPid) -> tuple[bytes, str | None]:
         """Read the child's output until it exits, the deadline passes ("timeout") or ``cap`` bytes ("flood")."""
         deadline = time.monotonic() + timeout
         chunks: list[bytes] = []
@@ -300,11 +378,18 @@ class Sandbox:
         fd = proc.stdout.fileno()
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_READ)
+            if jail_pid.info_r is not None:
+                sel.register(jail_pid.info_r, selectors.EVENT_READ)
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return b"".join(chunks), "timeout"
-                if not sel.select(min(left, 1.0)):
+                ready = [key.fd for key, _ in sel.select(min(left, 1.0))]
+                if jail_pid.info_r is not None and jail_pid.info_r in ready:
+                    info_r = jail_pid.info_r
+                    if jail_pid.read():
+                        sel.unregister(info_r)
+                if fd not in ready:
                     continue
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
@@ -320,8 +405,10 @@ class Sandbox:
         return b"".join(chunks), None
 
     @staticmethod
-    def _kill(proc: subprocess.Popen) -> None:
-        """Kill the whole process group (bwrap, and with it the jail's PID namespace)."""
+    def _kill(proc: subprocess.Popen, jail_pid: _JailPid) -> None:
+        """Kill the process group (bwrap, or the python-isolation child and its children) and the
+        jail's PID 1, and wait until that is gone: the kernel kills everything else in the PID
+        namespace before its PID 1 finishes dying."""
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -329,6 +416,7 @@ class Sandbox:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+        jail_pid.kill_and_wait(2.0)
         if proc.stdout is not None:
             proc.stdout.close()
 

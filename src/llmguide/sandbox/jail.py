@@ -103,8 +103,10 @@ def package_mounts(names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def bwrap_command(bwrap: str, python: str, imports: tuple[str, ...], scratch_mb: int,
-                  seccomp_fd: int | None) -> list[str]:
-    """The bwrap argv up to and including the interpreter (append its arguments)."""
+                  seccomp_fd: int | None, info_fd: int | None = None) -> list[str]:
+    """The bwrap argv up to and including the interpreter (append its arguments).
+
+    ``info_fd``: bwrap writes ``{"child-pid": <host pid of the jail's PID 1>, ...}`` there."""
     args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(NOBODY),
             "--gid", str(NOBODY), "--hostname", "sandbox", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL", *_system_mounts(), *_interpreter_mounts(python),
@@ -116,6 +118,8 @@ def bwrap_command(bwrap: str, python: str, imports: tuple[str, ...], scratch_mb:
         args += ["--setenv", key, value]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
     return [*args, python]
 
 
