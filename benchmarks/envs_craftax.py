@@ -189,6 +189,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ppo-steps", type=int, default=131072, help="env=craftax PPO steps (0: skip PPO)")
     ap.add_argument("--ppo-crafter-steps", type=int, default=8192)
+    ap.add_argument("--ppo-rounds", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
@@ -203,11 +204,18 @@ def main() -> None:
     env_sps = {k: statistics.median(row[k] for row in rounds) for k in rounds[0]}
     ppo: dict[str, dict] = {}
     if args.ppo_steps > 0:
+        runs: dict[str, list[dict]] = {"env=craftax": [], "env=crafter": []}
         with tempfile.TemporaryDirectory() as tmp:
-            ppo["env=craftax"] = {"num_envs": args.num_envs,
-                                  **ppo_cli("craftax", args.num_envs, args.ppo_steps, args.seed, Path(tmp))}
-            ppo["env=crafter"] = {"num_envs": 4, **ppo_cli("crafter", 4, args.ppo_crafter_steps, args.seed, Path(tmp))}
-        print(json.dumps(ppo, indent=1))
+            for r in range(args.ppo_rounds):  # interleaved: craftax, crafter, craftax, ...
+                runs["env=craftax"].append({"num_envs": args.num_envs, **ppo_cli(
+                    "craftax", args.num_envs, args.ppo_steps, args.seed + r, Path(tmp))})
+                runs["env=crafter"].append({"num_envs": 4, **ppo_cli(
+                    "crafter", 4, args.ppo_crafter_steps, args.seed + r, Path(tmp))})
+                print(json.dumps({k: v[-1] for k, v in runs.items()}), flush=True)
+        for k, v in runs.items():
+            ppo[k] = {**v[0], "steady steps/s": statistics.median(x["steady steps/s"] for x in v),
+                      "wall s (with start-up, compile)": statistics.median(x["wall s (with start-up, compile)"]
+                                                                            for x in v), "rounds": v}
     load = os.getloadavg()
     result = {"num_envs": args.num_envs, "steps_per_round": args.steps, "rounds": args.rounds, "env_sps": env_sps,
               "env_sps_rounds": rounds, "ppo": ppo, "load_average": load, "python": platform.python_version()}
@@ -227,8 +235,9 @@ def main() -> None:
               f"of {args.num_envs * (args.steps + 2) * 2:,} lookups.", ""]
     if ppo:
         cx, cr = ppo["env=craftax"], ppo["env=crafter"]
-        lines += ["PPO through the CLI (`llmguide train method=none agent=ppo`, default agent settings, "
-                  "eval off); steady = between first and last update record:", "",
+        lines += [f"PPO through the CLI (`llmguide train method=none agent=ppo`, default agent settings, "
+                  f"eval off), median of {args.ppo_rounds} interleaved runs; steady = between the first and the "
+                  "last update record (no compile); wall includes start-up and compile:", "",
                   "| env | num_envs | steps | steady steps/s | wall s |", "|---|---|---|---|---|"]
         for k, v in ppo.items():
             lines.append(f"| {k} | {v['num_envs']} | {v['steps']:,} | {v['steady steps/s']:,.0f} | "
