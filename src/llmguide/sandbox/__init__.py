@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import pickle
-import re
 import secrets
 import selectors
 import shutil
@@ -155,82 +154,13 @@ def _feed(stream, data: bytes) -> None:
             pass
 
 
-class _JailPid:
-    """The jail's PID 1 (a bwrap process outside our process group), from bwrap's ``--info-fd``.
-
-    Held as a pidfd, opened only after checking that the pid runs our bwrap command line (its
-    argv holds this call's random marker), so a recycled pid is never signalled."""
-
-    def __init__(self, info_r: int | None, marker: str):
-        self.info_r, self.marker, self.pidfd, self.buffer, self.opened = info_r, marker, None, b"", False
-
-    def read(self) -> bool:
-        """Read what bwrap wrote so far; True at end of file.  (Closing the pipe early would
-        kill bwrap with SIGPIPE in the middle of its report and leave the jail running.)"""
-        if self.info_r is None:
-            return True
-        try:
-            chunk = os.read(self.info_r, 4096)
-        except BlockingIOError:
-            return False
-        except OSError:
-            chunk = b""
-        self.buffer += chunk
-        if self.pidfd is None and not self.opened:
-            found = re.search(rb'"child-pid"\s*:\s*(\d+)\s*[,}]', self.buffer)
-            if found:
-                self.opened = True
-                self._open(int(found.group(1)))
-        if chunk and len(self.buffer) < 65536:
-            return False
-        os.close(self.info_r)
-        self.info_r = None
-        return True
-
-    def _open(self, pid: int) -> None:
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            return
-        try:
-            mine = self.marker.strip().encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            mine = False
-        if mine:
-            self.pidfd = pidfd
-        else:
-            os.close(pidfd)
-
-    def kill_and_wait(self, timeout: float) -> None:
-        self.read()                          # (if the pipe was never polled: the jail ended early)
-        if self.pidfd is None:
-            return
-        try:
-            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            with selectors.DefaultSelector() as sel:      # a pidfd is readable once the process is gone
-                sel.register(self.pidfd, selectors.EVENT_READ)
-                sel.select(timeout)
-        except OSError:
-            pass
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        for fd in (self.info_r, self.pidfd):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self.info_r = self.pidfd = None
-
-
 class Sandbox:
     """Evaluate one function of an untrusted program on a batch of argument tuples.
 
     ``isolation`` ("os" or "python") overrides ``limits.isolation``.  With "os" (the default)
     the constructor checks once per process that the bubblewrap jail starts, and raises
-    :class:`SandboxUnavailable` if it does not.
+    :class:`SandboxUnavailable` if it does not.  ``scratch_root`` (where per-call scratch dirs
+    go) is used by isolation="python" only; the jail's scratch is its own tmpfs.
     """
 
     def __init__(self, limits: SandboxLimits | None = None, scratch_root: str | Path | None = None,
@@ -310,7 +240,7 @@ class Sandbox:
                             "allowed_imports": list(lim.allowed_imports)}, protocol=pickle.HIGHEST_PROTOCOL)
         cmd, fds, info_r = self._command(settings, scratch)
         timeout = lim.timeout + lim.timeout_per_item * len(items)
-        jail_pid = _JailPid(info_r, marker)
+        jail_pid = jail.JailPid(info_r, marker)
         try:
             proc = subprocess.Popen(cmd, cwd=scratch or "/", env=dict(jail.JAIL_ENV, HOME=str(scratch or "/"),
                                                                        TMPDIR=str(scratch or "/tmp")),
@@ -370,7 +300,7 @@ class Sandbox:
                              duration=time.perf_counter() - start, extras=extras)
 
     @staticmethod
-    def _collect(proc: subprocess.Popen, timeout: float, cap: int, jail_pid: _JailPid) -> tuple[bytes, str | None]:
+    def _collect(proc: subprocess.Popen, timeout: float, cap: int, jail_pid: jail.JailPid) -> tuple[bytes, str | None]:
         """Read the child's output until it exits, the deadline passes ("timeout") or ``cap`` bytes ("flood")."""
         deadline = time.monotonic() + timeout
         chunks: list[bytes] = []
@@ -405,7 +335,7 @@ class Sandbox:
         return b"".join(chunks), None
 
     @staticmethod
-    def _kill(proc: subprocess.Popen, jail_pid: _JailPid) -> None:
+    def _kill(proc: subprocess.Popen, jail_pid: jail.JailPid) -> None:
         """Kill the process group (bwrap, or the python-isolation child and its children) and the
         jail's PID 1, and wait until that is gone: the kernel kills everything else in the PID
         namespace before its PID 1 finishes dying."""

@@ -23,6 +23,10 @@ import errno
 import importlib.util
 import os
 import platform
+import re
+import selectors
+import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -37,7 +41,8 @@ JAIL_ENV = {"PATH": "/usr/bin:/bin", "HOME": SCRATCH, "TMPDIR": SCRATCH, "LANG":
             "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "OPENBLAS_NUM_THREADS": "1",
             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 FIX = ("install bubblewrap (`apt-get install bubblewrap`, or `make setup`) and allow unprivileged user "
-       "namespaces (sysctl kernel.unprivileged_userns_clone=1 / kernel.apparmor_restrict_unprivileged_userns=0)")
+       "namespaces (sysctl kernel.unprivileged_userns_clone=1 / kernel.apparmor_restrict_unprivileged_userns=0); "
+       "only if a weaker, escapable Python-level jail is acceptable: SandboxLimits(isolation='python')")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -124,8 +129,8 @@ def bwrap_command(bwrap: str, python: str, imports: tuple[str, ...], scratch_mb:
 
 
 def find_bwrap() -> str:
-    for candidate in ("/usr/bin/bwrap", "/usr/local/bin/bwrap"):
-        if os.access(candidate, os.X_OK):
+    for candidate in ("/usr/bin/bwrap", "/usr/local/bin/bwrap", shutil.which("bwrap")):
+        if candidate and os.access(candidate, os.X_OK):
             return candidate
     raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed, so LM-written code cannot run; {FIX}")
 
@@ -145,6 +150,76 @@ def check_available(imports: tuple[str, ...] = ("numpy",), scratch_mb: int = 16)
         detail = proc.stderr.decode("utf-8", "replace").strip()[-600:]
         raise SandboxUnavailable(f"the bubblewrap jail does not start (exit {proc.returncode}: {detail}); {FIX}")
     return bwrap
+
+
+class JailPid:
+    """The jail's PID 1 (a bwrap process outside our process group), from bwrap's ``--info-fd``.
+
+    Held as a pidfd, opened only after checking that the pid runs our bwrap command line (its
+    argv holds this call's random marker), so a recycled pid is never signalled."""
+
+    def __init__(self, info_r: int | None, marker: str):
+        self.info_r, self.marker, self.pidfd, self.buffer, self.opened = info_r, marker, None, b"", False
+
+    def read(self) -> bool:
+        """Read what bwrap wrote so far; True at end of file.  (Closing the pipe early would
+        kill bwrap with SIGPIPE in the middle of its report and leave the jail running.)"""
+        if self.info_r is None:
+            return True
+        try:
+            chunk = os.read(self.info_r, 4096)
+        except BlockingIOError:
+            return False
+        except OSError:
+            chunk = b""
+        self.buffer += chunk
+        if self.pidfd is None and not self.opened:
+            found = re.search(rb'"child-pid"\s*:\s*(\d+)\s*[,}]', self.buffer)
+            if found:
+                self.opened = True
+                self._open(int(found.group(1)))
+        if chunk and len(self.buffer) < 65536:
+            return False
+        os.close(self.info_r)
+        self.info_r = None
+        return True
+
+    def _open(self, pid: int) -> None:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return
+        try:
+            mine = self.marker.strip().encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            mine = False
+        if mine:
+            self.pidfd = pidfd
+        else:
+            os.close(pidfd)
+
+    def kill_and_wait(self, timeout: float) -> None:
+        self.read()                          # (if the pipe was never polled: the jail ended early)
+        if self.pidfd is None:
+            return
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            with selectors.DefaultSelector() as sel:      # a pidfd is readable once the process is gone
+                sel.register(self.pidfd, selectors.EVENT_READ)
+                sel.select(timeout)
+        except OSError:
+            pass
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for fd in (self.info_r, self.pidfd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.info_r = self.pidfd = None
 
 
 # --- seccomp ---------------------------------------------------------------------------------------
@@ -240,5 +315,6 @@ def seccomp_memfd(program: bytes) -> int:
     return fd
 
 
+@cache
 def runner_source() -> str:
     return (Path(__file__).with_name("runner.py")).read_text()
