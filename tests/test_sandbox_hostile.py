@@ -496,3 +496,24 @@ def test_jail_layout(ctx):
     prefix_top = Path(sys.base_prefix).resolve().parts[1]         # where the interpreter is bound
     assert set(info["root"].split(",")) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "opt",
                                             "proc", "sbin", "tmp", "usr", prefix_top}
+
+
+def test_seccomp_filters(ctx):
+    """Threads and Unix sockets work; ptrace, inet sockets, fork and exec fail with EPERM, clone3 with ENOSYS."""
+    if ISOLATION != "os":
+        pytest.skip("OS jail only")
+    code = ("import ctypes, socket, threading\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "def errno_of(nr, *args):\n    r = libc.syscall(nr, *args)\n    return 0 if r >= 0 else ctypes.get_errno()\n"
+            "def potential(o, c):\n    t = threading.Thread(target=print)\n    t.start()\n    t.join()\n"
+            "    a, b = socket.socketpair()\n"
+            "    try:\n        socket.socket(socket.AF_INET, socket.SOCK_STREAM)\n        inet = 0\n"
+            "    except OSError as err:\n        inet = err.errno\n"
+            "    return 1.0, {'ptrace': errno_of(101, 0, 0, 0, 0), 'fork': errno_of(57), 'execve': errno_of(59, 0, 0, 0),\n"
+            "                 'clone3': errno_of(435, 0, 0), 'unshare': errno_of(272, 0x20000), 'inet': inet,\n"
+            "                 'mount': errno_of(165, 0, 0, 0, 0, 0), 'bpf': errno_of(321, 0, 0, 0)}\n")
+    res = run(program(code, ctx), HOSTILE)
+    assert res.ok, res.error
+    eperm, enosys = 1.0, 38.0
+    assert res.extras[0] == {"ptrace": eperm, "fork": eperm, "execve": eperm, "clone3": enosys, "unshare": eperm,
+                             "inet": eperm, "mount": eperm, "bpf": eperm}
