@@ -8,8 +8,9 @@ no signal arrived, the program did not report ``ESCAPED`` and the limits held.
 
 ``test_detector_sees_escapes_without_the_jail`` runs the cases that are safe to run unjailed with
 ``isolation="python"`` and the Python guards off, and asserts the detector fires for each: the
-corpus is not vacuous.  ``LLMGUIDE_SANDBOX_TEST_ISOLATION=python`` runs the whole corpus that way
-(expect failures; only for checking the tests themselves).
+corpus is not vacuous.  ``LLMGUIDE_SANDBOX_TEST_ISOLATION=python`` runs the whole corpus under
+``isolation="python"`` with the Python guards on (the production fallback); expect failures — that
+run only checks the tests themselves.
 """
 
 from __future__ import annotations

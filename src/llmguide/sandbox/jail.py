@@ -15,6 +15,10 @@ Seccomp (classic BPF, assembled in :func:`_assemble`):
 * :func:`process_filter`, loaded by the runner after numpy's import, just before the program
   runs: no ``fork``/``vfork``/``execve``/``execveat``, ``clone`` only for threads, ``clone3``
   answers ENOSYS (so libc falls back to ``clone``).
+
+:class:`JailPid` follows the jail's PID 1 (from ``--info-fd``) so that a killed call waits until
+the whole PID namespace is gone.  RLIMIT_NPROC is set in the jail but the kernel does not apply it
+to a uid mapped to host root; there seccomp (no fork) and the PID namespace are what stop fork bombs.
 """
 
 from __future__ import annotations
