@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from llmguide.core.config import one_of, register_rule
 from llmguide.core.errors import ConfigError, LLMGuideError
 from llmguide.core.rundir import RunDir, atomic_write_text
 from llmguide.core.seeding import seed_everything
@@ -30,6 +31,8 @@ from llmguide.data import EpisodeDataset, EpisodeRecorder, EpisodeWriter
 from llmguide.pipelines.runner import Parts, Recipe, open_run
 
 log = logging.getLogger(__name__)
+
+register_rule("method.code.isolation", one_of("os", "python"))
 
 VARIANTS = ("bk_code", "bk_pref", "bk_goal")
 
@@ -144,7 +147,7 @@ def label(cfg: DictConfig) -> int:
                 from llmguide.sandbox import Sandbox, SandboxLimits
 
                 k = cfg.method.code
-                sandbox = Sandbox(SandboxLimits(timeout=float(k.timeout), memory_mb=int(k.memory_mb)),
+                sandbox = Sandbox(SandboxLimits(timeout=float(k.timeout), memory_mb=int(k.memory_mb), isolation=str(k.isolation)),
                                   scratch_root=out / "scratch")
                 states = bk.sample_states(episodes, int(_positive(cfg, "code.sample_states")), rng)
                 notes = BABYAI_NOTES if str(cfg.env.name) == "babyai" else ""
@@ -213,7 +216,7 @@ def build_module(cfg: DictConfig, labels_dir: str | Path, gamma: float, run_path
         from llmguide.sandbox import Sandbox, SandboxLimits
 
         k = cfg.method.code
-        sandbox = Sandbox(SandboxLimits(timeout=float(k.timeout), memory_mb=int(k.memory_mb)),
+        sandbox = Sandbox(SandboxLimits(timeout=float(k.timeout), memory_mb=int(k.memory_mb), isolation=str(k.isolation)),
                           scratch_root=(run_path or out) / "scratch")
         code = (out / "final.py").read_text()
         potential = bk.CodePotential(code, sandbox, clip=float(k.clip),
