@@ -38,7 +38,7 @@ from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
 from llmguide.learners.callbacks import Callback, as_callback
 from llmguide.learners.common import EpisodeTracker, cfg_get, crossed, rng_state, set_rng_state, split_infos
-from llmguide.learners.llm_policy import History
+from llmguide.learners.glam_policy import History
 from llmguide.rewards.base import StepTransition
 
 _WORD = re.compile(r"[a-z0-9]+")

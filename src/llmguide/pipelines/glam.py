@@ -52,7 +52,7 @@ class GLAMRecipe(TextPolicyRecipe):
     def build_policy(self) -> Any:
         """HFLM from ``cfg.llm`` (trainable), LoRA-wrapped if ``method.lora``, as an :class:`LMPolicy`."""
         from llmguide.envs.babyai_text import ACTION_STRINGS
-        from llmguide.learners.llm_policy import LMPolicy, MLPHead, ValueHead, apply_lora, d_model_of
+        from llmguide.learners.glam_policy import LMPolicy, MLPHead, ValueHead, apply_lora, d_model_of
         from llmguide.llm.hf import HFLM
 
         m, llm = self.cfg.method, self.cfg.llm
