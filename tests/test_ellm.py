@@ -319,3 +319,44 @@ def test_guided_exploration_with_a_pretrained_dqn(tmp_path):
     state = torch_load(guided / "checkpoints" / "latest.pt")["agent"]
     assert state["algo"] == "dqn" and state["global_step"] == 256
     assert "success_rate" in json.loads((guided / "eval.json").read_text())
+
+
+# --- ELLM's text action space and the reference reward ----------------------------------------
+def test_text_actions_map_to_crafter_with_success_flags_and_the_reference_rules():
+    from llmguide.envs.crafter import CrafterText
+    from llmguide.envs.crafter_actions import ACTION_STRINGS, GOOD_ACTIONS, CrafterActionOracle, CrafterTextActions
+
+    assert len(ACTION_STRINGS) == 139 and len(GOOD_ACTIONS) == 29 and "drink stone" in ACTION_STRINGS
+    env = CrafterTextActions(CrafterText(seed=3), ellm_rules=True)
+    env.reset(seed=3)
+    player, world = env._player, env.unwrapped._core._world
+    target = tuple(player.pos + np.array(player.facing))
+    world[target] = "tree"                           # face a tree
+    _, _, _, _, info = env.step(ACTION_STRINGS.index("mine tree"))   # not a real action: nothing happens
+    assert info["action_text"] == "mine tree" and info["action_success"] and not info["eval_success"]
+    assert player.inventory["wood"] == 0
+    _, _, _, _, info = env.step(ACTION_STRINGS.index("drink water"))  # not facing water: fails both checks
+    assert not info["action_success"] and not info["eval_success"]
+    _, reward, _, _, info = env.step(ACTION_STRINGS.index("chop tree"))
+    assert info["eval_success"] and info["action_success"] and player.inventory["wood"] == 1
+    assert "collect wood" in info["events"] and reward == 1.0        # unlock reward only (ellm_rules)
+    world[target] = "grass"
+    _, _, _, _, info = env.step(ACTION_STRINGS.index("make crafting table"))   # 1 wood is enough here
+    assert info["eval_success"] and world[target][0] == "table" and player.inventory["wood"] == 0
+    oracle = CrafterActionOracle()
+    assert oracle.canonical("collect wood") == "chop tree" and oracle.canonical("eat cow") == "attack cow"
+    assert len(oracle.goals) == 22 and "place crafting table" in oracle.goals
+
+
+def test_reference_reward_pays_successful_actions_matching_prior_suggestions_once_per_episode():
+    reward = ELLMReward(GoalMatcher(match="exact"), num_envs=2, match_on="action")
+    infos = [{"action_text": "chop tree", "action_success": True, "ellm_goals": ["chop tree", "drink water"]},
+             {"action_text": "chop tree", "action_success": False, "ellm_goals": ["chop tree"]}]
+    assert reward.pay(infos, [False, False]).tolist() == [1.0, 0.0]   # a failed attempt does not pay
+    assert reward.pay(infos, [False, False]).tolist() == [0.0, 0.0]   # once per episode
+    alias = [{"action_text": "eat cow", "action_success": True, "ellm_goals": ["attack cow"]},
+             {"action_text": "eat cow", "action_success": True, "ellm_goals": ["drink water"]}]
+    assert reward.pay(alias, [True, False]).tolist() == [1.0, 0.0]    # env 1: no matching suggestion
+    novelty = ELLMReward(GoalMatcher(match="exact"), num_envs=1, match_on="action", require_success=False)
+    fail = [{"action_text": "drink stone", "action_success": False, "ellm_goals": ["drink stone", "sleep"]}]
+    assert novelty.pay(fail, [False]).tolist() == [1.0] and novelty.pay(fail, [False]).tolist() == [0.0]

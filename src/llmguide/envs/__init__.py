@@ -73,8 +73,13 @@ def make_env(env_cfg: Any, seed: int | None = None) -> gym.Env:
     return SeedOnFirstReset(env, seed)
 
 
-def get_oracle(family: str) -> Oracle:
-    """The ground-truth goal oracle of an env family (``minihack`` shares NetHack's)."""
+def get_oracle(family: str, actions: str = "primitive") -> Oracle:
+    """The ground-truth goal oracle of an env family (``minihack`` shares NetHack's); with
+    ``actions="text"`` Crafter's goals are ELLM's action strings ("chop tree" for "collect wood")."""
+    if family in ("crafter", "craftax") and actions == "text":
+        from llmguide.envs.crafter_actions import CrafterActionOracle
+
+        return CrafterActionOracle()
     if family == "crafter":
         from llmguide.envs.crafter import CrafterOracle
 
@@ -123,5 +128,6 @@ register_rule("env.name", one_of(*FAMILIES))
 register_rule("env.obs", one_of("symbolic", "pixels"))
 register_rule("env.size", lambda v: None if v % 2 == 1 and v >= 3 else f"must be odd and >= 3, got {v!r}")
 register_rule("env.crop", positive)
+register_rule("env.actions", one_of("primitive", "text"))
 register_rule("env.max_steps", lambda v: None if v is None or v > 0 else f"must be > 0 or null, got {v!r}")
 

@@ -338,8 +338,16 @@ class CrafterOracle(Oracle):
         return [g for g in self.goals if g in feasible and g not in owned]
 
 
-def make_crafter(env_cfg: Any, seed: int | None = None) -> CrafterText:
-    """Build :class:`CrafterText` from an ``env`` config (keys obs, task, max_steps, size)."""
-    return CrafterText(obs=cfg_get(env_cfg, "obs", "symbolic"), task=cfg_get(env_cfg, "task"),
-                       max_steps=int(cfg_get(env_cfg, "max_steps", 10000)),
-                       size=int(cfg_get(env_cfg, "size", 9)), seed=seed)
+def make_crafter(env_cfg: Any, seed: int | None = None) -> gym.Env:
+    """Build :class:`CrafterText` from an ``env`` config (keys obs, task, max_steps, size), with ELLM's
+    139 text actions when ``actions: text`` (and its rule changes with ``ellm_rules: true``)."""
+    env = CrafterText(obs=cfg_get(env_cfg, "obs", "symbolic"), task=cfg_get(env_cfg, "task"),
+                      max_steps=int(cfg_get(env_cfg, "max_steps", 10000)),
+                      size=int(cfg_get(env_cfg, "size", 9)), seed=seed)
+    if cfg_get(env_cfg, "actions", "primitive") == "text":
+        from llmguide.envs.crafter_actions import CrafterTextActions
+
+        return CrafterTextActions(env, ellm_rules=bool(cfg_get(env_cfg, "ellm_rules", False)))
+    if cfg_get(env_cfg, "ellm_rules", False):
+        raise ValueError("env.ellm_rules needs env.actions=text (ELLM's rules come with its action space)")
+    return env

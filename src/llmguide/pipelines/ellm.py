@@ -38,13 +38,14 @@ log = logging.getLogger(__name__)
 MODES = ("pretrain", "finetune", "guided")
 for _key, _rule in {
     "method.mode": one_of(*MODES),
-    "method.suggester": one_of(*SUGGESTERS),
+    "method.suggester": one_of(*SUGGESTERS, "all_actions"),
+    "method.match_on": one_of("auto", "events", "action"),
     "method.top_k": positive,
     "method.threshold": in_range(-1.0, 1.0),
     "method.match": one_of("cosine", "exact"),
     "method.payment": one_of("one", "cosine"),
     "method.embedder": one_of("minilm", "bow"),
-    "method.goal_choice": one_of("random", "first"),
+    "method.goal_choice": one_of("joined", "random", "first"),
     "method.guide_prob": in_range(0.0, 1.0),
     "method.finetune_intrinsic_coef": non_negative,
     "method.memo_size": positive,
@@ -90,7 +91,16 @@ class ELLMRecipe(Recipe):
 
         cfg, m = self.cfg, self.cfg.method
         task = str(m.mode) in ("finetune", "guided")
-        oracle = get_oracle(str(cfg.env.name))
+        text_actions = str(cfg.env.get("actions") or "primitive") == "text"
+        oracle = get_oracle(str(cfg.env.name), "text" if text_actions else "primitive")
+        match_on = str(m.match_on) if m.match_on != "auto" else ("action" if text_actions else "events")
+        if match_on == "action" and not text_actions:
+            raise ConfigError("method.match_on", "matching the action string needs env.actions=text")
+        mode, vocabulary = str(m.suggester), list(oracle.goals)
+        if mode == "all_actions":   # the novelty baseline: every action string is a goal
+            from llmguide.envs.crafter_actions import ACTION_STRINGS
+
+            mode, vocabulary = "all_goals", ACTION_STRINGS
         embedder = _embedder(str(m.embedder))
         lm = service = template = None
         if m.suggester in ("generate", "score"):
@@ -106,11 +116,12 @@ class ELLMRecipe(Recipe):
         grade_matcher = GoalMatcher(embedder, "cosine")
         canonical = nearest_goal_map(grade_matcher, oracle.goals, float(m.threshold))
         suggester = GoalSuggester(
-            str(m.suggester), envs.num_envs, oracle.goals, oracle=oracle, service=service, template=template,
+            mode, envs.num_envs, vocabulary, oracle=oracle, service=service, template=template,
             top_k=int(m.top_k), max_tokens=int(m.max_tokens), temperature=float(m.temperature),
             normalize_scores=bool(m.normalize_scores), grade_map=lambda g: oracle.canonical(g) or canonical(g),
             memo_size=int(m.memo_size))
-        reward = ELLMReward(GoalMatcher(embedder, str(m.match)), envs.num_envs, float(m.threshold), str(m.payment))
+        reward = ELLMReward(GoalMatcher(embedder, str(m.match)), envs.num_envs, float(m.threshold), str(m.payment),
+                            match_on=match_on, require_success=bool(m.require_success))
         wrapped = ELLMGoalWrapper(envs, suggester, reward, grade_matcher, goal_conditioned=bool(m.goal_conditioned),
                                   goal_choice=str(m.goal_choice), fixed_goal=_task_goal(cfg) if task else None,
                                   seed=int(cfg.seed))

@@ -55,6 +55,11 @@ class GoalMatcher:
 class ELLMReward(RewardModule):
     """Reward for achieving a goal suggested for the state before the action.
 
+    ``match_on="action"`` is the reference's reward: the transition's action string ("chop tree", from
+    ``info["action_text"]`` of ELLM's text action space), when ``info["action_success"]`` (unless
+    ``require_success=False``: the novelty baseline), is matched against the suggestions;
+    ``match_on="events"`` matches the events of real state changes ("collect wood") instead.
+
     Reads, per transition, ``info["events"]`` and ``info["ellm_goals"]`` (the goals suggested
     for the pre-action state, written by :class:`~llmguide.rewards.ellm_wrapper.ELLMGoalWrapper`).
     An event achieves the unachieved goal it is most similar to when that similarity reaches
@@ -66,9 +71,13 @@ class ELLMReward(RewardModule):
 
     name = "ellm"
 
-    def __init__(self, matcher: GoalMatcher, num_envs: int, threshold: float = 0.8, reward: str = "one"):
+    def __init__(self, matcher: GoalMatcher, num_envs: int, threshold: float = 0.8, reward: str = "one",
+                 match_on: str = "events", require_success: bool = True):
         if reward not in ("one", "cosine"):
             raise ValueError(f"reward must be 'one' or 'cosine', got {reward!r}")
+        if match_on not in ("events", "action"):
+            raise ValueError(f"match_on must be 'events' or 'action', got {match_on!r}")
+        self.match_on, self.require_success = match_on, bool(require_success)
         self.matcher = matcher
         self.threshold = 1.0 if matcher.match == "exact" else float(threshold)
         self.reward = reward
@@ -82,10 +91,21 @@ class ELLMReward(RewardModule):
         """(N,) rewards of one step; an env's record of paid goals restarts after its episode ends."""
         out = np.zeros(len(infos), dtype=np.float32)
         for n, info in enumerate(infos):
-            out[n] = self._pay(n, list(info.get("events") or []), list(info.get("ellm_goals") or []))
+            out[n] = self._pay(n, self._done(info), list(info.get("ellm_goals") or []))
             if dones[n]:
                 self.achieved[n] = set()
         return out
+
+    def _done(self, info: dict) -> list[str]:
+        """What the transition did: its events, or (the reference) the action string when it succeeded."""
+        if self.match_on == "events":
+            return list(info.get("events") or [])
+        text = info.get("action_text")
+        if not text or (self.require_success and not info.get("action_success")):
+            return []
+        from llmguide.envs.crafter_actions import canonical_action
+
+        return [canonical_action(str(text))]
 
     def watch(self, step: StepTransition) -> None:
         self._rows.append(self.pay(step.infos, step.dones))

@@ -13,9 +13,9 @@
 The reward it returns is the env's, unchanged: the ELLM reward reaches the learner through the
 reward module, so ``charts/episodic_return`` is the env return for ELLM as for every method.
 
-Goal conditioning (one goal at a time, not the concatenated list of suggestions): each env keeps
-a current goal chosen among its suggestions not yet achieved this episode ("first": the top
-ranked one; "random": uniformly, from a seeded generator).  It is re-chosen when it is achieved,
+Goal conditioning: ``goal_choice="joined"`` (the reference) embeds one text of all the env's open
+suggestions, "Your goal is: a, b, c."; the single-goal ablations keep one current goal among them
+("first": the top ranked one; "random": uniformly, from a seeded generator).  It is re-chosen when it is achieved,
 when it disappears from the suggestions, or at an episode start; the observation carries its
 sentence embedding, or zeros when there is none.  A fixed goal (``fixed_goal``) is used for
 single-task fine-tuning.  Goals the reward paid this episode (``reward.achieved``) are not chosen;
@@ -74,8 +74,8 @@ class ELLMGoalWrapper(gym.vector.VectorWrapper):
         seed: int = 0,
     ):
         super().__init__(env)
-        if goal_choice not in ("random", "first"):
-            raise ValueError(f"goal_choice must be 'random' or 'first', got {goal_choice!r}")
+        if goal_choice not in ("joined", "random", "first"):
+            raise ValueError(f"goal_choice must be 'joined', 'random' or 'first', got {goal_choice!r}")
         self.suggester = suggester
         self.reward_module = reward
         self.embedder = goal_embedder if isinstance(goal_embedder, GoalMatcher) else GoalMatcher(goal_embedder)
@@ -136,7 +136,9 @@ class ELLMGoalWrapper(gym.vector.VectorWrapper):
             achieved = self.reward_module.achieved[i]
             options = [g for g in self.suggester.goals(i) if g not in achieved]
             goal = self.current_goal[i]
-            if force or goal is None or goal not in options:
+            if self.goal_choice == "joined":   # the reference: one text of every open suggestion
+                self.current_goal[i] = f"Your goal is: {', '.join(options)}." if options else None
+            elif force or goal is None or goal not in options:
                 if not options:
                     self.current_goal[i] = None
                 elif self.goal_choice == "first":
