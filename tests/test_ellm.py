@@ -324,7 +324,12 @@ def test_guided_exploration_with_a_pretrained_dqn(tmp_path):
 # --- ELLM's text action space and the reference reward ----------------------------------------
 def test_text_actions_map_to_crafter_with_success_flags_and_the_reference_rules():
     from llmguide.envs.crafter import CrafterText
-    from llmguide.envs.crafter_actions import ACTION_STRINGS, GOOD_ACTIONS, CrafterActionOracle, CrafterTextActions
+    from llmguide.envs.crafter_actions import (
+        ACTION_STRINGS,
+        GOOD_ACTIONS,
+        CrafterActionOracle,
+        CrafterTextActions,
+    )
 
     assert len(ACTION_STRINGS) == 139 and len(GOOD_ACTIONS) == 29 and "drink stone" in ACTION_STRINGS
     env = CrafterTextActions(CrafterText(seed=3), ellm_rules=True)
