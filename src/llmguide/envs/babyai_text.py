@@ -38,6 +38,7 @@ from minigrid.envs.babyai.core.verifier import (
     PutNextInstr,
 )
 
+from llmguide.envs.babyai_tasks import PAPER_TASKS, build_bk_level
 from llmguide.envs.base import Oracle, cfg_get, normalize_goal
 
 log = logging.getLogger(__name__)
@@ -67,12 +68,12 @@ class LocalLevel(RoomGridLevel):
     FAMILIES = ("goto", "pickup", "putnext", "pickup_goto", "open", "pickup_pickup")
     MIXED = FAMILIES[:5]   # the mixed levels' families; "pickup_pickup" is GLAM's new-composition test
 
-    def __init__(self, family: str, split: str | None = None, num_dists: int = 8, **kwargs):
+    def __init__(self, family: str, split: str | None = None, num_dists: int = 8, room_size: int = 8, **kwargs):
         if family not in self.FAMILIES:
             raise ValueError(f"unknown BabyAI family {family!r}; choose one of {self.FAMILIES}")
         self.family, self.split, self.num_dists = family, split, num_dists
         cols = 2 if family == "open" else 1
-        super().__init__(num_rows=1, num_cols=cols, room_size=8, **kwargs)
+        super().__init__(num_rows=1, num_cols=cols, room_size=room_size, **kwargs)
 
     def _allowed(self, obj) -> bool:
         name = f"{obj.color} {obj.type}"
@@ -133,19 +134,32 @@ CUSTOM_TASKS = {"PickupLocal": (["pickup"], None), "Open": (["open"], None),
                 "MixedTrainLocal": (list(LocalLevel.MIXED), "train"),
                 "MixedTestLocal": (list(LocalLevel.MIXED), "test"),
                 "PickupPickupLocal": (["pickup_pickup"], None)}
-TASKS = sorted([*STOCK_TASKS, *CUSTOM_TASKS])
+TASKS = sorted([*STOCK_TASKS, *CUSTOM_TASKS, *PAPER_TASKS])
 
 
-def _build_levels(task: str, max_steps: int | None) -> list[RoomGridLevel]:
-    kwargs = {"max_steps": max_steps} if max_steps else {}
+def _build_levels(task: str, max_steps: int | None, room_size: int | None = None,
+                  num_dists: int | None = None) -> list[RoomGridLevel]:
+    bk_level = build_bk_level(task, room_size, num_dists, max_steps)
+    if bk_level is not None:
+        return [bk_level]
+    kwargs: dict[str, Any] = {"max_steps": max_steps} if max_steps else {}
+    if num_dists is not None:
+        kwargs["num_dists"] = int(num_dists)
     if task in CUSTOM_TASKS:
+        if room_size:
+            kwargs["room_size"] = int(room_size)
         families, split = CUSTOM_TASKS[task]
         return [LocalLevel(f, split=split, **kwargs) for f in families]
     env_id = STOCK_TASKS.get(task, task)
     if not env_id.startswith("BabyAI-") or env_id not in gym.registry:
-        raise ValueError(f"env.task: unknown BabyAI task {task!r}; choose one of {TASKS} "
-                         "or a registered BabyAI-*-v0 id")
-    return [gym.make(env_id, **kwargs).unwrapped]
+        raise ValueError(f"env.task: unknown BabyAI task {task!r}; choose one of {TASKS}, "
+                         "GoToLocal-<Color><Ball|Key|Box>-S<N>, Pretraining-S<N> or a registered BabyAI-*-v0 id")
+    if room_size:
+        kwargs["room_size"] = int(room_size)
+    try:
+        return [gym.make(env_id, **kwargs).unwrapped]
+    except TypeError as err:
+        raise ValueError(f"env.task={task!r} does not take the options {sorted(kwargs)}: {err}") from err
 
 
 # --- description ---------------------------------------------------------------------------
@@ -232,9 +246,10 @@ class BabyAIText(gym.Env):
     metadata = {"render_modes": []}
     action_strings = list(ACTION_STRINGS)
 
-    def __init__(self, task: str = "GoToLocal", max_steps: int | None = None):
+    def __init__(self, task: str = "GoToLocal", max_steps: int | None = None, room_size: int | None = None,
+                 num_dists: int | None = None):
         self.task = task
-        self.levels = _build_levels(task, max_steps)
+        self.levels = _build_levels(task, max_steps, room_size, num_dists)
         self.level: RoomGridLevel = self.levels[0]
         image = gym.spaces.Box(0.0, 1.0, (N_OBJ + N_COL + N_STATE, VIEW, VIEW), np.float32)
         vector = gym.spaces.Box(0.0, np.inf, (4 + len(VOCAB),), np.float32)
@@ -325,10 +340,12 @@ class BabyAIText(gym.Env):
 
 
 def make_babyai(env_cfg: Any, seed: int | None = None) -> BabyAIText:
-    """Build :class:`BabyAIText` from an ``env`` config (keys task, max_steps)."""
-    max_steps = cfg_get(env_cfg, "max_steps")
+    """Build :class:`BabyAIText` from an ``env`` config (keys task, max_steps, room_size, num_dists)."""
+    max_steps, room_size, num_dists = (cfg_get(env_cfg, k) for k in ("max_steps", "room_size", "num_dists"))
     return BabyAIText(task=str(cfg_get(env_cfg, "task", "GoToLocal")),
-                      max_steps=int(max_steps) if max_steps else None)
+                      max_steps=int(max_steps) if max_steps else None,
+                      room_size=int(room_size) if room_size else None,
+                      num_dists=None if num_dists is None else int(num_dists))
 
 
 # --- bot demonstrations --------------------------------------------------------------------
