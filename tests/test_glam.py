@@ -333,3 +333,12 @@ def test_seq2seq_lm_trains_as_policy_through_the_cli(tmp_path, method):
         assert any(".q.lora_A" in n for n in policy) and all("lora_" in n or "value_head" in n for n in policy)
     else:                  # NPAE: the whole LM and the action head train
         assert any("action_head" in n for n in policy) and any("encoder.block.0" in n for n in policy)
+
+
+def test_history_peek_is_the_next_prompt_without_recording_it():
+    h = History(2, 2)
+    h.reset(0, "go to the red ball", "You see a wall")
+    peeked = h.peek(0, "turn left", "You see a red ball", ACTION_STRINGS)
+    assert h.prompts(ACTION_STRINGS)[0] != peeked        # nothing recorded
+    h.step(0, "turn left", "You see a red ball")
+    assert h.prompts(ACTION_STRINGS)[0] == peeked        # what a step would have given

@@ -62,6 +62,14 @@ class History:
             self.actions[i].append(action)
         self.obs[i].append(caption)
 
+    def peek(self, i: int, action: str, caption: str, action_strings: Sequence[str]) -> str:
+        """Env ``i``'s prompt after one more step, without recording it (the bootstrap at a time limit)."""
+        obs, acts = deque(self.obs[i], maxlen=self.k), deque(self.actions[i], maxlen=max(self.k - 1, 0))
+        if self.k > 1:
+            acts.append(action)
+        obs.append(caption)
+        return glam_prompt(self.goals[i], list(obs), list(acts), action_strings)
+
     def prompts(self, action_strings: Sequence[str]) -> list[str]:
         return [glam_prompt(g, list(o), list(a), action_strings)
                 for g, o, a in zip(self.goals, self.obs, self.actions, strict=True)]

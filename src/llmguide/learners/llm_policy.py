@@ -5,7 +5,8 @@ module trains it: :class:`GLAMPPO` (clipped surrogate, normalised advantages, a 
 behavioural cloning on demonstrations, and evaluation episodes.
 
 Conventions as in :mod:`llmguide.learners.ppo`: ``dones[t]`` = transition ``t`` ended its episode,
-SAME_STEP autoreset, truncation not bootstrapped.
+SAME_STEP autoreset; a truncated (time-limit) transition is bootstrapped with the value of the prompt its
+final observation would have given (as SB3), a terminated one is not.
 """
 
 from __future__ import annotations
@@ -78,6 +79,15 @@ class GLAMPPO:
         for i, info in enumerate(split_infos(infos, self.num_envs)):
             self._history.reset(i, info["mission"], info["caption"])
 
+    @torch.no_grad()
+    def _final_values(self, envs: np.ndarray, actions: np.ndarray, env_infos: Sequence[dict]) -> np.ndarray:
+        """V of the prompts that the final observations of truncated episodes would have given."""
+        assert self._history is not None
+        prompts = [self._history.peek(int(i), self.policy.action_strings[int(actions[i])],
+                                      str(env_infos[i].get("caption", "")), self.policy.action_strings)
+                   for i in envs]
+        return self.policy(prompts)[1].float().cpu().numpy()
+
     def _advance(self, actions: np.ndarray, dones: np.ndarray, infos: dict) -> None:
         """Update each env's history; a finished env's new episode starts from its reset info."""
         assert self._history is not None
@@ -148,6 +158,7 @@ class GLAMPPO:
             values = np.zeros((T, N), dtype=np.float32)
             rewards = np.zeros((T, N), dtype=np.float32)
             dones = np.zeros((T, N), dtype=bool)
+            bootstrap = np.zeros((T, N), dtype=np.float32)
             for t in range(T):
                 prompts.append(self._history.prompts(self.policy.action_strings))
                 actions[t], logprobs[t], values[t] = self.policy.act(prompts[t])
@@ -156,6 +167,9 @@ class GLAMPPO:
                 rewards[t] = reward
                 self.global_step += N
                 env_infos = split_infos(infos, N)
+                cut = np.flatnonzero(np.logical_and(truncated, np.logical_not(terminated)))
+                if cut.size:
+                    bootstrap[t, cut] = self._final_values(cut, actions[t], env_infos)
                 for record in tracker.step(np.asarray(reward, dtype=np.float64), dones[t], env_infos):
                     bar.episode(record["charts/episodic_return"], record["charts/episodic_length"])
                     if self.run is not None:
@@ -166,7 +180,8 @@ class GLAMPPO:
                 self._advance(actions[t], dones[t], infos)
             with torch.no_grad():
                 last_value = self.policy(self._history.prompts(self.policy.action_strings))[1].cpu().numpy()
-            advantages, returns = compute_gae(self.reward_scale * rewards, values, dones, last_value,
+            advantages, returns = compute_gae(self.reward_scale * rewards + self.gamma * bootstrap, values, dones,
+                                              last_value,
                                               self.gamma, self.gae_lambda)
             flat_prompts = [p for row in prompts for p in row]
             metrics = self.ppo_update(flat_prompts, actions.reshape(-1), logprobs.reshape(-1),
