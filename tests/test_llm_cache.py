@@ -19,7 +19,9 @@ import pytest
 
 from llmguide.cli import main
 from llmguide.llm.base import Completion, LanguageModel
-from llmguide.llm.cache import CachedLM, LLMCache, cache_command
+from llmguide.llm.cache import LLMCache
+from llmguide.llm.cache_cli import cache_command
+from llmguide.llm.cached_lm import CachedLM
 
 CORPUS = (
     "you see a tree. collect wood. you see water. collect drink. you see a cow. eat cow. "

@@ -17,7 +17,9 @@ import pytest
 
 from fault_server import DEFAULT_SCHEDULE, GARBAGE, FaultServer
 from llmguide.llm.base import Completion, char_cap
-from llmguide.llm.cache import CachedLM, LLMCache, cache_command, well_formed_completion, well_formed_scores
+from llmguide.llm.cache import LLMCache
+from llmguide.llm.cache_cli import cache_command
+from llmguide.llm.cached_lm import CachedLM, well_formed_completion, well_formed_scores
 from llmguide.llm.http import HTTPLM
 from llmguide.llm.service import LLMService
 

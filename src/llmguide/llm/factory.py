@@ -121,7 +121,8 @@ def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str 
     if not _get(cache_cfg, "enabled", False):
         return backend
     try:
-        from llmguide.llm.cache import DEFAULT_MAX_BYTES, CachedLM, LLMCache
+        from llmguide.llm.cache import DEFAULT_MAX_BYTES, LLMCache
+        from llmguide.llm.cached_lm import CachedLM
     except ImportError as err:  # the cache module is optional at this layer
         log.warning("LLM cache requested but llmguide.llm.cache is unavailable (%s); running uncached", err)
         return backend

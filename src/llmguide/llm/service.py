@@ -94,7 +94,8 @@ import numpy as np
 
 from llmguide.core.errors import LLMUnavailableError
 from llmguide.llm.base import Completion, LanguageModel
-from llmguide.llm.cache import CachedLM, canonical_json
+from llmguide.llm.cache import canonical_json
+from llmguide.llm.cached_lm import CachedLM
 
 log = logging.getLogger(__name__)
 
