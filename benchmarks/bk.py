@@ -1,10 +1,16 @@
-"""BK reduced-scale reproduction: BK-Code / BK-Pref / BK-Goal vs plain PPO on a BabyAI-Text GoTo task.
+"""BK reduced-scale reproduction: PPO vs BK-{Code,Pref,Goal} × {oracle, embedded LM} on BabyAI-Text.
 
-One RND collection run, one labelling run per variant (embedded LM by default), then PPO with each
-potential and plain PPO over ``--seeds`` seeds.  Writes ``<out>/bk_table.md`` and ``<out>/bk_success.png``
-and prints the table.  Example (about 20-30 min on 2 shared CPU cores)::
+Pipeline as the reference: RND-driven collection on ``Pretraining-S20`` (episodes saved along
+training) → one label run per (variant, LM) → PPO with each potential, and plain PPO, over
+``--seeds`` seeds.  Every arm has the same PPO config (reference: lr 3e-4 constant, clip 0.1,
+8 envs × 128 steps), network, env, budget and ``extrinsic_coef`` (10); the PPO control gets
+everything except the shaping.  An arm whose labelling failed is listed as failed with the reason.
 
-    nice python benchmarks/bk.py --steps 20000 --seeds 3 --out runs/bench-bk
+Writes ``<results>/bk.md``, ``bk.json`` (DESIGN.md format; value per seed = success AUC, the mean
+success rate of finished training episodes over ``--bins`` equal step bins) and ``bk.png``.
+Phases can be run separately (``--phase collect|label|train|report``); runs that exist are kept.
+
+    nice python benchmarks/bk.py --task GoToLocal-RedBall-S20 --seeds 3 --steps 300000 --jobs 2
 """
 
 from __future__ import annotations
@@ -12,117 +18,197 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-METHODS = ("ppo", "bk_code", "bk_pref", "bk_goal")
-
-
-def overrides(args: argparse.Namespace, out: Path, *extra: str) -> list[str]:
-    return ["env=babyai", f"env.task={args.task}", f"num_envs={args.num_envs}", "agent.num_steps=128",
-            "progress=false", f"run.dir={out}", "run.overwrite=true", *extra]
+VARIANTS = ("bk_code", "bk_pref", "bk_goal")
+LMS = ("oracle", "embedded")
+ARMS = ("ppo", *(f"{v}-{lm}" for lm in LMS for v in VARIANTS))
+PPO = ["agent.lr=3e-4", "agent.anneal_lr=false", "agent.clip_coef=0.1", "agent.num_steps=128"]
 
 
-def curve(run: Path, bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Success rate of finished episodes per step bin, and the step bin centres."""
+def common(args: argparse.Namespace) -> list[str]:
+    return ["env=babyai", f"num_envs={args.num_envs}", *PPO, "progress=false", f"run.dir={args.out}"]
+
+
+def cli(verb: str, overrides: list[str], log: Path) -> tuple[int, float]:
+    t = time.perf_counter()
+    with open(log, "w") as f:
+        code = subprocess.call([sys.executable, "-m", "llmguide.cli", verb, *overrides], stdout=f, stderr=f)
+    return code, time.perf_counter() - t
+
+
+def collect(args: argparse.Namespace) -> None:
+    if (args.out / "data" / "collect_summary.json").exists():
+        return
+    code, secs = cli("collect", [*common(args), f"env.task={args.collect_task}", "method=bk_code",
+                                 f"total_steps={args.collect_steps}", "run.name=data", "run.overwrite=true"],
+                     args.out / "collect.log")
+    print(f"collect: exit {code}, {secs:.0f}s")
+
+
+LABEL_EXTRA = {"bk_code": ["method.code.iterations={code_iters}"], "bk_pref": ["method.pref.num_pairs={pairs}"],
+               "bk_goal": ["method.goal.iterations={goal_iters}"]}
+
+
+def label_one(args: argparse.Namespace, variant: str, lm: str) -> dict:
+    name = f"labels-{variant}-{lm}"
+    manifest = args.out / name / "bk" / "manifest.json"
+    if not manifest.exists():
+        extra = [e.format(**{**vars(args), "pairs": args.pairs if lm != "oracle" else args.oracle_pairs})
+                 for e in LABEL_EXTRA[variant]]
+        code, secs = cli("label", [*common(args), f"env.task={args.task}", f"method={variant}", f"llm={lm}",
+                                   f"method.data={args.out / 'data'}", f"run.name={name}", "run.overwrite=true",
+                                   *extra], args.out / f"{name}.log")
+        print(f"label {variant}-{lm}: exit {code}, {secs:.0f}s")
+        (args.out / name / "label_seconds.txt").write_text(f"{secs:.1f}\n") if (args.out / name).exists() else None
+    if not manifest.exists():
+        tail = (args.out / f"{name}.log").read_text()[-600:]
+        return {"failed": f"label crashed: {tail.strip().splitlines()[-1] if tail.strip() else '?'}"}
+    return json.loads(manifest.read_text())
+
+
+def train_one(args: argparse.Namespace, arm: str, seed: int) -> None:
+    name = f"{arm}-s{seed}"
+    if (args.out / name / "eval.json").exists():
+        return
+    if arm == "ppo":
+        method = ["method=none", "method.extrinsic_coef=10.0"]
+    else:
+        variant, lm = arm.split("-")
+        method = [f"method={variant}", f"method.labels={args.out / f'labels-{variant}-{lm}'}"]
+    code, secs = cli("train", [*common(args), f"env.task={args.task}", *method, f"total_steps={args.steps}",
+                               f"seed={seed}", f"run.name={name}", "run.overwrite=true"], args.out / f"{name}.log")
+    print(f"train {name}: exit {code}, {secs:.0f}s", flush=True)
+
+
+def success_curve(run: Path, steps: int, bins: int) -> np.ndarray:
+    """Mean success of the training episodes that finished in each of ``bins`` equal step bins."""
     from llmguide.core.rundir import read_metrics
 
     recs = [r for r in read_metrics(run) if "charts/success" in r]
-    if not recs:
-        return np.zeros(bins), np.zeros(bins)
-    steps = np.array([r["step"] for r in recs])
-    succ = np.array([r["charts/success"] for r in recs])
-    edges = np.linspace(0, steps.max() + 1, bins + 1)
-    idx = np.clip(np.digitize(steps, edges) - 1, 0, bins - 1)
-    values = np.array([succ[idx == b].mean() if (idx == b).any() else np.nan for b in range(bins)])
-    return (edges[:-1] + edges[1:]) / 2, values
+    edges = np.linspace(0, steps, bins + 1)
+    s = np.array([r["step"] for r in recs], dtype=float)
+    v = np.array([r["charts/success"] for r in recs], dtype=float)
+    idx = np.clip(np.digitize(s, edges) - 1, 0, bins - 1)
+    out = np.array([v[idx == b].mean() if (idx == b).any() else np.nan for b in range(bins)])
+    return np.where(np.isnan(out), np.nanmean(out) if np.isfinite(out).any() else 0.0, out)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", default="GoToRedBall")
-    parser.add_argument("--steps", type=int, default=20000, help="PPO env steps per run")
-    parser.add_argument("--collect-steps", type=int, default=8192)
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--num-envs", type=int, default=4)
-    parser.add_argument("--pairs", type=int, default=48, help="BK-Pref pairs labelled by the LM")
-    parser.add_argument("--goal-iters", type=int, default=10)
-    parser.add_argument("--code-iters", type=int, default=2)
-    parser.add_argument("--out", default="runs/bench-bk")
-    args = parser.parse_args()
+def bootstrap_ci(x: np.ndarray, reps: int = 5000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap CI of the mean over seeds (axis 0), per column."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(x), (reps, len(x)))
+    means = x[idx].mean(axis=1)
+    return np.percentile(means, 2.5, axis=0), np.percentile(means, 97.5, axis=0)
 
-    from llmguide.core.config import load_config
-    from llmguide.pipelines import bk, run
 
-    out = Path(args.out)
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
-    bk.collect(load_config(overrides(args, out, "method=bk_code", f"total_steps={args.collect_steps}",
-                                     "run.name=data")))
-    timings["collect"] = time.perf_counter() - t
-    label_extra = {"bk_code": [f"method.code.iterations={args.code_iters}", "method.code.fix_retries=1"],
-                   "bk_pref": [f"method.pref.num_pairs={args.pairs}"],
-                   "bk_goal": [f"method.goal.iterations={args.goal_iters}"]}
-    for variant, extra in label_extra.items():
-        t = time.perf_counter()
-        bk.label(load_config(overrides(args, out, f"method={variant}", f"method.data={out / 'data'}",
-                                       f"run.name=labels-{variant}", *extra)))
-        timings[f"label {variant}"] = time.perf_counter() - t
-    for seed in range(args.seeds):
-        for method in METHODS:
-            t = time.perf_counter()
-            common = overrides(args, out, f"total_steps={args.steps}", f"seed={seed}", f"run.name={method}-s{seed}")
-            if method == "ppo":
-                run("train", load_config([*common, "method=none"]))
-            else:
-                run("train", load_config([*common, f"method={method}", f"method.labels={out / ('labels-' + method)}"]))
-            timings[f"train {method}"] = timings.get(f"train {method}", 0.0) + time.perf_counter() - t
-
-    bins = 10
-    rows, curves = [], {}
-    for method in METHODS:
-        finals, aucs, cs = [], [], []
-        for seed in range(args.seeds):
-            x, y = curve(out / f"{method}-s{seed}", bins)
-            cs.append(y)
-            finals.append(np.nanmean(y[-3:]))
-            aucs.append(np.nanmean(y))
-        curves[method] = (x, np.nanmean(np.array(cs), axis=0))
-        summary = json.loads((out / f"labels-{method}" / "bk" / "manifest.json").read_text())["summary"] \
-            if method != "ppo" else {}
-        rows.append((method, np.nanmean(finals), np.nanstd(finals), np.nanmean(aucs), summary))
-    base_auc = rows[0][3]
-    lines = [f"# BK vs PPO on BabyAI-Text {args.task}: {args.steps} steps x {args.seeds} seeds",
-             "", "| method | final success (mean ± std over seeds) | mean success over training | AUC ratio vs PPO |"
-             " label summary |", "|---|---|---|---|---|"]
-    for method, final, std, auc, summary in rows:
-        ratio = auc / base_auc if base_auc > 0 else float("nan")
-        short = json.dumps({k: v for k, v in summary.items() if not isinstance(v, dict)})[:120]
-        lines.append(f"| {method} | {final:.3f} ± {std:.3f} | {auc:.3f} | {ratio:.2f} | {short} |")
-    lines += ["", "Wall-clock seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items())]
-    table = "\n".join(lines)
-    (out / "bk_table.md").write_text(table + "\n")
-    print(table)
-
+def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for method, (x, y) in curves.items():
-        ax.plot(x, y, label=method, marker="o")
+    steps_axis = ((np.arange(args.bins) + 0.5) * args.steps / args.bins).tolist()
+    arms, rows = {}, []
+    for arm in args.arms:
+        info = labels.get(arm, {})
+        if info.get("failed"):
+            arms[arm] = {"failed": info["failed"], "seeds": [], "values": [],
+                         "label_summary": {k: v for k, v in info.get("summary", {}).items() if not isinstance(v, dict)}}
+            rows.append(f"| {arm} | failed: {info['failed']} | | |")
+            continue
+        runs = [args.out / f"{arm}-s{s}" for s in args.seed_list]
+        done = [(s, r) for s, r in zip(args.seed_list, runs, strict=True) if (r / "eval.json").exists()]
+        if not done:
+            arms[arm] = {"failed": "not trained within the compute budget (labelling succeeded)", "seeds": [],
+                         "values": [], "label_summary": {k: v for k, v in info.get("summary", {}).items()
+                                                         if not isinstance(v, dict)}}
+            rows.append(f"| {arm} | not trained within the compute budget (labelling succeeded) | | |")
+            continue
+        curves = np.array([success_curve(r, args.steps, args.bins) for _, r in done])
+        aucs = curves.mean(axis=1)
+        lo, hi = bootstrap_ci(curves)
+        alo, ahi = bootstrap_ci(aucs[:, None])
+        final = [json.loads((r / "eval.json").read_text()).get("success_rate") for _, r in done]
+        arms[arm] = {"seeds": [s for s, _ in done], "values": aucs.round(4).tolist(),
+                     "auc_ci95": [round(float(alo[0]), 4), round(float(ahi[0]), 4)],
+                     "final_eval_success": final,
+                     "curve": {"steps": steps_axis, "mean": curves.mean(0).round(4).tolist(),
+                               "ci95_low": np.round(lo, 4).tolist(), "ci95_high": np.round(hi, 4).tolist()}}
+        if arm != "ppo":
+            arms[arm]["label_summary"] = {k: v for k, v in info.get("summary", {}).items() if not isinstance(v, dict)}
+        rows.append(f"| {arm} | {aucs.mean():.3f} [{alo[0]:.3f}, {ahi[0]:.3f}] | {len(done)} | "
+                    f"{', '.join(f'{a:.3f}' for a in aucs)} |")
+    result = {"task": args.task, "budget_steps": args.steps, "metric": "success AUC (mean training success rate "
+              f"over {args.bins} step bins)", "higher_is_better": True, "arms": arms,
+              "collect": {"task": args.collect_task, "steps": args.collect_steps},
+              "wall_clock_seconds": round(seconds)}
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "bk.json").write_text(json.dumps(result, indent=1) + "\n")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arm, a in arms.items():
+        if "curve" in a:
+            c = a["curve"]
+            ax.plot(c["steps"], c["mean"], label=arm)
+            ax.fill_between(c["steps"], c["ci95_low"], c["ci95_high"], alpha=0.15)
     ax.set_xlabel("env steps")
-    ax.set_ylabel(f"success rate (mean of {args.seeds} seeds)")
-    ax.set_title(f"BK variants vs PPO, BabyAI-Text {args.task}")
-    ax.legend()
+    ax.set_ylabel("training success rate (95% bootstrap CI over seeds)")
+    ax.set_title(f"BK vs PPO, BabyAI-Text {args.task}")
+    ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "bk_success.png", dpi=100)
-    print(f"plot: {out / 'bk_success.png'}")
+    fig.savefig(args.results / "bk.png", dpi=100)
+    table = ["| arm | success AUC, mean [95% CI] | seeds | per seed |", "|---|---|---|---|", *rows]
+    (args.results / "bk_table.md").write_text("\n".join(table) + "\n")
+    print("\n".join(table))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", "--env-id", dest="task", default="GoToLocal-RedBall-S20")
+    p.add_argument("--collect-task", default="Pretraining-S20")
+    p.add_argument("--steps", type=int, default=300_000, help="PPO env steps per run")
+    p.add_argument("--collect-steps", type=int, default=65_536)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--num-envs", type=int, default=8)
+    p.add_argument("--pairs", type=int, default=200, help="BK-Pref pairs labelled by an LM (reference: 5000)")
+    p.add_argument("--oracle-pairs", type=int, default=2000, help="BK-Pref pairs labelled by the oracle (cheap)")
+    p.add_argument("--goal-iters", type=int, default=20)
+    p.add_argument("--code-iters", type=int, default=5)
+    p.add_argument("--bins", type=int, default=20)
+    p.add_argument("--jobs", type=int, default=2, help="train runs at a time")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {ARMS}")
+    p.add_argument("--train-arms", default=None, help="arms to train (default: --arms)")
+    p.add_argument("--phase", default="all", choices=("all", "collect", "label", "train", "report"))
+    p.add_argument("--out", type=Path, default=Path("runs/bench-bk"))
+    p.add_argument("--results", type=Path, default=Path("benchmarks/results"))
+    args = p.parse_args()
+    args.arms = [a for a in args.arms.split(",") if a]
+    args.seed_list = list(range(args.seeds))
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if args.phase in ("all", "collect"):
+        collect(args)
+    labels: dict[str, dict] = {}
+    if args.phase in ("all", "label", "train", "report"):
+        for arm in args.arms:
+            if arm != "ppo" and (args.phase != "report" or (args.out / f"labels-{arm}").exists()):
+                labels[arm] = label_one(args, *arm.split("-"))
+    if args.phase in ("all", "train"):
+        todo = [a for a in (args.train_arms.split(",") if args.train_arms else args.arms)
+                if not labels.get(a, {}).get("failed")]
+        todo.sort(key=lambda a: not a.startswith("bk_goal"))      # slowest arm first
+        jobs = [(a, s) for a in todo for s in args.seed_list]
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(lambda job: train_one(args, *job), jobs))
+    if args.phase in ("all", "report"):
+        report(args, labels, time.perf_counter() - t0)
 
 
 if __name__ == "__main__":

@@ -508,3 +508,23 @@ class BabyAIOracle(Oracle):
             if m.group(4) == "1 step forward":
                 front = name
         return self.feasible({"visible": visible, "doors": doors, "front": front, "carrying": carrying})
+
+    # BK oracle knowledge (llm=oracle answering BK's labelling prompts; see envs/babyai_tasks.py)
+    def bk_program(self) -> str:
+        from llmguide.envs.babyai_tasks import oracle_potential_program
+
+        return oracle_potential_program(VOCAB)
+
+    def bk_progress(self, captions: list[str], mission: str) -> float:
+        """Ground-truth progress of a window: Φ(last caption) − Φ(first caption) towards the mission's target."""
+        from llmguide.envs.babyai_tasks import caption_potential, mission_target
+
+        target = mission_target(mission)
+        if target is None or not captions:
+            return 0.0
+        return caption_potential(captions[-1], target) - caption_potential(captions[0], target)
+
+    def bk_goals(self, mission: str) -> list[str]:
+        from llmguide.envs.babyai_tasks import oracle_goals
+
+        return oracle_goals(mission)

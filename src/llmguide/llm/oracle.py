@@ -3,11 +3,18 @@
 Prompt convention (shared with the prompt templates in ``llmguide/llm/prompts``): the state caption
 is the rest of the **last line that starts with** ``Caption:``.  A prompt without such a line is used
 whole as the caption; that fallback is counted in ``stats["no_caption"]`` and logged.
+
+BK labelling prompts (``llm/prompts/bk_*.txt``) get ground-truth answers when the env family's oracle
+has BK knowledge (``bk_program``, ``bk_progress``, ``bk_goals``; BabyAI has): BK-Code gets the
+oracle program, BK-Pref ranks the two segments by ground-truth progress towards the target of
+``task_mission`` (e.g. "go to the red ball"), BK-Goal gets the oracle goal library for it.
+The BK pipeline sets ``task_mission`` from the env's task; the LM arms never see it.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 
 from llmguide.llm.base import Completion, LanguageModel, check_score_args
@@ -37,7 +44,8 @@ class OracleLM(LanguageModel):
         self.env_family = env_family
         self.model_id = f"oracle-{env_family}"
         self.oracle = get_oracle(env_family)
-        self.stats = {"no_caption": 0}
+        self.stats = {"no_caption": 0, "bk_answers": 0}
+        self.task_mission: str | None = None     # BK-Pref / BK-Goal: the downstream task's mission
 
     def __repr__(self) -> str:
         return f"OracleLM(env_family={self.env_family!r})"
@@ -63,6 +71,11 @@ class OracleLM(LanguageModel):
         """Bullets ``- goal``, one per line, for the goals the oracle suggests from each prompt's caption."""
         out = []
         for prompt in prompts:
+            bk = self._bk_answer(prompt)
+            if bk is not None:
+                self.stats["bk_answers"] += 1
+                out.append(Completion(text=bk, finish_reason="stop", meta={"bk": True}))
+                continue
             goals = self._suggest(prompt)
             out.append(Completion(text="\n".join(f"- {g}" for g in goals), finish_reason="stop",
                                   meta={"goals": goals}))
@@ -82,3 +95,31 @@ class OracleLM(LanguageModel):
             good = set(self._suggest(context))
             rows.append([0.0 if self.oracle.canonical(c) in good else MISS_SCORE for c in cands])
         return rows
+
+    # --- BK labelling prompts ---------------------------------------------------------------------
+    def _bk_answer(self, prompt: str) -> str | None:
+        """Ground-truth answer to a BK labelling prompt, or None if ``prompt`` is not one."""
+        if "def potential(obs, caption)" in prompt and hasattr(self.oracle, "bk_program"):
+            return f"```python\n{self.oracle.bk_program()}```"
+        if "Segment A:" in prompt and "Segment B:" in prompt and hasattr(self.oracle, "bk_progress"):
+            head, _, tail = prompt.partition("Segment B:")
+            a, b = (self.oracle.bk_progress(_window_captions(part), self.task_mission or "")
+                    for part in (head.partition("Segment A:")[2], tail))
+            rank = "A = B" if abs(a - b) < 1e-9 else ("A > B" if a > b else "B > A")
+            return f"Progress towards the target: A {a:+.3f}, B {b:+.3f}.\n[Rank] {rank}"
+        if "Current goal list:" in prompt and hasattr(self.oracle, "bk_goals"):
+            return "\n".join(f"- {g}" for g in self.oracle.bk_goals(self.task_mission or ""))
+        return None
+
+
+_STEP = re.compile(r"^(?:Step \d+|Current observation): (.*?)(?:\. You choose the action: .*)?\.?$")
+
+
+def _window_captions(text: str) -> list[str]:
+    """The captions of a BK window text (``Step i: <caption>. You choose ...``, ``Current observation: ...``)."""
+    out = []
+    for line in text.splitlines():
+        m = _STEP.match(line.strip())
+        if m:
+            out.append(m.group(1))
+    return out

@@ -20,12 +20,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from llmguide.core.config import one_of, register_rule
-from llmguide.core.errors import ConfigError, LLMGuideError
-from llmguide.core.rundir import RunDir, atomic_write_text
+from llmguide.core.errors import ConfigError
+from llmguide.core.rundir import RunDir
 from llmguide.core.seeding import seed_everything
 from llmguide.data import EpisodeDataset, EpisodeRecorder, EpisodeWriter
 from llmguide.pipelines.runner import Parts, Recipe, open_run
@@ -35,13 +34,6 @@ log = logging.getLogger(__name__)
 register_rule("method.code.isolation", one_of("os", "python"))
 
 VARIANTS = ("bk_code", "bk_pref", "bk_goal")
-
-BABYAI_NOTES = """Notes on obs for this game (BabyAI): obs['image'][c, row, col] is one-hot over channels:
-0-10 object type (0 unseen, 1 empty, 2 wall, 3 floor, 4 door, 5 key, 6 ball, 7 box, 8 goal, 9 lava, 10 agent),
-11-16 colour (red, green, blue, purple, yellow, grey), 17-19 door state (open, closed, locked).
-The agent is at row 6, column 3, facing up: the cell in front is row 5, column 3.
-obs['vector'][:4] is the facing direction (one-hot)."""
-
 
 # --- helpers ----------------------------------------------------------------------------------
 def _variant(cfg: DictConfig) -> str:
@@ -64,6 +56,14 @@ def _paths(value: Any, key: str) -> list[Path]:
                                f"(e.g. {key}=runs/NAME)")
     items = list(value) if isinstance(value, list | ListConfig) else str(value).split(",")
     return [Path(str(p).strip()) for p in items if str(p).strip()]
+
+
+def make_sandbox(cfg: DictConfig, scratch: Path):
+    from llmguide.sandbox import Sandbox, SandboxLimits
+
+    k = cfg.method.code
+    return Sandbox(SandboxLimits(timeout=float(k.timeout), memory_mb=int(k.memory_mb), isolation=str(k.isolation)),
+                   scratch_root=scratch)
 
 
 def _make_envs(cfg: DictConfig):
@@ -123,115 +123,60 @@ def collect(cfg: DictConfig) -> int:
     return 0
 
 
-# --- label -------------------------------------------------------------------------------------
 def label(cfg: DictConfig) -> int:
-    """Build the variant's potential from the dataset(s) named by ``method.data``."""
-    from llmguide.rewards import bk
+    """``llmguide label``: see :mod:`llmguide.pipelines.bk_label`."""
+    from llmguide.pipelines.bk_label import label as run_label
 
-    variant = _variant(cfg)
-    seed_everything(int(cfg.seed))
-    dataset = EpisodeDataset(_paths(cfg.method.get("data"), "method.data"))
-    episodes = dataset.episodes()
-    if not episodes:
-        raise LLMGuideError(f"no readable episodes in {dataset.roots}")
-    names = action_names(cfg)
-    rng = np.random.default_rng(int(cfg.seed))
-    from llmguide.llm.factory import make_llm
-
-    lm = make_llm(cfg.llm, str(cfg.env.name))
-    with open_run(cfg) as run:
-        out = run.path / "bk"
-        out.mkdir(parents=True, exist_ok=True)
-        try:
-            if variant == "bk_code":
-                from llmguide.sandbox import Sandbox, SandboxLimits
-
-                k = cfg.method.code
-                sandbox = Sandbox(SandboxLimits(timeout=float(k.timeout), memory_mb=int(k.memory_mb), isolation=str(k.isolation)),
-                                  scratch_root=out / "scratch")
-                states = bk.sample_states(episodes, int(_positive(cfg, "code.sample_states")), rng)
-                notes = BABYAI_NOTES if str(cfg.env.name) == "babyai" else ""
-                res = bk.write_potential_code(lm, states, sandbox, out, env_notes=notes,
-                                              iterations=int(_positive(cfg, "code.iterations")),
-                                              fix_retries=int(k.fix_retries), max_tokens=int(k.max_tokens),
-                                              temperature=float(k.temperature), seed=int(cfg.seed))
-                summary: dict[str, Any] = {"ok": res.ok, "lm_calls": res.lm_calls, "steps": len(res.steps)}
-                versions = sorted({s["prompt_version"] for s in res.steps})
-            elif variant == "bk_pref":
-                k = cfg.method.pref
-                summary = bk.label_preferences(lm, episodes, int(_positive(cfg, "pref.num_pairs")), out,
-                                               segment_length=int(k.segment_length), action_names=names,
-                                               batch_size=int(k.batch_size), max_tokens=int(k.max_tokens),
-                                               temperature=float(k.temperature), seed=int(cfg.seed))
-                fit = bk.fit_preference_model(episodes, bk.read_labels(out / "labels.jsonl"), out / "pref_model.pt",
-                                              epochs=int(k.epochs), lr=float(k.lr), include_ties=bool(k.include_ties),
-                                              seed=int(cfg.seed))
-                summary["fit"] = {key: v for key, v in fit.items() if key != "history"}
-                versions = [summary["prompt_version"]]
-            else:
-                from llmguide.llm.embeddings import SentenceEmbedder
-
-                k = cfg.method.goal
-                library = bk.build_goal_library(lm, episodes, out, iterations=int(_positive(cfg, "goal.iterations")),
-                                                window=int(k.window), max_goals=int(k.max_goals), action_names=names,
-                                                max_tokens=int(k.max_tokens), temperature=float(k.temperature),
-                                                seed=int(cfg.seed))
-                potential = bk.GoalPotential(library, SentenceEmbedder(), names, top_k=int(k.top_k))
-                caps, texts = bk.dataset_transition_texts(episodes, names, int(k.calibration_samples), rng)
-                calib = bk.calibrate_threshold(potential, caps, texts, float(k.fire_rate), float(k.min_threshold))
-                library.update(calib)
-                atomic_write_text(out / "library.json", json.dumps(library, indent=2))
-                summary = {"goals": len(library["goals"]), "keys": len(library["keys"]), **calib}
-                versions = [library["prompt_version"]]
-        finally:
-            lm.close()
-        manifest = {"method": variant, "data": [str(r) for r in dataset.roots], "episodes": len(episodes),
-                    "data_hash": _data_hash(dataset), "llm": {"backend": str(cfg.llm.backend),
-                                                              "model": getattr(lm, "model_id", "?")},
-                    "prompt_versions": versions, "seed": int(cfg.seed), "env": str(cfg.env.name),
-                    "action_names": names, "summary": summary}
-        run.write_json("bk/manifest.json", manifest)
-        print(f"{variant}: labels in {out} — {json.dumps(summary, default=str)[:400]}")
-    return 0
+    return run_label(cfg)
 
 
 # --- train -------------------------------------------------------------------------------------
 def build_module(cfg: DictConfig, labels_dir: str | Path, gamma: float, run_path: Path | None = None):
     """The shaping reward module of ``method.name`` from a label run directory."""
     from llmguide.rewards import bk
-    from llmguide.rewards.shaping import PotentialShaping
 
     variant = _variant(cfg)
     out = Path(labels_dir) / "bk"
-    manifest_file = out / "manifest.json"
-    if not manifest_file.exists():
-        raise ConfigError("method.labels", f"{labels_dir} holds no BK labels (no {manifest_file}); "
-                          f"run `llmguide label method={variant}` first")
-    manifest = json.loads(manifest_file.read_text())
-    if manifest["method"] != variant:
-        raise ConfigError("method.labels", f"{labels_dir} holds {manifest['method']} labels, not {variant}")
+    manifest = check_labels(out, variant)
     names = manifest.get("action_names")
-    scale = float(cfg.method.get("potential_scale", 1.0))
-    if variant == "bk_code":
-        from llmguide.sandbox import Sandbox, SandboxLimits
+    k = cfg.method
 
-        k = cfg.method.code
-        sandbox = Sandbox(SandboxLimits(timeout=float(k.timeout), memory_mb=int(k.memory_mb), isolation=str(k.isolation)),
-                          scratch_root=(run_path or out) / "scratch")
-        code = (out / "final.py").read_text()
-        potential = bk.CodePotential(code, sandbox, clip=float(k.clip),
+    def shaping(potential, name: str):
+        return bk.TransitionPotentialShaping(potential, gamma, name=name, scale=float(k.get("potential_scale", 1.0)),
+                                             normalize=bool(k.get("normalize_potential", True)))
+
+    if variant == "bk_code":
+        potential = bk.CodePotential((out / "final.py").read_text(), make_sandbox(cfg, (run_path or out) / "scratch"),
+                                     clip=float(k.code.clip),
                                      error_log=(run_path / "bk_code_errors.jsonl") if run_path else None)
-        return bk.TransitionPotentialShaping(potential, gamma, name="bk_code", scale=scale)
+        return shaping(potential, "bk_code")
     if variant == "bk_pref":
         pref = bk.PreferencePotential(out / "pref_model.pt")
-        module = PotentialShaping(lambda obs: scale * pref(obs), gamma)
-        module.name = "bk_pref"
-        return module
+        return shaping(lambda obs, infos, actions: pref(obs), "bk_pref")
     from llmguide.llm.embeddings import SentenceEmbedder
 
     library = json.loads((out / "library.json").read_text())
-    potential = bk.GoalPotential(library, SentenceEmbedder(), names, top_k=int(cfg.method.goal.top_k))
-    return bk.TransitionPotentialShaping(potential, gamma, name="bk_goal", scale=scale)
+    return shaping(bk.GoalPotential(library, SentenceEmbedder(), names, top_k=int(k.goal.top_k)), "bk_goal")
+
+
+def check_labels(out: Path, variant: str) -> dict[str, Any]:
+    """The manifest of a finished, successful ``variant`` label directory; ConfigError otherwise."""
+    manifest_file = out / "manifest.json"
+    if not manifest_file.exists():
+        raise ConfigError("method.labels", f"{out.parent} holds no BK labels (no {manifest_file}); "
+                          f"run `llmguide label method={variant}` first")
+    manifest = json.loads(manifest_file.read_text())
+    if manifest["method"] != variant:
+        raise ConfigError("method.labels", f"{out.parent} holds {manifest['method']} labels, not {variant}")
+    failed = manifest.get("failed") or ((out / "failed.json").exists() and
+                                        json.loads((out / "failed.json").read_text()).get("reason"))
+    if failed:
+        raise ConfigError("method.labels", f"{out.parent}: its {variant} labelling failed ({failed}); "
+                          "a failed label run is never trained on")
+    needed = {"bk_code": "final.py", "bk_pref": "pref_model.pt", "bk_goal": "library.json"}[variant]
+    if not (out / needed).exists():
+        raise ConfigError("method.labels", f"{out.parent} has no {needed}")
+    return manifest
 
 
 class BKRecipe(Recipe):
@@ -244,6 +189,7 @@ class BKRecipe(Recipe):
         super().check()
         _variant(self.cfg)
         self.labels_dir = _paths(self.cfg.method.get("labels"), "method.labels")[0]
+        check_labels(self.labels_dir / "bk", _variant(self.cfg))
 
     def collect(self) -> int:
         return collect(self.cfg)

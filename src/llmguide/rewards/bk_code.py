@@ -1,0 +1,214 @@
+"""BK-Code: the LM writes ``def potential(obs, caption) -> float`` in a write / run / fix / improve
+loop (:func:`write_potential_code`); the code only ever runs in :class:`llmguide.sandbox.Sandbox`
+(:class:`CodePotential`, one sandbox call per rollout).
+
+A program is *valid* when it runs cleanly on every sampled dataset state, returns finite numbers and
+is not constant over them (a constant Φ shapes nothing); anything else goes back to the LM with the
+error.  The prompt's ``env_notes`` carry a function skeleton and a few-shot example
+(:data:`BABYAI_NOTES`), which a small embedded model needs to write a program that runs at all.
+If no program is valid the loop returns ``ok=False`` and the label step fails (no Φ ≡ 0 stand-in).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmguide.core.rundir import atomic_write_text
+from llmguide.data import Episode
+from llmguide.llm.base import LanguageModel
+from llmguide.llm.prompts import load_template
+from llmguide.sandbox import Sandbox
+
+log = logging.getLogger(__name__)
+
+ZERO_PROGRAM = "def potential(obs, caption):\n    return 0.0\n"
+
+BABYAI_NOTES = """Notes on obs for this game (BabyAI): obs['image'][c, row, col] is one-hot over channels:
+0-10 object type (0 unseen, 1 empty, 2 wall, 3 floor, 4 door, 5 key, 6 ball, 7 box, 8 goal, 9 lava, 10 agent),
+11-16 colour (red, green, blue, purple, yellow, grey), 17-19 door state (open, closed, locked).
+The agent is at row 6, column 3, facing up: the cell in front is row 5, column 3.
+obs['vector'][:4] is the facing direction (one-hot).
+
+Complete this skeleton (keep the signature; return a float):
+```python
+import numpy as np
+
+def potential(obs, caption):
+    image = np.asarray(obs["image"])      # shape (20, 7, 7)
+    score = 0.0
+    # ... your idea of progress here ...
+    return float(score)
+```
+
+Example of a valid program (a different idea: prefer seeing many objects):
+```python
+import numpy as np
+
+def potential(obs, caption):
+    image = np.asarray(obs["image"])
+    objects = image[5] + image[6] + image[7]          # keys, balls, boxes per cell
+    return float(objects.sum()) / 10.0
+```
+"""
+
+_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
+
+
+def extract_code(text: str, function: str = "potential") -> str | None:
+    """The first fenced code block defining ``function`` (or the text from ``def function``), else None."""
+    for block in _CODE_BLOCK.findall(text or ""):
+        if f"def {function}" in block:
+            return block.strip() + "\n"
+    start = (text or "").find(f"def {function}")
+    if start < 0:
+        return None
+    head = text[:start]
+    imports = [ln for ln in head.splitlines() if re.match(r"^(import|from)\s+\w", ln)]
+    return "\n".join([*imports, text[start:].split("```")[0].rstrip()]) + "\n"
+
+
+def describe_obs(obs: dict[str, np.ndarray]) -> str:
+    """One line per observation key: name, shape, dtype and value range (shown to the LM)."""
+    return "\n".join(f"- obs[{k!r}]: numpy array, shape {tuple(v.shape)}, dtype {v.dtype}, "
+                     f"values in [{float(np.min(v)):.3g}, {float(np.max(v)):.3g}]" for k, v in sorted(obs.items()))
+
+
+@dataclass
+class CodeResult:
+    """Outcome of the BK-Code loop: the program used for Φ and what happened on the way."""
+
+    code: str
+    ok: bool
+    lm_calls: int = 0
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def sample_states(episodes: Sequence[Episode], n: int, rng: np.random.Generator) -> list[tuple[dict, str]]:
+    """``n`` random ``(obs, caption)`` states from the dataset (the arguments of ``potential``)."""
+    out = []
+    for _ in range(n):
+        ep = episodes[int(rng.integers(len(episodes)))]
+        t = int(rng.integers(len(ep) + 1))
+        out.append(({k: v[t] for k, v in ep.obs.items()}, ep.captions[t]))
+    return out
+
+
+def write_potential_code(lm: LanguageModel, states: Sequence[tuple[dict, str]], sandbox: Sandbox,
+                         out_dir: str | Path, env_notes: str = "", iterations: int = 3, fix_retries: int = 2,
+                         max_tokens: int = 512, temperature: float = 0.5, seed: int = 0) -> CodeResult:
+    """BK-Code's loop: write → run on ``states`` in the sandbox → fix (with the error) → improve.
+
+    Ends after ``iterations × (1 + fix_retries)`` LM calls at most.  Every step (answer, code,
+    error, values) goes to ``out_dir/steps.jsonl`` and ``code-<i>-<j>.py``; the last program that
+    valid is ``final.py``; if none was, ``ok=False`` (``code`` is :data:`ZERO_PROGRAM`, never used).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_t, fix_t, improve_t = (load_template(n) for n in ("bk_code_write", "bk_code_fix", "bk_code_improve"))
+    obs_text = describe_obs(states[0][0]) if states else "(no states)"
+    examples = "\n".join(f"- {c!r}" for _, c in list(states)[:3])
+    prompt = write_t.render(obs_description=obs_text, caption_examples=examples, env_notes=env_notes)
+    version = write_t.version
+    result = CodeResult(code=ZERO_PROGRAM, ok=False)
+    log_file = open(out / "steps.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+    try:
+        for it in range(iterations):
+            for attempt in range(1 + fix_retries):
+                completion = lm.generate([prompt], max_tokens=max_tokens, temperature=temperature,
+                                         seed=seed + result.lm_calls)[0]
+                result.lm_calls += 1
+                code = extract_code(completion.text)
+                values: list[float] = []
+                if completion.error:
+                    error = f"LM call failed: {completion.error}"
+                elif code is None:
+                    error = "the answer holds no ```python block defining `def potential(obs, caption)`"
+                else:
+                    res = sandbox.evaluate(code, "potential", list(states))
+                    error = res.error if not res.ok else None
+                    values = [round(float(v), 4) for v in res.values]
+                    if res.ok and res.item_errors:
+                        error = f"{res.item_errors} of {len(states)} states raised:\n{res.first_item_error}"
+                    elif res.ok and len(states) > 1 and len(set(values)) == 1:
+                        error = (f"the function returned the same value {values[0]} for all {len(states)} states; "
+                                 "a constant potential is useless: make it depend on obs (see the example)")
+                    (out / f"code-{it}-{attempt}.py").write_text(code)
+                step = {"iteration": it, "attempt": attempt, "prompt_version": version, "answer": completion.text,
+                        "code": code, "ok": error is None, "error": error, "values": values}
+                result.steps.append(step)
+                log_file.write(json.dumps(step) + "\n")
+                log_file.flush()
+                if error is None:
+                    result.code, result.ok = code, True
+                    samples = "\n".join(f"- caption {c!r} -> {v}" for (_, c), v in zip(states, values, strict=False))
+                    prompt = improve_t.render(code=code, samples=samples)
+                    version = improve_t.version
+                    break
+                log.warning("BK-Code iteration %d attempt %d failed: %s", it, attempt, error.splitlines()[0])
+                prompt = fix_t.render(code=code or completion.text[:1500], error=error[-1500:],
+                                      obs_description=obs_text)
+                version = fix_t.version
+            else:  # every attempt of this iteration failed: start over from the write prompt
+                prompt = write_t.render(obs_description=obs_text, caption_examples=examples, env_notes=env_notes)
+                version = write_t.version
+    finally:
+        log_file.close()
+    iterations_valid = len({s["iteration"] for s in result.steps if s["ok"]})
+    summary = {"ok": result.ok, "lm_calls": result.lm_calls, "steps": len(result.steps),
+               "valid_steps": sum(s["ok"] for s in result.steps),
+               "failed_steps": sum(not s["ok"] for s in result.steps),
+               "iterations": iterations, "iterations_valid": iterations_valid,
+               "first_attempt_valid": sum(s["ok"] for s in result.steps if s["attempt"] == 0),
+               "prompt_versions": sorted({s["prompt_version"] for s in result.steps})}
+    result.summary = summary
+    if result.ok:
+        atomic_write_text(out / "final.py", result.code)
+    else:
+        log.warning("BK-Code: no valid program in %d LM calls (transcript %s)", result.lm_calls, out / "steps.jsonl")
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+    return result
+
+
+class CodePotential:
+    """Φ from an LM-written ``potential(obs, caption)``, evaluated in the sandbox, one call per batch."""
+
+    def __init__(self, code: str, sandbox: Sandbox | None = None, clip: float = 10.0,
+                 error_log: str | Path | None = None):
+        self.code = code
+        self.sandbox = sandbox or Sandbox()
+        self.clip = float(clip)
+        self.error_log = Path(error_log) if error_log else None
+        self.calls = self.failed_calls = self.item_errors = 0
+
+    def __call__(self, obs: dict[str, np.ndarray], infos: list[dict], actions: np.ndarray) -> np.ndarray:
+        n = len(actions)
+        items = [({k: v[i] for k, v in obs.items()}, str(infos[i].get("caption", "")) if i < len(infos) else "")
+                 for i in range(n)]
+        res = self.sandbox.evaluate(self.code, "potential", items)
+        self.calls += 1
+        self.item_errors += res.item_errors
+        if not res.ok or res.item_errors:
+            self.failed_calls += int(not res.ok)
+            self._record(res.error or res.first_item_error or "")
+        return np.clip(res.values, -self.clip, self.clip)
+
+    def _record(self, error: str) -> None:
+        if self.error_log is not None:
+            self.error_log.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.error_log, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"call": self.calls, "error": error[-3000:]}) + "\n")
+
+    def metrics(self) -> dict[str, float]:
+        return {"sandbox_calls": self.calls, "sandbox_failed_calls": self.failed_calls,
+                "sandbox_item_errors": self.item_errors}
+
+
