@@ -29,52 +29,9 @@ exception from the LM:
 
 Reading results without blocking: ``fut.done()`` then ``fut.result()``, or :func:`poll`.
 
-The ``lm/*`` metrics
---------------------
-:meth:`LLMService.lm_metrics` is the one definition of the ``lm/*`` metrics every method logs
-(cumulative over the service's life, this process only; floats):
-
-=========================  ===================================================================================
-key                        meaning
-=========================  ===================================================================================
-``lm/requests``            requests submitted to the service (``submit_generate`` + ``submit_score``)
-``lm/deduplicated``        submissions that joined an identical request already in flight (no new work)
-``lm/cache_hits``          requests answered from the persistent cache (no backend call)
-``lm/calls``               requests sent to the real backend: cache misses, once per distinct request in a
-                           backend call (a request re-sent after a failed call counts again)
-``lm/hit_rate``            answered without a backend call / answered: ``(cache_hits + deduplicated) /
-                           (cache_hits + deduplicated + calls)``; callers add their own memo hits if any
-``lm/completed``           requests resolved with a real answer (not a fallback)
-``lm/fallbacks``           requests resolved with the fallback (server down, timeout, queue full, budget, a
-                           request that failed after its retries, a score row with a NaN / missing value)
-``lm/retries``             re-sent HTTP requests (backend) + re-tried backend calls (service)
-``lm/errors``              failed HTTP attempts of every kind (the five below + ``rejected_nonfinite``)
-``lm/errors_http``         HTTP 4xx/5xx answers
-``lm/errors_decode``       undecodable answers: invalid or truncated JSON, not an object, missing or mistyped
-                           fields, no echoed log-probs, positive log-probs
-``lm/errors_timeout``      requests cut by the read timeout (a stalled server) or the total response deadline
-``lm/errors_connection``   connection refused / reset
-``lm/errors_oversize``     bodies larger than ``max_response_bytes`` (dropped while streaming)
-``lm/rejected_nonfinite``  answers rejected for a null / NaN / infinite log-prob of a candidate token
-``lm/truncated``           answers longer than the requested ``max_tokens``, cut to it (never cached)
-``lm/errors_backend``      backend calls that raised into the service (after the backend's own retries)
-``lm/cache_rejected``      answers returned but not cached: malformed (control characters, over the
-                           length cap, truncated) or larger than the cache's entry limit
-``lm/cache_evictions``     cache entries this process evicted to keep the cache under ``max_bytes``
-``lm/cache_bytes``         total size of the cache entries (bytes) after this process's last write
-``lm/http_requests``       HTTP requests sent (retries included)
-``lm/redacted``            server answers or messages in which the API key was found and removed
-``lm/tokens``              prompt + completion tokens spent on backend calls (cache hits cost none)
-``lm/latency_p50``         median seconds from submit to resolved (fallbacks included)
-``lm/latency_p95``         95th percentile of the same
-``lm/queue_depth``         requests waiting for the worker now
-``lm/inflight``            distinct requests submitted and not yet resolved now
-``lm/circuit_open``        1 while the service takes the server as down, else 0
-``lm/parse_errors``        only when the caller passes ``parse_errors=`` (answers its parser rejected)
-=========================  ===================================================================================
-
-Counters a backend does not have (e.g. HTTP errors of the embedded model) are 0.  :meth:`metrics`
-keeps the older, unprefixed service counters for existing callers.
+The ``lm/*`` metrics every method logs (:meth:`LLMService.lm_metrics`) are defined and computed in
+:mod:`llmguide.llm.service_metrics`; :meth:`LLMService.metrics` keeps the older, unprefixed service
+counters for existing callers.
 """
 
 from __future__ import annotations
@@ -96,6 +53,7 @@ from llmguide.core.errors import LLMUnavailableError
 from llmguide.llm.base import Completion, LanguageModel
 from llmguide.llm.cache import canonical_json
 from llmguide.llm.cached_lm import CachedLM
+from llmguide.llm.service_metrics import ServiceState, lm_metrics, service_metrics
 
 log = logging.getLogger(__name__)
 
@@ -394,81 +352,30 @@ class LLMService:
                         self._counts["fallbacks"] += 1
             self._resolve(req, value)
 
+
     # -- metrics and lifecycle ----------------------------------------------------------------------
-    def metrics(self) -> dict[str, Any]:
-        """Counters, queue depth, latency percentiles (seconds, submit -> resolved), tokens, dollars."""
+    def _state(self) -> ServiceState:
         with self._cond:
             counts = dict(self._counts)
             lat = np.array(self._latencies, dtype=np.float64)
             depth, inflight = len(self._queue), len(self._inflight)
             sizes = dict(self._batch_sizes)
-        calls = sum(sizes.values())
-        out: dict[str, Any] = {name: counts.get(name, 0) for name in (
-            "submitted", "completed", "deduplicated", "fallbacks", "retries", "backend_calls", "cache_hits",
-            "backend_errors", "fallback_queue_full", "fallback_budget", "fallback_unavailable",
-            "fallback_timeout", "fallback_error", "fallback_closed")}
-        out.update({
-            "queue_depth": depth, "inflight": inflight, "circuit_open": self._circuit_open,
-            "mean_batch_size": sum(k * v for k, v in sizes.items()) / calls if calls else 0.0,
-            "latency_p50": float(np.percentile(lat, 50)) if lat.size else 0.0,
-            "latency_p95": float(np.percentile(lat, 95)) if lat.size else 0.0,
-            "tokens": self._tokens, "dollars": self.dollars,
-        })
-        if isinstance(self.lm, CachedLM):
-            cache = self.lm.stats
-            out["cache_hits"] = cache["hits"]
-            out["cache_hit_rate"] = cache["hit_rate"]
-        return out
+        return ServiceState(counts, lat, depth, inflight, sizes, self._circuit_open, self._tokens)
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters, queue depth, latency percentiles (seconds, submit -> resolved), tokens, dollars."""
+        cache_stats = self.lm.stats if isinstance(self.lm, CachedLM) else None
+        return service_metrics(self._state(), self.dollars, cache_stats)
 
     def lm_metrics(self, parse_errors: float | None = None) -> dict[str, float]:
-        """The canonical ``lm/*`` metrics (see the table in the module docstring); all values floats."""
-        with self._cond:
-            counts = dict(self._counts)
-            lat = np.array(self._latencies, dtype=np.float64)
-            depth, inflight = len(self._queue), len(self._inflight)
+        """The canonical ``lm/*`` metrics (see :mod:`llmguide.llm.service_metrics`); all values floats."""
+        state = self._state()
         try:
             io = dict(self.lm.io_stats())
         except Exception:  # a backend's counters must never break logging
             log.exception("LLMService: io_stats() of the backend failed")
             io = {}
-        kinds = ("http", "decode", "timeout", "connection", "oversize")
-        cache_hits = float(io.get("cache_hits", counts.get("cache_hits", 0)))
-        calls = float(io.get("sent", counts.get("sent", 0)))
-        dedup = float(counts.get("deduplicated", 0))
-        without = cache_hits + dedup
-        out: dict[str, float] = {
-            "lm/requests": float(counts.get("submitted", 0)),
-            "lm/deduplicated": dedup,
-            "lm/cache_hits": cache_hits,
-            "lm/calls": calls,
-            "lm/hit_rate": without / (without + calls) if without + calls else 0.0,
-            "lm/completed": float(counts.get("completed", 0)),
-            "lm/fallbacks": float(counts.get("fallbacks", 0)),
-            "lm/retries": float(counts.get("retries", 0)) + float(io.get("retries", 0)),
-        }
-        errors = {f"lm/errors_{k}": float(io.get(f"errors_{k}", 0)) for k in kinds}
-        nonfinite = float(io.get("rejected_nonfinite", 0))
-        out["lm/errors"] = sum(errors.values()) + nonfinite
-        out.update(errors)
-        out.update({
-            "lm/rejected_nonfinite": nonfinite,
-            "lm/truncated": float(io.get("truncated", 0)),
-            "lm/errors_backend": float(counts.get("backend_failures", 0)),
-            "lm/cache_rejected": float(io.get("rejected", 0)),
-            "lm/cache_evictions": float(io.get("cache_evictions", 0)),
-            "lm/cache_bytes": float(io.get("cache_bytes", 0)),
-            "lm/http_requests": float(io.get("http_requests", 0)),
-            "lm/redacted": float(io.get("redacted", 0)),
-            "lm/tokens": float(self._tokens),
-            "lm/latency_p50": float(np.percentile(lat, 50)) if lat.size else 0.0,
-            "lm/latency_p95": float(np.percentile(lat, 95)) if lat.size else 0.0,
-            "lm/queue_depth": float(depth),
-            "lm/inflight": float(inflight),
-            "lm/circuit_open": 1.0 if self._circuit_open else 0.0,
-        })
-        if parse_errors is not None:
-            out["lm/parse_errors"] = float(parse_errors)
-        return out
+        return lm_metrics(state, io, parse_errors)
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Stop the worker; requests still queued resolve with the fallback. Does not close the LM."""
