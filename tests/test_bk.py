@@ -76,8 +76,40 @@ def test_transition_shaping_is_exact_across_rollouts_and_episode_ends():
     assert module.state_dict()["carry"] == [8.0]
 
 
+def test_normalised_shaping_divides_by_running_std_of_discounted_phi_and_telescopes():
+    rng = np.random.default_rng(0)
+    values = rng.normal(3.0, 2.0, size=(64, 2))
+    calls = iter([values[:32].reshape(-1), values[32:].reshape(-1)])
+    module = bk.TransitionPotentialShaping(lambda obs, infos, acts: next(calls), gamma=0.99, normalize=True,
+                                           scale=2.0)
+
+    def batch(n):
+        return TransitionBatch(obs={"x": np.zeros((n, 2, 1))}, actions=np.zeros((n, 2), int),
+                               next_obs={"x": np.zeros((n, 2, 1))}, rewards=np.zeros((n, 2)),
+                               terminated=np.zeros((n, 2), bool), infos=[[{}, {}] for _ in range(n)])
+    module.compute(batch(32))
+    f = module.compute(batch(32))
+    # the reference's RewardForwardFilter: R_t = gamma R_{t-1} + Phi_t per env, never reset
+    sums, acc = [], np.zeros(2)
+    for row in values:
+        acc = acc * 0.99 + row
+        sums.append(acc.copy())
+    std = np.std(np.array(sums))                          # running std over all 128 sums (up to the 1e-4 prior)
+    factor = module.last_stats["phi_factor"]
+    assert abs(factor - 2.0 / std) / factor < 1e-3
+    # within a rollout Phi(s) and Phi(s') share one factor: F sums (discounted) to the endpoint potentials
+    expected = 0.99 * values[32:] - np.vstack([values[31:32], values[32:-1]])
+    np.testing.assert_allclose(f, expected * factor, rtol=1e-4)
+    state = module.state_dict()
+    clone = bk.TransitionPotentialShaping(lambda *a: None, 0.99, normalize=True)
+    clone.load_state_dict(state)
+    assert clone.state_dict() == state
+
+
 # --- BK-Code ------------------------------------------------------------------------------------
-GOOD = "```python\nimport re\ndef potential(obs, caption):\n    return 1.0 if re.search('ball', caption) else 0.0\n```"
+GOOD = ("```python\nimport re\ndef potential(obs, caption):\n"
+        "    return (1.0 if re.search('ball', caption) else 0.0) + len(caption) / 1000.0\n```")
+CONSTANT = "```python\ndef potential(obs, caption):\n    return 0.25\n```"
 BETTER = ("Improved:\n```python\nimport numpy as np\ndef potential(obs, caption):\n"
           "    return 0.5 * caption.count('ball') + 0.01 * float(np.sum(obs['vector'][:4]))\n```")
 BROKEN = "```python\ndef potential(obs, caption):\n    return obs['missing']\n```"
@@ -99,12 +131,23 @@ def test_code_loop_fixes_then_improves_and_keeps_the_last_good_program(tmp_path,
     assert json.loads((tmp_path / "summary.json").read_text())["failed_steps"] == 2
 
 
+def test_code_loop_rejects_a_constant_program_with_feedback(tmp_path, episodes):
+    lm = ReplayLM([CONSTANT, GOOD])
+    states = bk.sample_states(episodes, 6, np.random.default_rng(0))
+    res = bk.write_potential_code(lm, states, Sandbox(SandboxLimits(timeout=10)), tmp_path, iterations=1,
+                                  fix_retries=1)
+    assert res.ok and [s["ok"] for s in res.steps] == [False, True]
+    assert "same value" in res.steps[0]["error"] and "same value" in lm.prompts[1]
+
+
 def test_code_loop_with_only_hostile_programs_falls_back_to_zero(tmp_path, episodes):
     lm = ReplayLM([HOSTILE, LOOP, BROKEN])
     states = bk.sample_states(episodes, 4, np.random.default_rng(1))
     res = bk.write_potential_code(lm, states, Sandbox(SandboxLimits(timeout=2, timeout_per_item=0)), tmp_path,
                                   iterations=1, fix_retries=2)
     assert not res.ok and res.code == bk.ZERO_PROGRAM and res.lm_calls == 3
+    assert not (tmp_path / "final.py").exists()                                 # nothing to train on
+    assert json.loads((tmp_path / "summary.json").read_text())["iterations_valid"] == 0
     errors = [s["error"] for s in res.steps]
     assert "forbidden import 'os'" in errors[0] and "timed out" in errors[1] and "KeyError" in errors[2]
 
@@ -121,9 +164,9 @@ def test_code_loop_with_the_real_embedded_lm_terminates(tmp_path, episodes):
         lm.close()
     assert res.lm_calls == 1 and len(res.steps) == 1 and res.steps[0]["answer"] is not None
     assert res.ok == res.steps[0]["ok"]
-    assert (tmp_path / "final.py").exists() and (tmp_path / "steps.jsonl").exists()
-    if not res.ok:
-        assert res.code == bk.ZERO_PROGRAM
+    assert (tmp_path / "final.py").exists() == res.ok and (tmp_path / "steps.jsonl").exists()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["iterations"] == 1 and summary["iterations_valid"] == int(res.ok)
 
 
 def test_code_potential_shaping_on_real_transitions(tmp_path, episodes):
@@ -132,7 +175,7 @@ def test_code_potential_shaping_on_real_transitions(tmp_path, episodes):
     infos = [{"caption": c} for c in ep.captions[1:]]
     good = bk.CodePotential(bk.extract_code(GOOD), Sandbox(SandboxLimits(timeout=10)))
     phi = good(rows, infos, ep.actions)
-    np.testing.assert_array_equal(phi, [1.0 if "ball" in c else 0.0 for c in ep.captions[1:]])
+    np.testing.assert_allclose(phi, [(1.0 if "ball" in c else 0.0) + len(c) / 1000 for c in ep.captions[1:]])
     log = tmp_path / "errors.jsonl"
     bad = bk.CodePotential(bk.extract_code(HOSTILE), Sandbox(SandboxLimits(timeout=10)), error_log=log)
     assert not bad(rows, infos, ep.actions).any()
@@ -214,3 +257,57 @@ def test_pipeline_steps_name_missing_inputs(tmp_path):
         pipe.BKRecipe(cfg).check()
     with pytest.raises(ConfigError, match="no BK labels"):
         pipe.build_module(cfg, tmp_path, 0.99)
+
+
+# --- oracle knowledge and failed labelling ------------------------------------------------------------
+def test_oracle_lm_answers_bk_prompts_from_ground_truth(tmp_path, episodes):
+    from llmguide.envs.babyai_tasks import caption_potential
+    from llmguide.llm.oracle import OracleLM
+
+    lm = OracleLM("babyai")
+    lm.task_mission = "go to the red ball"
+    states = bk.sample_states(episodes, 8, np.random.default_rng(0))
+    (answer,) = lm.generate(["... define exactly `def potential(obs, caption):` ..."])
+    code = bk.extract_code(answer.text)
+    run = Sandbox(SandboxLimits(timeout=20)).evaluate(code, "potential", states)   # the LM arms' sandbox path
+    assert run.ok and not run.item_errors and all(-1.0 <= v <= 0.5 for v in run.values)
+    near = "Step 1: You see a red ball 4 steps forward. You choose the action: go forward.\n" \
+           "Current observation: You see a red ball 1 step forward."
+    far = "Step 1: You see a red ball 1 step forward. You choose the action: turn left.\n" \
+          "Current observation: You see a wall 2 steps forward."
+    (a,) = lm.generate([f"Segment A:\n{far}\n\nSegment B:\n{near}\n\nAnswer with ..."])
+    assert a.text.endswith("[Rank] B > A")
+    assert caption_potential("You see a red ball 1 step forward", "red ball") > caption_potential("", "red ball")
+    (g,) = lm.generate(["What the agent just experienced:\n...\n\nCurrent goal list:\n(empty)\n"])
+    assert "- go to the red ball" in g.text.splitlines()
+
+
+def test_failed_labelling_stops_label_and_train_refuses_it(tmp_path):
+    from llmguide.pipelines import bk as pipe
+
+    envs = gym.vector.SyncVectorEnv([lambda: BabyAIText("GoToLocal", max_steps=8)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    rec = EpisodeRecorder(envs, EpisodeWriter(tmp_path / "data" / "dataset"))
+    rec.reset(seed=0)
+    for a in np.random.default_rng(0).integers(0, 3, 40):
+        rec.step(np.array([a]))
+    rec.close()
+    base = ["env=babyai", "env.task=GoToLocal-RedBall-S20", "llm=oracle", f"run.dir={tmp_path}",
+            f"method.data={tmp_path / 'data'}", "run.name=pref"]
+    with pytest.raises(bk.LabelingFailed, match="fewer than method.pref.min_usable=1000"):
+        pipe.label(load_config([*base, "method=bk_pref", "method.pref.num_pairs=10", "method.pref.min_usable=1000"]))
+    assert (tmp_path / "pref" / "bk" / "labels.jsonl").exists()              # the transcript is kept
+    assert json.loads((tmp_path / "pref" / "bk" / "failed.json").read_text())["method"] == "bk_pref"
+    cfg = load_config(["env=babyai", "method=bk_pref", f"run.dir={tmp_path}", f"method.labels={tmp_path / 'pref'}"])
+    with pytest.raises(ConfigError, match="labelling failed"):
+        pipe.BKRecipe(cfg).check()
+    out = tmp_path / "labels" / "bk"
+    out.mkdir(parents=True)
+    (out / "manifest.json").write_text(json.dumps({"method": "bk_goal", "failed": "empty goal library"}))
+    cfg = load_config(["env=babyai", "method=bk_goal", f"run.dir={tmp_path}", f"method.labels={tmp_path / 'labels'}"])
+    with pytest.raises(ConfigError, match="labelling failed"):
+        pipe.BKRecipe(cfg).check()
+    with pytest.raises(ConfigError, match="labelling failed"):
+        pipe.build_module(cfg, tmp_path / "labels", 0.99)
+    err = bk.LabelingFailed("bk_pref", "3 usable labels", out)
+    assert "bk_pref labelling failed: 3 usable labels" in str(err) and str(out) in str(err)

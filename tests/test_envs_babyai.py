@@ -23,7 +23,7 @@ from llmguide.envs.babyai_text import (
 def _room_setup(env: BabyAIText):
     """Agent at (2, 4) of a 2-room Open level facing east; the dividing wall is at x=7."""
     env.reset(seed=0)
-    level = env.level
+    level = env.unwrapped.level
     for x in range(1, 7):
         for y in range(1, 7):
             level.grid.set(x, y, None)
@@ -180,3 +180,55 @@ def test_open_event_when_the_door_really_opens():
             break
     assert opened and info["success"] and reward > 0
     assert f"pick up the {door.color} key" in info["episode_events"]
+
+
+# --- BK's S20 tasks (envs/babyai_tasks.py) ----------------------------------------------------------
+@pytest.mark.parametrize("task", ["GoToLocal-RedBall-S20", "GoToLocal-PurpleBall-S20", "GoToLocal-RedKey-S20",
+                                  "GoToLocal-PurpleKey-S20", "Pretraining-S20"])
+def test_bk_s20_tasks_are_bot_solvable_with_the_paper_layout(task):
+    episodes = bot_demonstrations({"name": "babyai", "task": task}, num_episodes=4, seed=3)
+    for ep in episodes:
+        assert ep["success"] and not ep["bot_error"] and ep["max_steps"] == 400
+        assert ep["rewards"][-1] == pytest.approx(1 - 0.9 * len(ep["actions"]) / 400)
+    env = make_env({"name": "babyai", "task": task})
+    env.reset(seed=0)
+    level = env.unwrapped.level
+    objects = [o for o in level.grid.grid if o is not None and o.type in ("ball", "box", "key")]
+    assert level.room_size == 20 and len(objects) == 8                     # target + 7 distractors
+    if task.startswith("GoToLocal"):
+        color, kind = re.match(r"GoToLocal-([A-Z][a-z]+)([A-Z][a-z]+)", task).groups()
+        assert level.mission == f"go to the {color.lower()} {kind.lower()}"
+        assert sum(o.color == color.lower() and o.type == kind.lower() for o in objects) == 1
+
+
+def test_room_size_distractors_and_step_limit_are_env_options():
+    env = make_env({"name": "babyai", "task": "GoToLocal-RedBall-S20", "room_size": 12, "num_dists": 3,
+                    "max_steps": 50})
+    env.reset(seed=1)
+    level = env.unwrapped.level
+    objects = [o for o in level.grid.grid if o is not None and o.type in ("ball", "box", "key")]
+    assert level.room_size == 12 and len(objects) == 4 and level.max_steps == 50
+    local = make_env({"name": "babyai", "task": "PickupLocal", "room_size": 10, "num_dists": 2})
+    local.reset(seed=0)
+    assert local.unwrapped.level.room_size == 10
+    with pytest.raises(ValueError, match="unknown BabyAI task"):
+        make_env({"name": "babyai", "task": "GoToLocal-RedBal-S20"})
+
+
+def test_bk_oracle_program_matches_the_caption_potential():
+    from llmguide.envs.babyai_tasks import caption_potential
+
+    namespace: dict = {}
+    exec(get_oracle("babyai").bk_program(), namespace)  # noqa: S102 - our own ground-truth program
+    env = make_env({"name": "babyai", "task": "GoToLocal-RedBall-S20"})
+    obs, info = env.reset(seed=1)
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(600):
+        phi = namespace["potential"](obs, info["caption"])
+        assert phi == pytest.approx(caption_potential(info["caption"], "red ball"))
+        seen.add(phi)
+        obs, _, terminated, truncated, info = env.step(int(rng.integers(3)))
+        if terminated or truncated:
+            obs, info = env.reset()
+    assert -1.0 in seen and len(seen) > 3
