@@ -41,15 +41,13 @@ retries), ``redacted`` (answers or messages in which the key was found and remov
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
 import random
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -57,86 +55,20 @@ import openai
 
 from llmguide.core.errors import LLMUnavailableError
 from llmguide.llm.base import Completion, LanguageModel, char_cap, check_score_args
-
-# the HTTP library the installed SDK is built on (``httpx2`` for openai >= 3, ``httpx`` before)
-httpx: Any = importlib.import_module(openai.DefaultHttpxClient.__mro__[1].__module__.split(".")[0])
+from llmguide.llm.http_transport import (
+    FINAL_STATUS,
+    CappedTransport,
+    Fault,
+    ResponseTooLarge,
+    caused_by,
+    httpx,
+    span_logprob,
+    token_count,
+)
 
 T = TypeVar("T")
 
-FINAL_STATUS = frozenset({403, 404, 405, 501})  # configuration errors: retrying cannot help
 _MESSAGE_CHARS = 300
-
-
-class ResponseTooLarge(httpx.TransportError):
-    """The response body exceeded ``max_response_bytes`` (raised while it streams in)."""
-
-
-class _Fault(Exception):
-    """One failed attempt: ``kind`` names the counter (http, decode, timeout, connection, oversize, nonfinite)."""
-
-    def __init__(self, kind: str, message: str, retryable: bool = True):
-        super().__init__(message)
-        self.kind, self.message, self.retryable = kind, message, retryable
-
-
-class _CappedStream(httpx.SyncByteStream):
-    """A response stream that raises once more than ``limit`` bytes or ``deadline`` seconds went by."""
-
-    def __init__(self, inner: Any, limit: int, deadline: float, request: httpx.Request):
-        self._inner, self._limit, self._deadline, self._request = inner, limit, deadline, request
-
-    def __iter__(self) -> Iterator[bytes]:
-        n = 0
-        for chunk in self._inner:
-            n += len(chunk)
-            if n > self._limit:
-                raise ResponseTooLarge(f"response body larger than {self._limit} bytes")
-            if time.monotonic() > self._deadline:
-                raise httpx.ReadTimeout("response took longer than its total deadline", request=self._request)
-            yield chunk
-
-    def close(self) -> None:
-        close = getattr(self._inner, "close", None)
-        if close is not None:
-            close()
-
-
-class _CappedTransport(httpx.BaseTransport):
-    """httpx transport bounding each response's size (``max_bytes``) and total time (``total_timeout``)."""
-
-    def __init__(self, max_bytes: int, total_timeout: float):
-        self._inner = httpx.HTTPTransport()
-        self.max_bytes, self.total_timeout = max_bytes, total_timeout
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        deadline = time.monotonic() + self.total_timeout
-        response = self._inner.handle_request(request)
-        length = response.headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_bytes:
-            response.close()
-            raise ResponseTooLarge(f"response body of {length} bytes, limit {self.max_bytes}")
-        return httpx.Response(status_code=response.status_code, headers=response.headers,
-                              stream=_CappedStream(response.stream, self.max_bytes, deadline, request),
-                              extensions=response.extensions)
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-def _caused_by(err: BaseException, kind: type[BaseException] | tuple[type[BaseException], ...]) -> bool:
-    seen = 0
-    cur: BaseException | None = err
-    while cur is not None and seen < 10:
-        if isinstance(cur, kind):
-            return True
-        cur = cur.__cause__ or cur.__context__
-        seen += 1
-    return False
-
-
-def _count(value: Any) -> int:
-    """A token count from a server (non-negative int), 0 if absent or malformed."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 class HTTPLM(LanguageModel):
@@ -175,7 +107,7 @@ class HTTPLM(LanguageModel):
         self._lock = threading.Lock()
         self._closing = threading.Event()
         http_client = openai.DefaultHttpxClient(
-            transport=_CappedTransport(self.max_response_bytes, 3 * self.timeout),
+            transport=CappedTransport(self.max_response_bytes, 3 * self.timeout),
             timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)))
         # The client holds a placeholder; the real key goes into each request's Authorization header.
         # The SDK does not retry: this class does (per request, counted, with decode faults too).
@@ -219,39 +151,39 @@ class HTTPLM(LanguageModel):
         return f"LM server {self.base_url} (model {self.model_id!r})"
 
     def _post(self, chat: bool, **kwargs: Any) -> dict[str, Any]:
-        """One HTTP request; the decoded JSON object, or a :class:`_Fault`."""
+        """One HTTP request; the decoded JSON object, or a :class:`Fault`."""
         resource = self._client.chat.completions if chat else self._client.completions
         self._bump("http_requests")
         try:
             raw = resource.with_raw_response.create(model=self.model_id, extra_headers=self._auth(), **kwargs)
             body = raw.http_response.content
         except openai.APITimeoutError as err:
-            raise _Fault("timeout", f"{self._where()} timed out after {self.timeout}s") from err
+            raise Fault("timeout", f"{self._where()} timed out after {self.timeout}s") from err
         except openai.APIConnectionError as err:
-            if _caused_by(err, ResponseTooLarge):
-                raise _Fault("oversize", f"{self._where()} sent more than {self.max_response_bytes} bytes") from err
-            if _caused_by(err, httpx.TimeoutException):
-                raise _Fault("timeout", f"{self._where()} timed out (response slower than "
-                                        f"{3 * self.timeout}s)") from err
-            raise _Fault("connection", f"cannot reach {self._where()}: {type(err).__name__}: "
-                                       f"{self._message(str(err))}") from err
+            if caused_by(err, ResponseTooLarge):
+                raise Fault("oversize", f"{self._where()} sent more than {self.max_response_bytes} bytes") from err
+            if caused_by(err, httpx.TimeoutException):
+                raise Fault("timeout", f"{self._where()} timed out (response slower than "
+                                       f"{3 * self.timeout}s)") from err
+            raise Fault("connection", f"cannot reach {self._where()}: {type(err).__name__}: "
+                                      f"{self._message(str(err))}") from err
         except openai.APIStatusError as err:
             status = int(err.status_code)
-            raise _Fault("http", f"{self._where()} answered HTTP {status}: {self._message(err.message)}",
-                         retryable=status not in FINAL_STATUS) from err
+            raise Fault("http", f"{self._where()} answered HTTP {status}: {self._message(err.message)}",
+                        retryable=status not in FINAL_STATUS) from err
         except openai.APIError as err:  # response validation and anything else the SDK reports
-            raise _Fault("decode", f"{self._where()}: {self._message(str(err))}") from err
+            raise Fault("decode", f"{self._where()}: {self._message(str(err))}") from err
         except (httpx.HTTPError, ResponseTooLarge) as err:  # raised outside the SDK's wrapping
             kind = "oversize" if isinstance(err, ResponseTooLarge) else (
                 "timeout" if isinstance(err, httpx.TimeoutException) else "connection")
-            raise _Fault(kind, f"{self._where()}: {type(err).__name__}: {self._message(str(err))}") from err
+            raise Fault(kind, f"{self._where()}: {type(err).__name__}: {self._message(str(err))}") from err
         try:
             data = json.loads(body)
         except (ValueError, UnicodeDecodeError) as err:  # invalid, truncated or non-JSON body
-            raise _Fault("decode", f"{self._where()} sent a body that is not JSON ({len(body)} bytes: "
-                                   f"{self._message(repr(body[:80]))})") from err
+            raise Fault("decode", f"{self._where()} sent a body that is not JSON ({len(body)} bytes: "
+                                  f"{self._message(repr(body[:80]))})") from err
         if not isinstance(data, dict):
-            raise _Fault("decode", f"{self._where()} sent JSON that is not an object ({type(data).__name__})")
+            raise Fault("decode", f"{self._where()} sent JSON that is not an object ({type(data).__name__})")
         return data
 
     def _attempts(self, attempt: Callable[[], T]) -> T:
@@ -259,7 +191,7 @@ class HTTPLM(LanguageModel):
         for i in range(self.max_retries + 1):
             try:
                 return attempt()
-            except _Fault as fault:
+            except Fault as fault:
                 self._bump("rejected_nonfinite" if fault.kind == "nonfinite" else f"errors_{fault.kind}")
                 if not fault.retryable or i >= self.max_retries or self._closing.is_set():
                     self._bump("failed")
@@ -290,20 +222,21 @@ class HTTPLM(LanguageModel):
         """A :class:`Completion` from one decoded answer, capped at ``max_tokens``; or a decode fault."""
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise _Fault("decode", f"{self._where()} sent an answer without choices")
+            raise Fault("decode", f"{self._where()} sent an answer without choices")
         choice = choices[0]
         if self.chat:
             message = choice.get("message")
             text = message.get("content", None) if isinstance(message, dict) else message
             if message is None or not isinstance(text, str | None):
-                raise _Fault("decode", f"{self._where()} sent a chat answer without a message content")
+                raise Fault("decode", f"{self._where()} sent a chat answer without a message content")
             text = text or ""
         else:
             text = choice.get("text")
             if not isinstance(text, str):
-                raise _Fault("decode", f"{self._where()} sent a completion without text")
+                raise Fault("decode", f"{self._where()} sent a completion without text")
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        prompt_tokens, completion_tokens = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+        prompt_tokens = token_count(usage.get("prompt_tokens"))
+        completion_tokens = token_count(usage.get("completion_tokens"))
         finish = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
         meta: dict[str, Any] = {}
         cap, truncated = char_cap(max_tokens), False
@@ -355,34 +288,7 @@ class HTTPLM(LanguageModel):
     # --- scoring -------------------------------------------------------------------------------
     def _span_logprob(self, data: dict[str, Any], context: str, candidate: str) -> tuple[float, int]:
         """(summed log-prob, token count) of the candidate span in one echoed answer; or a fault."""
-        choices = data.get("choices")
-        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
-        lp = choice.get("logprobs") if choice is not None else None
-        if not isinstance(lp, dict) or not lp.get("token_logprobs") or not lp.get("text_offset"):
-            raise _Fault("decode",
-                         f"{self._where()} returned no prompt log-probs for echo=True, logprobs=1; scoring needs a "
-                         "server that returns them (llama.cpp server: --logits_all true; vLLM: completions with echo)")
-        tokens, logps, offsets = lp.get("tokens"), lp.get("token_logprobs"), lp.get("text_offset")
-        if (not isinstance(tokens, list) or not isinstance(logps, list) or not isinstance(offsets, list)
-                or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
-                or not all(isinstance(t, str) for t in tokens)):
-            raise _Fault("decode", f"{self._where()} sent malformed log-probs (tokens / token_logprobs / text_offset)")
-        start, end = len(context), len(context) + len(candidate)
-        total, count = 0.0, 0
-        for i, (tok, logp, offset) in enumerate(zip(tokens, logps, offsets, strict=False)):
-            tok_end = offsets[i + 1] if i + 1 < len(offsets) else offset + len(tok)
-            if tok_end <= start or offset >= end:
-                continue
-            if isinstance(logp, bool) or not isinstance(logp, int | float) or not math.isfinite(logp):
-                raise _Fault("nonfinite", f"{self._where()} gave a non-finite log-prob ({logp!r}) for candidate "
-                                          f"token {self._message(repr(tok))}")
-            if logp > 1e-4:
-                raise _Fault("decode", f"{self._where()} gave a positive log-prob ({logp!r})")
-            total += float(logp)
-            count += 1
-        if count == 0:
-            raise _Fault("decode", f"{self._where()} did not echo the prompt (no token inside the candidate span)")
-        return total, count
+        return span_logprob(data, context, candidate, self._where(), self._message)
 
     def _score_pair(self, pair: tuple[str, str]) -> tuple[float, int]:
         """(summed log-prob, token count) of the candidate given the context, from echoed prompt log-probs."""
