@@ -36,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 from llmguide.core.rundir import atomic_write_bytes, atomic_write_text
+from llmguide.envs.vector import env_info
 
 log = logging.getLogger(__name__)
 
@@ -178,23 +179,6 @@ class EpisodeDataset(Sequence[Episode]):
 
 
 # --- recording from a vector env -----------------------------------------------------------
-def _info_at(infos: dict, i: int) -> dict[str, Any]:
-    """Env ``i``'s entries of a vector-env info dict (ignoring the final_* keys)."""
-    out: dict[str, Any] = {}
-    for key, value in infos.items():
-        if key.startswith("_") or key in ("final_info", "final_obs"):
-            continue
-        mask = infos.get(f"_{key}")
-        if mask is not None and not bool(np.asarray(mask)[i]):
-            continue
-        if isinstance(value, dict):
-            out[key] = _info_at(value, i)
-        else:
-            item = value[i]
-            out[key] = item.item() if isinstance(item, np.generic) else item
-    return out
-
-
 @dataclass
 class _Buffer:
     obs: list[dict[str, np.ndarray]] = field(default_factory=list)
@@ -232,7 +216,7 @@ class EpisodeRecorder(gym.vector.VectorWrapper):
     def reset(self, *, seed: Any = None, options: dict | None = None):
         obs, infos = self.env.reset(seed=seed, options=options)
         for i in range(self.num_envs):
-            self._start(i, obs, _info_at(infos, i))
+            self._start(i, obs, env_info(infos, i))
         return obs, infos
 
     def step(self, actions):
@@ -244,7 +228,7 @@ class EpisodeRecorder(gym.vector.VectorWrapper):
             buf = self._buffers[i]
             if not buf.obs:  # the env was never reset through this wrapper
                 continue
-            info = _info_at(final_info, i) if dones[i] and final_info is not None else _info_at(infos, i)
+            info = env_info(final_info, i) if dones[i] and final_info is not None else env_info(infos, i)
             if dones[i] and "final_obs" in infos:
                 next_obs = {k: np.array(v, copy=True) for k, v in infos["final_obs"][i].items()}
             else:
@@ -256,7 +240,7 @@ class EpisodeRecorder(gym.vector.VectorWrapper):
             buf.events.append([str(e) for e in (info.get("events") or [])])
             if dones[i]:
                 self._finish(i, bool(terminated[i]), bool(truncated[i]), info)
-                self._start(i, obs, _info_at(infos, i))
+                self._start(i, obs, env_info(infos, i))
         return obs, rewards, terminated, truncated, infos
 
     def _finish(self, i: int, terminated: bool, truncated: bool, info: dict[str, Any]) -> None:

@@ -44,14 +44,23 @@ def make_vector_env(env_cfg: Any, num_envs: int, seed: int, mode: str = "sync") 
     raise ValueError(f"vector mode must be 'sync' or 'async', got {mode!r}")
 
 
+def object_array(items: list) -> np.ndarray:
+    """A 1-D object array holding ``items`` as they are (lists stay lists), for per-env info values."""
+    out = np.empty(len(items), dtype=object)
+    for i, item in enumerate(items):
+        out[i] = item
+    return out
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
 
 
-def _unpack(infos: dict, i: int) -> dict:
-    """The info of env ``i`` from a Gymnasium aggregated info dict (masks ``_key`` respected)."""
+def env_info(infos: dict, i: int) -> dict:
+    """The top-level info of env ``i`` from a Gymnasium aggregated info dict (masks ``_key`` respected;
+    ``final_info``/``final_obs`` left out: for a finished env this is its new episode's first info)."""
     out = {}
     for key, value in infos.items():
         if key.startswith("_") or key in ("final_info", "final_obs"):
@@ -59,7 +68,7 @@ def _unpack(infos: dict, i: int) -> dict:
         mask = infos.get("_" + key)
         if mask is not None and not bool(mask[i]):
             continue
-        out[key] = _unpack(value, i) if isinstance(value, dict) else _plain(value[i])
+        out[key] = env_info(value, i) if isinstance(value, dict) else _plain(value[i])
     return out
 
 
@@ -74,9 +83,9 @@ def split_infos(infos: dict, num_envs: int) -> list[dict]:
     out = []
     for i in range(num_envs):
         if final is not None and final_mask is not None and bool(final_mask[i]):
-            info = _unpack(final, i)
+            info = env_info(final, i)
         else:
-            info = _unpack(infos, i)
+            info = env_info(infos, i)
         for key, default in TEXT_DEFAULTS.items():
             if info.get(key) is None:
                 info[key] = list(default) if isinstance(default, list) else default

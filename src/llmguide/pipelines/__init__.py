@@ -57,12 +57,10 @@ def run(verb: str, cfg: DictConfig) -> int | None:
     recipe = recipe_class(cfg)(cfg)
     if verb == "train":
         return train(cfg, recipe)
-    step = getattr(recipe, verb, None)
-    if step is None:
-        offline = [v for v in ("collect", "label") if hasattr(recipe, v)]
+    if verb not in recipe.steps:
         raise ConfigError("method", f"method '{cfg.method.name}' has no '{verb}' step; it supports "
-                                    f"{['train', *offline]}")
-    return step()
+                                    f"{['train', *recipe.steps]}")
+    return recipe.steps[verb](cfg)
 
 
 def evaluate_run(run_dir: str, overrides: list[str]) -> Any:

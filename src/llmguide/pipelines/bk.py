@@ -193,11 +193,7 @@ class BKRecipe(Recipe):
         self.labels_dir = _paths(self.cfg.method.get("labels"), "method.labels")[0]
         check_labels(self.labels_dir / "bk", _variant(self.cfg))
 
-    def collect(self) -> int:
-        return collect(self.cfg)
-
-    def label(self) -> int:
-        return label(self.cfg)
+    steps = {"collect": collect, "label": label}
 
     def build(self, envs: Any, run: RunDir | None) -> Parts:
         cfg = self.cfg

@@ -105,12 +105,7 @@ class MotifRecipe(Recipe):
     """Motif: offline collect → label → reward model, then PPO with the Motif reward."""
 
     agents = ("ppo",)
-
-    def collect(self) -> int:
-        return collect(self.cfg)
-
-    def label(self) -> int:
-        return label(self.cfg)
+    steps = {"collect": collect, "label": label}
 
     def build(self, envs: Any, run: RunDir | None) -> Parts:
         cfg = self.cfg

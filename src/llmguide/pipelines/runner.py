@@ -62,6 +62,8 @@ class Recipe:
     """
 
     agents: tuple[str, ...] = ("ppo", "dqn")
+    # offline CLI verbs of the method, e.g. {"collect": collect, "label": label}: fn(cfg) -> exit code
+    steps: dict[str, Callable[[DictConfig], int]] = {}
 
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg

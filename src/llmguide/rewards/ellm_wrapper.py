@@ -30,33 +30,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from llmguide.envs.vector import env_info, object_array
 from llmguide.rewards.ellm import ELLMReward, GoalMatcher, GoalSuggester
-
-
-def _per_env(infos: dict, i: int) -> dict:
-    """Env ``i``'s entries of an aggregated vector-env info dict (top level only)."""
-    out = {}
-    for key, value in infos.items():
-        if key.startswith("_") or key in ("final_info", "final_obs"):
-            continue
-        mask = infos.get(f"_{key}")
-        if mask is not None and not bool(np.asarray(mask)[i]):
-            continue
-        if isinstance(value, dict):
-            out[key] = _per_env(value, i)
-        else:
-            try:
-                out[key] = value[i]
-            except (TypeError, IndexError, KeyError):
-                continue
-    return out
-
-
-def _object_array(items: list) -> np.ndarray:
-    out = np.empty(len(items), dtype=object)
-    for i, item in enumerate(items):
-        out[i] = item
-    return out
 
 
 class ELLMGoalWrapper(gym.vector.VectorWrapper):
@@ -96,13 +71,13 @@ class ELLMGoalWrapper(gym.vector.VectorWrapper):
         for i in range(self.num_envs):
             self.suggester.reset_env(i)
             self.reward_module.achieved[i] = set()
-            self.suggester.observe(i, _per_env(infos, i))
+            self.suggester.observe(i, env_info(infos, i))
         self.suggester.poll()
         self._choose_goals(force=True)
         return self._with_goal(obs), infos
 
     def step(self, actions):
-        goals_before = _object_array([self.suggester.goals(i) for i in range(self.num_envs)])
+        goals_before = object_array([self.suggester.goals(i) for i in range(self.num_envs)])
         obs, rewards, terminated, truncated, infos = self.env.step(actions)
         dones = np.logical_or(terminated, truncated)
         infos = dict(infos)
@@ -122,7 +97,7 @@ class ELLMGoalWrapper(gym.vector.VectorWrapper):
             if dones[i]:
                 self.suggester.reset_env(i)
                 self.current_goal[i] = None
-            self.suggester.observe(i, _per_env(infos, i))
+            self.suggester.observe(i, env_info(infos, i))
         self.suggester.poll()
         self._choose_goals()
         return self._with_goal(obs), rewards, terminated, truncated, infos
