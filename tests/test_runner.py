@@ -72,6 +72,50 @@ def test_a_new_reward_is_one_file_and_one_yaml_trained_through_the_cli(tmp_path)
     assert "action_one" in _cli(["train", "--help"], env).stdout
 
 
+LM_REWARD = '''
+import numpy as np
+from llmguide.rewards.base import RewardModule
+
+
+class AskedCaption(RewardModule):
+    """Pays 1 for a transition whose caption the LM has answered with some text (never waits)."""
+
+    name = "asked"
+
+    def __init__(self, obs_space, num_envs, service, device="cpu", seed=0):
+        self.service, self.futures, self.rows = service, {}, []
+
+    def watch(self, step):
+        row = []
+        for info in step.infos:
+            caption = info["caption"]
+            if caption not in self.futures:
+                self.futures[caption] = self.service.submit_generate(f"Caption: {caption}", max_tokens=32)
+            done = self.futures[caption].done()
+            row.append(float(done and bool(self.futures[caption].result().text.strip())))
+        self.rows.append(row)
+
+    def compute(self, batch):
+        out, self.rows = np.asarray(self.rows, np.float32), []
+        return out
+'''
+
+
+def test_an_lm_backed_reward_is_one_file_and_one_yaml_and_gets_the_runs_lm_service(tmp_path):
+    (tmp_path / "asked.py").write_text(LM_REWARD)
+    conf = tmp_path / "conf" / "method"
+    conf.mkdir(parents=True)
+    (conf / "asked.yaml").write_text(f"name: asked\nreward: {tmp_path / 'asked.py'}:AskedCaption\n"
+                                     "extrinsic_coef: 0.0\nintrinsic_coef: 1.0\n")
+    env = {"LLMGUIDE_CONFIG_PATH": str(tmp_path / "conf"), "LLMGUIDE_CACHE_DIR": str(tmp_path / "cache")}
+    out = _cli(["train", "method=asked", "llm=oracle", *SMALL, f"run.dir={tmp_path}", "run.name=lm"], env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    records = [json.loads(line) for line in (tmp_path / "lm" / "metrics.jsonl").read_text().splitlines()]
+    lm = [r for r in records if "lm/requests" in r][-1]
+    assert lm["lm/requests"] >= 1 and lm["lm/calls"] >= 1 and "lm/hit_rate" in lm
+    assert max(r.get("charts/intrinsic_reward/asked", 0.0) for r in records) > 0   # answers arrived and paid
+
+
 def test_sweep_runs_every_combination_reports_failures_and_prints_the_report_command(tmp_path):
     out = _cli(["train", "-m", "method=none,rnd", "seed=0,1", *SMALL, "eval.episodes=0", "sweep.jobs=2",
                 f"run.dir={tmp_path}", "run.name=sw"])

@@ -62,7 +62,7 @@ def load_class(target: str) -> type:
 
 def _class_factory(target: str) -> RewardFactory:
     def factory(method_cfg: Mapping[str, Any], obs_space: spaces.Space, action_space: spaces.Space,
-                num_envs: int, device: str = "cpu", seed: int = 0) -> RewardModule:
+                num_envs: int, device: str = "cpu", seed: int = 0, service: Any = None) -> RewardModule:
         cls = load_class(target)
         cls_name = cls.__name__
         kwargs = dict(method_cfg.get("module") or {})
@@ -76,6 +76,8 @@ def _class_factory(target: str) -> RewardFactory:
         params = inspect.signature(cls.__init__).parameters
         if "action_space" in params:
             kwargs["action_space"] = action_space
+        if "service" in params:
+            kwargs["service"] = service
         return cls(obs_space=obs_space, num_envs=num_envs, device=device, seed=seed, **kwargs)
 
     return factory
@@ -91,7 +93,7 @@ def _accepted_kwargs(cls: type) -> set[str]:
         names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             break
-    return names - {"self", "obs_space", "action_space", "num_envs", "device", "seed"}
+    return names - {"self", "obs_space", "action_space", "num_envs", "device", "seed", "service"}
 
 
 REWARDS: dict[str, RewardFactory] = {}
@@ -115,10 +117,17 @@ def register_reward(name: str, factory: RewardFactory) -> None:
     REWARDS[name] = factory
 
 
+def wants_lm(method_cfg: DictConfig | Mapping[str, Any]) -> bool:
+    """True when the method's reward class takes a ``service`` (an :class:`~llmguide.llm.service.LLMService`)."""
+    target = method_cfg.get("reward")
+    return bool(target) and "service" in inspect.signature(load_class(str(target)).__init__).parameters
+
+
 def build_reward_modules(method_cfg: DictConfig | Mapping[str, Any], obs_space: spaces.Space,
                          action_space: spaces.Space, num_envs: int, device: str = "cpu",
-                         seed: int = 0) -> list[tuple[float, RewardModule]]:
-    """The ``(coef, module)`` pairs for the configured method (empty for ``none``)."""
+                         seed: int = 0, service: Any = None) -> list[tuple[float, RewardModule]]:
+    """The ``(coef, module)`` pairs for the configured method (empty for ``none``); a reward class whose
+    constructor takes ``service`` gets the run's LM service (an LM-backed reward needs no recipe)."""
     cfg = OmegaConf.to_container(method_cfg, resolve=True) if isinstance(method_cfg, DictConfig) else dict(method_cfg)
     name, target = cfg.get("name"), cfg.get("reward")
     if target:
@@ -130,7 +139,8 @@ def build_reward_modules(method_cfg: DictConfig | Mapping[str, Any], obs_space: 
     else:
         raise ConfigError("method.reward", f"method '{name}' names no reward module: add reward: package.module:Class "
                                            f"to its YAML (registered factories: {sorted(REWARDS)})")
-    built = factory(cfg, obs_space, action_space, num_envs, device=device, seed=seed)
+    extra = {"service": service} if target else {}
+    built = factory(cfg, obs_space, action_space, num_envs, device=device, seed=seed, **extra)
     if built is None:
         return []
     if isinstance(built, RewardModule):
@@ -140,5 +150,5 @@ def build_reward_modules(method_cfg: DictConfig | Mapping[str, Any], obs_space: 
 
 __all__ = [
     "REWARDS", "RewardModule", "StepTransition", "TransitionBatch", "PotentialShaping", "build_reward_modules",
-    "load_class", "potential_shaping", "register_reward",
+    "load_class", "potential_shaping", "register_reward", "wants_lm",
 ]
