@@ -21,19 +21,14 @@ from llmguide.llm.base import LanguageModel  # noqa: E402
 from llmguide.llm.cache import CachedLM, LLMCache  # noqa: E402
 from llmguide.llm.service import LLMService  # noqa: E402
 from llmguide.rewards.base import TransitionBatch  # noqa: E402
-from llmguide.rewards.oni import (  # noqa: E402
-    EpisodicCounter,
-    ONIClassification,
-    ONIRanking,
-    ONIRetrieval,
-    normalize_threshold,
-)
+from llmguide.rewards.oni import EpisodicCounter, ONIClassification, ONIRetrieval  # noqa: E402
 from llmguide.rewards.oni_annotator import (  # noqa: E402
     MessageAnnotator,
     PairAnnotator,
     canonicalize_message,
     parse_label,
 )
+from llmguide.rewards.oni_ranking import ONIRanking, normalize_threshold  # noqa: E402
 
 KILL, GOLD, WALL, DOOR = "You kill the newt!", "You see here 7 gold pieces.", "It's solid stone.", "This door is locked."
 

@@ -34,8 +34,9 @@ for _key, _rule in {
 
 def build_oni_module(method_cfg: Any, num_envs: int, service: Any, seed: int = 0) -> RewardModule:
     """The reward module of an ONI method; ``service`` is the LLMService the annotator talks to."""
-    from llmguide.rewards.oni import ONIClassification, ONIRanking, ONIRetrieval
+    from llmguide.rewards.oni import ONIClassification, ONIRetrieval
     from llmguide.rewards.oni_annotator import MessageAnnotator, PairAnnotator
+    from llmguide.rewards.oni_ranking import ONIRanking
 
     m = method_cfg
     common = {"beta": float(m.beta), "count_scope": str(m.count_scope), "pending_default": float(m.pending_default),
