@@ -196,9 +196,7 @@ class ONIClassification(MessageReward):
     def update(self, batch: TransitionBatch) -> dict[str, float]:
         metrics = super().update(batch)
         self._feed()
-        _, trained_on = self.trainer.current()
-        return {**metrics, "model/trained_on": float(trained_on), "model/steps": float(self.trainer.steps),
-                "model/loss": self.trainer.last_loss, "model/acc": self.trainer.last_acc}
+        return {**metrics, **self.trainer.metrics()}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "trainer": self.trainer.state_dict()}

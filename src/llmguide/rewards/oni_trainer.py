@@ -84,6 +84,12 @@ class BackgroundTrainer:
         with self._snap_lock:
             return self.snapshot, self.trained_on
 
+    def metrics(self) -> dict[str, float]:
+        """``model/trained_on`` (dataset size of the published snapshot), ``model/steps``, ``model/loss``, ``model/acc``."""
+        _, trained_on = self.current()
+        return {"model/trained_on": float(trained_on), "model/steps": float(self.steps),
+                "model/loss": self.last_loss, "model/acc": self.last_acc}
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(timeout=1.0)
