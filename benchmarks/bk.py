@@ -137,7 +137,8 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
         aucs = curves.mean(axis=1)
         lo, hi = bootstrap_ci(curves)
         alo, ahi = bootstrap_ci(aucs[:, None])
-        final = [json.loads((r / "eval.json").read_text()).get("success_rate") for _, r in done]
+        final = [float(np.mean(np.asarray(json.loads((r / "eval.json").read_text())["episode_returns"]) > 0))
+                 for _, r in done]                      # greedy end-of-training eval (5 episodes)
         arms[arm] = {"seeds": [s for s, _ in done], "values": aucs.round(4).tolist(),
                      "auc_ci95": [round(float(alo[0]), 4), round(float(ahi[0]), 4)],
                      "final_eval_success": final,
@@ -210,9 +211,14 @@ def main() -> None:
         collect(args)
     labels: dict[str, dict] = {}
     if args.phase in ("all", "label", "train", "report"):
-        for arm in args.arms:
-            if arm != "ppo" and (args.phase != "report" or (args.out / f"labels-{arm}").exists()):
+        for arm in (a for a in args.arms if a != "ppo"):
+            manifest = args.out / f"labels-{arm}" / "bk" / "manifest.json"
+            if args.phase != "report":
                 labels[arm] = label_one(args, *arm.split("-"))
+            elif manifest.exists():
+                labels[arm] = json.loads(manifest.read_text())
+            else:
+                labels[arm] = {"failed": "labelling not finished within the compute budget"}
     if args.phase in ("all", "train"):
         todo = [a for a in (args.train_arms.split(",") if args.train_arms else args.arms)
                 if not labels.get(a, {}).get("failed")]
