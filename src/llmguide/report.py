@@ -266,7 +266,9 @@ def _crafter_section(groups: dict[str, list[Run]], out: Path) -> tuple[list[str]
     notes: list[str] = []
     is_crafter = set(logged) <= set(crafter)
     names = crafter if is_crafter else logged
-    lines = ["## Achievements" + (" (Crafter)" if is_crafter else ""), ""]
+    envs = {r.env for runs in groups.values() for r in runs}
+    game = "Craftax-Classic" if envs == {"craftax"} else "Crafter" if "craftax" not in envs else "Crafter/Craftax-Classic"
+    lines = ["## Achievements" + (f" ({game})" if is_crafter else ""), ""]
     if not is_crafter:
         notes.append("achievement names are not all Crafter achievements, so no Crafter score: "
                      + ", ".join(sorted(set(logged) - set(crafter))))
@@ -309,9 +311,9 @@ def _crafter_section(groups: dict[str, list[Run]], out: Path) -> tuple[list[str]
     fig.savefig(out / "achievements.png", dpi=110)
     lines += [
         "![achievement success rates](achievements.png)", "",
-        "Success rate = fraction of finished episodes in which the achievement was unlocked; Crafter score = "
+        f"Success rate = fraction of finished episodes in which the achievement was unlocked; {game} score = "
         "exp(mean ln(1 + s_i)) - 1 over the 22 success rates in %; per run, then mean ± std over seeds.", "",
-        "| method | seeds | episodes | Crafter score (%) | achievements / episode |", "|---|---|---|---|---|",
+        f"| method | seeds | episodes | {game} score (%) | achievements / episode |", "|---|---|---|---|---|",
         *summary_rows, "",
         "| achievement | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels),
         *[f"| {n} | " + " | ".join(_fmt(rates_by_label[lb][:, j].mean(), 1) for lb in labels) + " |"

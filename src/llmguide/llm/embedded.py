@@ -16,9 +16,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from llmguide.core.errors import LLMUnavailableError
 from llmguide.llm.base import Completion, LanguageModel, check_score_args
 
 
@@ -59,7 +61,14 @@ class EmbeddedLM(LanguageModel):
     # --- tokens ------------------------------------------------------------------------------
     def tokenize(self, text: str, *, bos: bool) -> list[int]:
         """Token ids of ``text`` (with the BOS token when ``bos``)."""
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=bos)
+        return self._model().tokenize(text.encode("utf-8"), add_bos=bos)
+
+    def _model(self) -> Any:
+        """The llama.cpp model; a clear error (a counted fallback in the service) once closed."""
+        llm = self._llm
+        if llm is None:
+            raise LLMUnavailableError("the embedded LM was closed")
+        return llm
 
     # --- generation ----------------------------------------------------------------------------
     def generate(
@@ -75,8 +84,9 @@ class EmbeddedLM(LanguageModel):
         out = []
         for prompt in prompts:
             with self._lock:
-                self._llm._requires_eval = True   # logits may come from a scoring batch: re-decode one token
-                res = self._llm.create_completion(
+                llm = self._model()
+                llm._requires_eval = True   # logits may come from a scoring batch: re-decode one token
+                res = llm.create_completion(
                     prompt, max_tokens=max_tokens, temperature=temperature,
                     stop=list(stop) if stop else None, seed=self.seed if seed is None else seed,
                 )
@@ -90,7 +100,7 @@ class EmbeddedLM(LanguageModel):
     # --- scoring -------------------------------------------------------------------------------
     def _keep_prefix(self, tokens: Sequence[int]) -> None:
         """Make the KV cache hold exactly ``tokens``, reusing the longest prefix already evaluated."""
-        llm = self._llm
+        llm = self._model()
         common = 0
         for a, b in zip(llm.input_ids[: llm.n_tokens], tokens, strict=False):
             if a != b:
@@ -180,8 +190,9 @@ class EmbeddedLM(LanguageModel):
                     continue
                 self._check_length(len(ctx_tokens), len(toks))
                 with self._lock:
-                    self._llm.reset()
-                    self._llm._ctx.kv_cache_clear()
+                    llm = self._model()
+                    llm.reset()
+                    llm._ctx.kv_cache_clear()
                     logits = self._decode([*ctx_tokens, *toks[:-1]], n_out=len(toks))
                 total = float(_log_softmax_gather(logits, toks).sum())
                 row.append(total / len(toks) if normalize else total)
