@@ -311,3 +311,13 @@ def test_failed_labelling_stops_label_and_train_refuses_it(tmp_path):
         pipe.build_module(cfg, tmp_path / "labels", 0.99)
     err = bk.LabelingFailed("bk_pref", "3 usable labels", out)
     assert "bk_pref labelling failed: 3 usable labels" in str(err) and str(out) in str(err)
+
+
+def test_programs_without_imports_get_the_reference_import_header(tmp_path, episodes):
+    from llmguide.rewards.bk_code import with_import_header
+
+    code = "def potential(obs, caption):\n    return float(np.sum(obs['image'][6])) + len(caption) / 100\n"
+    assert with_import_header(code).startswith("import math") and with_import_header(BETTER) == BETTER
+    res = bk.write_potential_code(ReplayLM([f"```python\n{code}```"]), bk.sample_states(
+        episodes, 6, np.random.default_rng(0)), Sandbox(SandboxLimits(timeout=10)), tmp_path, iterations=1)
+    assert res.ok and "import numpy as np" in res.code

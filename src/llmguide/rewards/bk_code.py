@@ -30,6 +30,12 @@ from llmguide.sandbox import Sandbox
 log = logging.getLogger(__name__)
 
 ZERO_PROGRAM = "def potential(obs, caption):\n    return 0.0\n"
+IMPORT_HEADER = "import math\nimport re\n\nimport numpy as np\n\n"   # as the reference's fixed header
+
+
+def with_import_header(code: str) -> str:
+    """Prepend the allowed imports when the program lacks them (small models drop the import line)."""
+    return code if "import numpy as np" in code else IMPORT_HEADER + code
 
 BABYAI_NOTES = """Notes on obs for this game (BabyAI): obs['image'][c, row, col] is one-hot over channels:
 0-10 object type (0 unseen, 1 empty, 2 wall, 3 floor, 4 door, 5 key, 6 ball, 7 box, 8 goal, 9 lava, 10 agent),
@@ -127,6 +133,7 @@ def write_potential_code(lm: LanguageModel, states: Sequence[tuple[dict, str]], 
                                          seed=seed + result.lm_calls)[0]
                 result.lm_calls += 1
                 code = extract_code(completion.text)
+                code = with_import_header(code) if code else None
                 values: list[float] = []
                 if completion.error:
                     error = f"LM call failed: {completion.error}"
