@@ -27,6 +27,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from llmguide.envs.base import Oracle, normalize_goal
+
 VERB_ONLY = ["do nothing", "move left", "move right", "move up", "move down", "sleep"]
 VERBS = ["mine", "eat", "attack", "chop", "drink", "place", "make"]
 NOUNS = ["zombie", "skeleton", "cow", "tree", "stone", "coal", "iron", "diamond", "water", "grass",
@@ -153,7 +155,7 @@ def _apply_ellm_rules(player: Any) -> None:
     player._do_object = MethodType(hard_hit, player)
 
 
-class CrafterActionOracle:
+class CrafterActionOracle(Oracle):
     """Crafter's oracle in the action vocabulary of ELLM's text actions ("chop tree" for "collect wood"):
     the goals ELLM's reference oracle suggests and its action-matching reward pays for."""
 
@@ -179,24 +181,10 @@ class CrafterActionOracle:
     def achieved(self, info: dict) -> set[str]:
         return self._actions(self.base.achieved(info))
 
-    def suggest(self, info: dict) -> list[str]:
-        feasible, done = self.feasible(info), self.achieved(info)
-        return [g for g in self.goals if g in feasible and g not in done]
-
     def suggest_from_caption(self, caption: str) -> list[str]:
         return [ACHIEVEMENT_ACTIONS[g] for g in self.base.suggest_from_caption(caption)]
 
     def canonical(self, goal: str) -> str | None:
-        from llmguide.envs.base import normalize_goal
-
         name = normalize_goal(goal)
         name = canonical_action(ACHIEVEMENT_ACTIONS.get(name, name))
         return name if name in self.goals else None
-
-    def grade(self, goal: str, info: dict) -> str:
-        from llmguide.envs.base import GOOD, ILL_TIMED, IMPOSSIBLE
-
-        name = self.canonical(goal)
-        if name is None:
-            return IMPOSSIBLE
-        return GOOD if name in self.feasible(info) else ILL_TIMED
