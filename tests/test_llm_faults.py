@@ -302,7 +302,8 @@ def test_ellm_training_against_the_fault_server(tmp_path, suggester):
     with FaultServer(schedule, stall=3.0) as server:
         run = _cli_run(tmp_path, server, f"ellm_{suggester}", *ELLM, f"method.suggester={suggester}")
     lm = _last_lm(run)
-    assert server.requests >= 20 and lm["lm/completed"] > 0 and lm["lm/http_requests"] >= 20
+    # the training run's own service counts its requests; evaluation opens another service (eval.json)
+    assert lm["lm/completed"] > 0 and 12 <= lm["lm/http_requests"] <= server.requests
     for key in ("lm/errors_http", "lm/errors_decode", "lm/errors_timeout", "lm/retries"):
         assert lm[key] > 0, key
     if suggester == "score":
