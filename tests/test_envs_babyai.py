@@ -10,13 +10,13 @@ from minigrid.core.world_object import Ball, Door, Wall
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from llmguide.envs import get_oracle, make_env
+from llmguide.envs.babyai_oracle import mission_subgoals
 from llmguide.envs.babyai_text import (
     ACTION_STRINGS,
     HELD_OUT,
     BabyAIText,
     bot_demonstrations,
     describe,
-    mission_subgoals,
 )
 
 

@@ -85,7 +85,7 @@ def get_oracle(family: str, actions: str = "primitive") -> Oracle:
 
         return CrafterOracle()
     if family == "babyai":
-        from llmguide.envs.babyai_text import BabyAIOracle
+        from llmguide.envs.babyai_oracle import BabyAIOracle
 
         return BabyAIOracle()
     if family == "craftax":

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from llmguide.core.errors import ConfigError
 
 RECIPES: dict[str, str] = {
-    "standard": "llmguide.pipelines.runner:Recipe",
+    "standard": "llmguide.pipelines.standard:StandardRecipe",
     "ellm": "llmguide.pipelines.ellm:ELLMRecipe",
     "oni": "llmguide.pipelines.oni:ONIRecipe",
     "motif": "llmguide.pipelines.motif:MotifRecipe",
@@ -65,6 +65,6 @@ def run(verb: str, cfg: DictConfig) -> int | None:
 
 def evaluate_run(run_dir: str, overrides: list[str]) -> Any:
     """``llmguide eval RUN_DIR``: evaluate the run's latest checkpoint with its method's recipe."""
-    from llmguide.pipelines.runner import evaluate_run as evaluate
+    from llmguide.pipelines.evaluate import evaluate_run as evaluate
 
     return evaluate(run_dir, overrides, lambda cfg: recipe_class(cfg)(cfg))

@@ -6,11 +6,8 @@ Each step reads and writes run directories, so any step can be re-run::
     llmguide label   env=babyai env.task=GoToLocal-RedBall-S20 method=bk_code method.data=runs/bk-data run.name=bk-code-labels
     llmguide train   env=babyai env.task=GoToLocal-RedBall-S20 method=bk_code method.labels=runs/bk-code-labels
 
-``label`` writes ``<run>/bk/`` (BK-Code: ``final.py``, ``steps.jsonl``, ``code-*.py``; BK-Pref:
-``labels.jsonl`` with raw answers, ``pref_model.pt``; BK-Goal: ``answers.jsonl``, ``library.json``)
-and ``<run>/bk/manifest.json`` (method, data folders and their file hash, LM, prompt versions, seed,
-``failed``).  A failed labelling step (:mod:`llmguide.pipelines.bk_label`) raises and leaves
-``bk/failed.json``; :func:`check_labels` makes ``train`` refuse such a directory.
+``label`` (:mod:`llmguide.pipelines.bk_label`) writes ``<run>/bk/`` and ``<run>/bk/manifest.json``; a failed
+labelling step raises and leaves ``bk/failed.json``; :func:`check_labels` makes ``train`` refuse it.
 """
 
 from __future__ import annotations

@@ -23,12 +23,12 @@ greedy episodes with the same suggester and goal conditioning.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 from llmguide.core.config import in_range, non_negative, one_of, positive, register_rule
 from llmguide.core.errors import ConfigError
 from llmguide.core.rundir import RunDir
+from llmguide.pipelines.ellm_transfer import load_weights, pretrained_state, task_goal
 from llmguide.pipelines.runner import EVAL_SEED_OFFSET, Parts, Recipe
 from llmguide.rewards.ellm import SUGGESTERS, ELLMReward, GoalMatcher, GoalSuggester, nearest_goal_map
 from llmguide.rewards.ellm_wrapper import ELLMGoalWrapper
@@ -81,8 +81,8 @@ class ELLMRecipe(Recipe):
         super().check()
         m = self.cfg.method
         if str(m.mode) in ("finetune", "guided"):
-            _task_goal(self.cfg)
-            self.pretrained = _pretrained_state(self.cfg)
+            task_goal(self.cfg)
+            self.pretrained = pretrained_state(self.cfg)
             if str(m.mode) == "guided" and str(self.cfg.agent.name) != "dqn":
                 raise ConfigError("agent.name", "method.mode=guided replaces ε-exploration actions: use agent=dqn")
 
@@ -123,7 +123,7 @@ class ELLMRecipe(Recipe):
         reward = ELLMReward(GoalMatcher(embedder, str(m.match)), envs.num_envs, float(m.threshold), str(m.payment),
                             match_on=match_on, require_success=bool(m.require_success))
         wrapped = ELLMGoalWrapper(envs, suggester, reward, grade_matcher, goal_conditioned=bool(m.goal_conditioned),
-                                  goal_choice=str(m.goal_choice), fixed_goal=_task_goal(cfg) if task else None,
+                                  goal_choice=str(m.goal_choice), fixed_goal=task_goal(cfg) if task else None,
                                   seed=int(cfg.seed))
         coef = float(m.finetune_intrinsic_coef) if task else float(m.intrinsic_coef)
         parts = Parts(wrapped, [(coef, reward)], 1.0 if task else float(m.extrinsic_coef),
@@ -136,13 +136,13 @@ class ELLMRecipe(Recipe):
         agent = super().make_agent(parts, run)
         if str(self.cfg.method.mode) == "guided" and run is not None:
             guide = super().make_agent(Parts(parts.envs), None)
-            _load_weights(guide, self.pretrained)
+            load_weights(guide, self.pretrained)
             agent.set_exploration_policy(lambda obs: guide.act(obs, greedy=True), float(self.cfg.method.guide_prob))
         return agent
 
     def prepare(self, agent: Any, run: RunDir) -> None:
         if str(self.cfg.method.mode) == "finetune":
-            _load_weights(agent, self.pretrained)
+            load_weights(agent, self.pretrained)
 
     def evaluate(self, agent: Any, episodes: int, greedy: bool) -> dict[str, Any]:
         """Episodes on one env with the same suggester and goal conditioning as in training."""
@@ -171,40 +171,3 @@ class ELLMRecipe(Recipe):
             parts.envs.close()
         agent.load_state_dict({**state, "reward_modules": []})
         return agent
-
-
-def _task_goal(cfg: Any) -> str:
-    task = cfg.env.get("task")
-    if not task:
-        raise ConfigError("env.task", f"method.mode={cfg.method.mode} trains on one task: set env.task=place_table etc.")
-    return str(task).replace("_", " ")
-
-
-def _pretrained_state(cfg: Any) -> dict[str, Any]:
-    path = cfg.method.get("pretrained")
-    if not path:
-        raise ConfigError("method.pretrained", f"method.mode={cfg.method.mode} needs the run directory of a "
-                          "pretrained ELLM agent (method.pretrained=runs/NAME)")
-    ckpt = Path(str(path)) / "checkpoints" / "latest.pt"
-    if not ckpt.exists():
-        raise ConfigError("method.pretrained", f"no checkpoint at {ckpt}")
-    import torch
-
-    return torch.load(ckpt, map_location="cpu", weights_only=False)["agent"]
-
-
-def _load_weights(agent: Any, state: dict[str, Any]) -> None:
-    """Network weights of a pretrained agent (optimiser and counters start fresh)."""
-    key = "net" if hasattr(agent, "net") else "q_net"
-    net = getattr(agent, key, None)
-    if net is None or key not in state:
-        raise ConfigError("method.pretrained", "the pretrained checkpoint does not match this agent; "
-                          "pretrain and finetune with the same agent and method.goal_conditioned")
-    try:
-        net.load_state_dict(state[key])
-    except RuntimeError as err:
-        raise ConfigError("method.pretrained", f"pretrained weights do not fit this agent ({err})") from None
-    target = getattr(agent, "target_net", None)
-    if target is not None:
-        target.load_state_dict(net.state_dict())
-

@@ -8,7 +8,8 @@ evaluation every ``eval.every``, the recipe's metrics every ``log_every``) → f
 ``recipe.evaluate`` into ``eval.json`` → ``report.md``.  Every method writes the same artefacts:
 ``config.yaml``, ``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``eval.json``, ``report.md``.
 
-Offline steps (``collect``, ``label``) open their run directory with :func:`open_run`.
+Offline steps (``collect``, ``label``) open their run directory with :func:`open_run`; ``llmguide eval``
+is :mod:`llmguide.pipelines.evaluate`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import yaml
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig
 
 from llmguide.core.errors import ConfigError
 from llmguide.core.rundir import RunDir
@@ -57,8 +56,8 @@ class Parts:
 class Recipe:
     """A method: reward modules and env wrappers (``build``), agent kind, offline preparation, evaluation.
 
-    The defaults are the standard intrinsic-reward recipe: PPO or DQN (``agent.name``) with the reward
-    module named by ``method.reward``.
+    The defaults train PPO or DQN (``agent.name``); :class:`~llmguide.pipelines.standard.StandardRecipe`
+    adds the reward module named by ``method.reward``.
     """
 
     agents: tuple[str, ...] = ("ppo", "dqn")
@@ -75,26 +74,8 @@ class Recipe:
                                        f"got agent={self.cfg.agent.name}")
 
     def build(self, envs: Any, run: RunDir | None) -> Parts:
-        from llmguide.rewards import build_reward_modules, wants_lm
-
-        cfg = self.cfg
-        service = None
-        if wants_lm(cfg.method):   # an LM-backed reward gets the run's LM service (cache, batching, lm/*)
-            from llmguide.llm.factory import make_llm
-            from llmguide.llm.service import LLMService
-
-            service = LLMService(make_llm(cfg.llm, str(cfg.env.name)))
-        modules = build_reward_modules(cfg.method, envs.single_observation_space, envs.single_action_space,
-                                       envs.num_envs, device=str(cfg.device), seed=int(cfg.seed), service=service)
-        parts = Parts(envs, modules, float(cfg.method.extrinsic_coef))
-        if modules:
-            parts.metrics = lambda: {**(service.lm_metrics() if service is not None else {}),
-                                     **{f"reward/{m.name}/{k}": v for _, m in modules for k, v in m.metrics().items()}}
-            parts.closers += [m.close for _, m in modules]
-        if service is not None:
-            parts.closers = [service.lm.close, service.close, *parts.closers]
-            parts.progress = {"calls": "lm/calls", "hit_rate": "lm/hit_rate"}
-        return parts
+        """Env wrappers, ``(coef, RewardModule)`` pairs and periodic metrics (default: nothing added)."""
+        return Parts(envs, extrinsic_coef=float(self.cfg.method.extrinsic_coef))
 
     def make_agent(self, parts: Parts, run: RunDir | None) -> Any:
         cfg = self.cfg
@@ -147,6 +128,11 @@ def open_run(cfg: DictConfig) -> Iterator[RunDir]:
     with RunDir.open(cfg) as run:
         attach_wandb(cfg, run)
         yield run
+
+
+def reopen_run(run_dir: str | Path) -> RunDir:
+    """A finished run's directory, to add an evaluation (config kept, no TensorBoard writer)."""
+    return RunDir(run_dir, tensorboard=False)
 
 
 def train(cfg: DictConfig, recipe: Recipe) -> int:
@@ -207,44 +193,3 @@ def write_report(run_path: str | Path) -> None:
         write([str(run_path)])
     except Exception as err:
         log.warning("report not written for %s: %s", run_path, err)
-
-
-def load_run_config(run_dir: str | Path, overrides: list[str] = ()) -> DictConfig:
-    """A run's saved ``config.yaml`` with ``key=value`` overrides of existing keys applied."""
-    path = Path(run_dir) / "config.yaml"
-    if not path.exists():
-        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
-    cfg = OmegaConf.create(yaml.safe_load(path.read_text()))
-    OmegaConf.set_struct(cfg, True)
-    for o in overrides:
-        if "=" not in o:
-            raise ConfigError(o, "an override must look like key=value (e.g. eval.episodes=20)")
-        try:
-            cfg.merge_with(OmegaConf.from_dotlist([o]))
-        except OmegaConfBaseException as err:
-            raise ConfigError(o.split("=", 1)[0], f"unknown key or bad value ({str(err).splitlines()[0]})") from None
-    OmegaConf.set_struct(cfg, False)
-    return cfg
-
-
-def evaluate_run(run_dir: str, overrides: list[str], recipe_for: Callable[[DictConfig], Recipe]) -> int:
-    """``llmguide eval RUN_DIR [key=value ...]``: greedy and sampled episodes of the latest checkpoint."""
-    cfg = load_run_config(run_dir, overrides)
-    recipe = recipe_for(cfg)
-    run = RunDir(run_dir, tensorboard=False)
-    try:
-        state = run.load_checkpoint()
-        if state is None:
-            raise FileNotFoundError(f"{run_dir} has no checkpoints/latest.pt to evaluate")
-        agent = recipe.load_for_eval(state["agent"])
-        episodes, greedy = int(cfg.eval.episodes), bool(cfg.eval.greedy)
-        other = "sampled" if greedy else "greedy"
-        results: dict[str, Any] = {"step": int(state["step"]), **recipe.evaluate(agent, episodes, greedy)}
-        results[other] = recipe.evaluate(agent, episodes, not greedy)
-        run.write_json("eval.json", results)
-        main = results.get("success_rate", results.get("return_mean"))
-        print(f"eval: {Path(run_dir) / 'eval.json'} ({'greedy' if greedy else 'sampled'} {main}, "
-              f"{other} {results[other].get('success_rate', results[other].get('return_mean'))})")
-    finally:
-        run.close()
-    return 0

@@ -1,0 +1,55 @@
+"""``llmguide eval RUN_DIR``: a finished run's latest checkpoint evaluated again with its method's recipe."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from llmguide.core.errors import ConfigError
+from llmguide.pipelines.runner import Recipe, reopen_run
+
+
+def load_run_config(run_dir: str | Path, overrides: list[str] = ()) -> DictConfig:
+    """A run's saved ``config.yaml`` with ``key=value`` overrides of existing keys applied."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
+    cfg = OmegaConf.create(yaml.safe_load(path.read_text()))
+    OmegaConf.set_struct(cfg, True)
+    for o in overrides:
+        if "=" not in o:
+            raise ConfigError(o, "an override must look like key=value (e.g. eval.episodes=20)")
+        try:
+            cfg.merge_with(OmegaConf.from_dotlist([o]))
+        except OmegaConfBaseException as err:
+            raise ConfigError(o.split("=", 1)[0], f"unknown key or bad value ({str(err).splitlines()[0]})") from None
+    OmegaConf.set_struct(cfg, False)
+    return cfg
+
+
+def evaluate_run(run_dir: str, overrides: list[str], recipe_for: Callable[[DictConfig], Recipe]) -> int:
+    """``llmguide eval RUN_DIR [key=value ...]``: greedy and sampled episodes of the latest checkpoint."""
+    cfg = load_run_config(run_dir, overrides)
+    recipe = recipe_for(cfg)
+    run = reopen_run(run_dir)
+    try:
+        state = run.load_checkpoint()
+        if state is None:
+            raise FileNotFoundError(f"{run_dir} has no checkpoints/latest.pt to evaluate")
+        agent = recipe.load_for_eval(state["agent"])
+        episodes, greedy = int(cfg.eval.episodes), bool(cfg.eval.greedy)
+        other = "sampled" if greedy else "greedy"
+        results: dict[str, Any] = {"step": int(state["step"]), **recipe.evaluate(agent, episodes, greedy)}
+        results[other] = recipe.evaluate(agent, episodes, not greedy)
+        run.write_json("eval.json", results)
+        main = results.get("success_rate", results.get("return_mean"))
+        print(f"eval: {Path(run_dir) / 'eval.json'} ({'greedy' if greedy else 'sampled'} {main}, "
+              f"{other} {results[other].get('success_rate', results[other].get('return_mean'))})")
+    finally:
+        run.close()
+    return 0

@@ -1,0 +1,38 @@
+"""The standard recipe: PPO or DQN with the reward module named by ``method.reward`` (RND, NovelD, ICM,
+APT, a user's reward class from a file).  A reward class whose constructor takes ``service`` gets the
+run's :class:`~llmguide.llm.service.LLMService` (cache, batching, ``lm/*``), so an LM-backed reward needs
+no recipe of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmguide.core.rundir import RunDir
+from llmguide.pipelines.runner import Parts, Recipe
+
+
+class StandardRecipe(Recipe):
+    """Intrinsic / shaping rewards from ``method.reward`` on PPO or DQN."""
+
+    def build(self, envs: Any, run: RunDir | None) -> Parts:
+        from llmguide.rewards import build_reward_modules, wants_lm
+
+        cfg = self.cfg
+        service = None
+        if wants_lm(cfg.method):   # an LM-backed reward gets the run's LM service (cache, batching, lm/*)
+            from llmguide.llm.factory import make_llm
+            from llmguide.llm.service import LLMService
+
+            service = LLMService(make_llm(cfg.llm, str(cfg.env.name)))
+        modules = build_reward_modules(cfg.method, envs.single_observation_space, envs.single_action_space,
+                                       envs.num_envs, device=str(cfg.device), seed=int(cfg.seed), service=service)
+        parts = Parts(envs, modules, float(cfg.method.extrinsic_coef))
+        if modules:
+            parts.metrics = lambda: {**(service.lm_metrics() if service is not None else {}),
+                                     **{f"reward/{m.name}/{k}": v for _, m in modules for k, v in m.metrics().items()}}
+            parts.closers += [m.close for _, m in modules]
+        if service is not None:
+            parts.closers = [service.lm.close, service.close, *parts.closers]
+            parts.progress = {"calls": "lm/calls", "hit_rate": "lm/hit_rate"}
+        return parts
