@@ -21,15 +21,18 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from llmguide.core.config import load_config
 
 
-def expand(overrides: list[str]) -> list[list[str]]:
-    """All combinations of the sweep overrides, each a plain override list."""
-    choices = []
+def expand(overrides: list[str]) -> tuple[list[list[str]], set[str]]:
+    """All combinations of the sweep overrides (each a plain override list), and the swept keys."""
+    choices, swept = [], set()
     for override in OverridesParser.create().parse_overrides(overrides):
         key = override.get_key_element()
-        values = list(override.sweep_string_iterator()) if override.is_sweep_override() \
-            else [override.get_value_element_as_str()]
+        if override.is_sweep_override():
+            swept.add(key)
+            values = list(override.sweep_string_iterator())
+        else:
+            values = [override.get_value_element_as_str()]
         choices.append([f"{key}={v}" for v in values])
-    return [list(combo) for combo in itertools.product(*choices)]
+    return [list(combo) for combo in itertools.product(*choices)], swept
 
 
 def _name(combo: list[str], swept: set[str]) -> str:
@@ -39,8 +42,7 @@ def _name(combo: list[str], swept: set[str]) -> str:
 
 def run_sweep(overrides: list[str]) -> int:
     """Run every combination; returns 0 when all succeeded."""
-    combos = expand(overrides)
-    swept = {o.split("=", 1)[0] for o in overrides if "," in o.split("=", 1)[-1] or "(" in o.split("=", 1)[-1]}
+    combos, swept = expand(overrides)
     first = load_config(combos[0])
     sweep_name = str(first.run.name or f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     root = Path(str(first.run.dir)) / sweep_name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from tqdm import tqdm
@@ -32,9 +33,15 @@ class Progress:
         elapsed = time.perf_counter() - self._start
         return (self.step - self._start_step) / elapsed if elapsed > 0 else 0.0
 
-    def update(self, steps: int, lm_stats: dict[str, Any] | None = None, **extra: Any) -> None:
-        """Advance by ``steps``; ``lm_stats`` may hold ``calls`` and ``hit_rate``."""
+    def update(self, steps: int, lm_stats: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+               **extra: Any) -> None:
+        """Advance by ``steps``; ``lm_stats`` (or a function giving it, called only when the bar is shown)
+        may hold ``calls`` and ``hit_rate``."""
         self.step += steps
+        if self.bar.disable:
+            return
+        if callable(lm_stats):
+            lm_stats = lm_stats()
         post: dict[str, Any] = {"sps": f"{self.steps_per_second:.0f}"}
         if self.returns:
             post["ep_ret"] = f"{sum(self.returns) / len(self.returns):.2f}"

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from llmguide.core.rundir import RunDir
+from llmguide.learners.common import crossed
 
 
 class Callback:
@@ -93,17 +94,15 @@ class Periodic(Callback):
 
     def __init__(self, every: int):
         self.every = int(every)
-        self._last = 0
+        self._previous = 0
 
     def on_training_start(self) -> None:
-        self._last = int(self.agent.global_step) // self.every if self.every > 0 else 0
+        self._previous = int(self.agent.global_step)
 
     def on_rollout_end(self, metrics: dict[str, Any]) -> None:
-        if self.every <= 0:
-            return
-        k = int(self.agent.global_step) // self.every
-        if k > self._last:
-            self._last = k
+        step, previous = int(self.agent.global_step), self._previous
+        self._previous = step
+        if self.every > 0 and crossed(step, previous, self.every):
             self.fire()
 
     def fire(self) -> None:

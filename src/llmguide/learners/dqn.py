@@ -351,7 +351,7 @@ class DQN:
             if crossed(self.global_step, chunk_start, self.target_update_every):
                 self.target_net.load_state_dict(self.q_net.state_dict())
 
-            bar.update(self.global_step - chunk_start, lm_stats=callback.progress_stats() or None)
+            bar.update(self.global_step - chunk_start, lm_stats=callback.progress_stats)
             if self.global_step >= next_log or self.global_step >= total_steps:
                 next_log = (self.global_step // self.log_interval + 1) * self.log_interval
                 sps = (self.global_step - start_step) / max(time.perf_counter() - start_time, 1e-9)

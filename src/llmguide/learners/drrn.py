@@ -316,7 +316,7 @@ class DRRNAgent:
             if self._crossed(self.log_every):
                 self._log_window(window, update_stats, start_step, start_time)
                 window, update_stats = {"q_mean": [], "reward": []}, []
-            bar.update(N, lm_stats=callback.progress_stats() or None)
+            bar.update(N, lm_stats=callback.progress_stats)
         if window["q_mean"]:
             self._log_window(window, update_stats, start_step, start_time)
         bar.close()

@@ -193,7 +193,7 @@ class GLAMPPO:
             self.last_metrics = metrics
             if self.run is not None:
                 self.run.log(self.global_step, metrics)
-            bar.update(N * T, lm_stats=callback.progress_stats() or None)
+            bar.update(N * T, lm_stats=callback.progress_stats)
             callback.on_rollout_end(metrics)
         bar.close()
         callback.on_training_end()

@@ -252,7 +252,7 @@ class PPO:
             })
             self.last_metrics = metrics
             self._log(metrics)
-            bar.update(N * T, lm_stats=callback.progress_stats() or None)
+            bar.update(N * T, lm_stats=callback.progress_stats)
             callback.on_rollout_end(metrics)
         bar.close()
         callback.on_training_end()
