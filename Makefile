@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow lint clean system-deps
+.PHONY: setup demo test test-slow test-ray lint clean system-deps
 
 setup: system-deps $(STAMP)
 
@@ -38,6 +38,10 @@ test: setup lint
 
 test-slow: setup
 	$(VENV)/bin/pytest -q -m slow
+
+# the Ray tests alone (a local 2-CPU Ray cluster; they are also `slow`, so test-slow and CI run them)
+test-ray: setup
+	$(VENV)/bin/pytest -q -m ray
 
 clean:
 	rm -rf runs .pytest_cache
