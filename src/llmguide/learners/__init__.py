@@ -8,7 +8,8 @@ from llmguide.core.config import in_range, non_negative, one_of, positive, regis
 for _key, _rule in {
     "agent.hidden": positive, "agent.adam_eps": positive, "agent.ent_coef": non_negative,
     "agent.vf_coef": non_negative, "agent.max_grad_norm": positive, "agent.int_gamma": in_range(0.0, 1.0),
-    "agent.recurrent": one_of(None, "gru", "lstm"), "agent.torch_threads": non_negative,
+    "agent.recurrent": one_of(None, "gru", "lstm"), "agent.image_encoder": one_of("cnn", "flat"),
+    "agent.torch_threads": non_negative,
     "agent.n_step": positive, "agent.buffer_size": positive, "agent.batch_size": positive,
     "agent.learning_starts": non_negative, "agent.train_every": positive,
     "agent.target_update_every": positive, "agent.eps_start": in_range(0.0, 1.0),

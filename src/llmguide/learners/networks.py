@@ -1,5 +1,10 @@
 """Networks over Dict observations: a CNN for every 3-D Box, an MLP over all 1-D Boxes.
 
+A 1-D uint8 key named ``message`` (NetHack/MiniHack's 256 message bytes, env option ``message_obs``)
+gets its own :class:`MessageEncoder` (bytes/255 → MLP, as the ONI/Motif reference policy), so with
+``agent.recurrent=gru`` a NetHack policy is the reference's shape: glyph-crop CNN + blstats MLP +
+message MLP → GRU.
+
 ``DictEncoder`` turns ``{"image": (B,C,H,W), "vector": (B,K), "goal": (B,D), ...}`` into one
 feature vector; ``ActorCritic`` (PPO, optional GRU/LSTM core, optional second value head) and
 ``DuelingQNet`` (DQN) put their heads on top of it.
@@ -45,26 +50,51 @@ def _cnn(channels: int, height: int, width: int) -> nn.Sequential:
     )
 
 
-class DictEncoder(nn.Module):
-    """Encode a ``spaces.Dict`` of Boxes: CNN per 3-D key (uint8 → /255), one MLP over all 1-D keys."""
+MESSAGE_KEYS = ("message",)
 
-    def __init__(self, obs_space: spaces.Dict, hidden: int = 256):
+
+class MessageEncoder(nn.Module):
+    """Raw message bytes (B, L) uint8 → bytes/255 → Linear-ReLU-Linear-ReLU (the reference's 256→128→128)."""
+
+    def __init__(self, length: int, hidden: int = 128):
         super().__init__()
+        self.net = nn.Sequential(layer_init(nn.Linear(length, hidden)), nn.ReLU(),
+                                 layer_init(nn.Linear(hidden, hidden)), nn.ReLU())
+        self.out_dim = hidden
+
+    def forward(self, message: torch.Tensor) -> torch.Tensor:
+        return self.net(message.float() / 255.0)
+
+
+class DictEncoder(nn.Module):
+    """Encode a ``spaces.Dict`` of Boxes: CNN per 3-D key (uint8 → /255), a :class:`MessageEncoder` per
+    1-D uint8 ``message`` key, one MLP over all other 1-D keys."""
+
+    def __init__(self, obs_space: spaces.Dict, hidden: int = 256, image_encoder: str = "cnn"):
+        super().__init__()
+        if image_encoder not in ("cnn", "flat"):
+            raise ValueError(f"image_encoder must be 'cnn' or 'flat', got {image_encoder!r}")
         if not isinstance(obs_space, spaces.Dict):
             raise TypeError(f"DictEncoder needs a gymnasium.spaces.Dict observation space, got {obs_space}")
         self.image_keys: list[str] = []
         self.vector_keys: list[str] = []
+        self.message_keys: list[str] = []
         self.uint8_keys: set[str] = set()
         for key, space in obs_space.spaces.items():
             if not isinstance(space, spaces.Box) or len(space.shape) not in (1, 3):
                 raise ValueError(f"observation key '{key}' must be a 1-D or 3-D (C,H,W) Box, got {space}")
+            if key in MESSAGE_KEYS and len(space.shape) == 1 and space.dtype == np.uint8:
+                self.message_keys.append(key)
+                continue
             (self.image_keys if len(space.shape) == 3 else self.vector_keys).append(key)
             if space.dtype == np.uint8:
                 self.uint8_keys.add(key)
         self.cnns = nn.ModuleDict()
         for key in self.image_keys:
             c, h, w = obs_space[key].shape
-            cnn = _cnn(c, h, w)
+            # "flat": one linear layer over the flattened view, ~7x cheaper to train than the CNN on
+            # small symbolic views (Crafter's 19x9x7), as PureJaxRL's Craftax baseline does
+            cnn = _cnn(c, h, w) if image_encoder == "cnn" else nn.Flatten()
             with torch.no_grad():
                 n_flat = cnn(torch.zeros(1, c, h, w)).shape[1]
             self.cnns[key] = nn.Sequential(cnn, layer_init(nn.Linear(n_flat, hidden)), nn.ReLU())
@@ -75,7 +105,10 @@ class DictEncoder(nn.Module):
                 layer_init(nn.Linear(self.vector_dim, hidden)), nn.ReLU(),
                 layer_init(nn.Linear(hidden, hidden)), nn.ReLU(),
             )
+        self.messages = nn.ModuleDict({key: MessageEncoder(int(obs_space[key].shape[0]), min(hidden, 128))
+                                       for key in self.message_keys})
         self.out_dim = hidden * (len(self.image_keys) + (1 if self.vector_keys else 0))
+        self.out_dim += sum(enc.out_dim for enc in self.messages.values())
         if self.out_dim == 0:
             raise ValueError("observation space has no Box keys to encode")
 
@@ -87,6 +120,8 @@ class DictEncoder(nn.Module):
             feats.append(self.cnns[key](x))
         if self.mlp is not None:
             feats.append(self.mlp(torch.cat([obs[k].float() for k in self.vector_keys], dim=-1)))
+        for key in self.message_keys:
+            feats.append(self.messages[key](obs[key]))
         return torch.cat(feats, dim=-1)
 
 
@@ -101,13 +136,13 @@ class ActorCritic(nn.Module):
     """
 
     def __init__(self, obs_space: spaces.Dict, n_actions: int, hidden: int = 256,
-                 recurrent: str | None = None, two_value_heads: bool = False):
+                 recurrent: str | None = None, two_value_heads: bool = False, image_encoder: str = "cnn"):
         super().__init__()
         if recurrent not in (None, "gru", "lstm"):
             raise ValueError(f"recurrent must be null, 'gru' or 'lstm', got {recurrent!r}")
         self.recurrent = recurrent
         self.hidden = hidden
-        self.encoder = DictEncoder(obs_space, hidden)
+        self.encoder = DictEncoder(obs_space, hidden, image_encoder)
         if recurrent is None:
             self.core = nn.Sequential(layer_init(nn.Linear(self.encoder.out_dim, hidden)), nn.ReLU())
         else:

@@ -108,7 +108,8 @@ class PPO:
         torch.manual_seed(self.seed)
         self.net = ActorCritic(envs.single_observation_space, int(envs.single_action_space.n),
                                hidden=int(c("hidden", 256)), recurrent=recurrent,
-                               two_value_heads=self.two_value_heads).to(self.device)
+                               two_value_heads=self.two_value_heads,
+                               image_encoder=str(c("image_encoder", "cnn"))).to(self.device)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.lr, eps=float(c("adam_eps", 1e-5)))
         self.rng = np.random.default_rng(self.seed)  # minibatch shuffling
         self.global_step = 0
