@@ -20,6 +20,8 @@ VERBS = {
     "cache": "inspect the persistent LM cache: stats | export FILE | clear",
     "collect": "collect an episode dataset with an exploration agent (BK data collection)",
     "label": "label a collected dataset with the LM (BK-Code/Pref/Goal, Motif)",
+    "codebook": "PTGM: hindsight goals of a collected dataset -> KMeans goal codebook",
+    "pretrain": "PTGM: goal-conditioned BC low level and goal prior from a dataset and a codebook",
 }
 
 
@@ -43,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     for verb, text in VERBS.items():
         p = sub.add_parser(verb, help=text, description=text, epilog=_groups_help(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        if verb in ("train", "collect", "label"):
+        if verb in ("train", "collect", "label", "codebook", "pretrain"):
             p.add_argument("overrides", nargs="*", help="group=option and key=value overrides")
             p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
             if verb == "train":
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             from llmguide.sweep import run_sweep
 
             return run_sweep(args.overrides)
-        if args.verb in ("train", "collect", "label"):
+        if args.verb in ("train", "collect", "label", "codebook", "pretrain"):
             cfg = load_config(args.overrides)
             if args.print_config:
                 from omegaconf import OmegaConf

@@ -24,6 +24,7 @@ RECIPES: dict[str, str] = {
     "bk": "llmguide.pipelines.bk:BKRecipe",
     "glam": "llmguide.pipelines.glam:GLAMRecipe",
     "drrn": "llmguide.pipelines.drrn:DRRNRecipe",
+    "ptgm": "llmguide.pipelines.ptgm:PTGMRecipe",
 }
 
 # packages whose import registers the config rules of their keys (env.*, agent.*, method.module.*, llm.*)
