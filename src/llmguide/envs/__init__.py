@@ -99,8 +99,14 @@ def get_oracle(family: str, actions: str = "primitive") -> Oracle:
     raise ValueError(f"unknown env family {family!r}; choose one of {list(FAMILIES)}")
 
 
-def make_vector_env(env_cfg: Any, num_envs: int, seed: int, mode: str = "sync") -> gym.vector.VectorEnv:
-    """:func:`llmguide.envs.vector.make_vector_env`; ``env=craftax`` is one batched JAX env (mode unused)."""
+def make_vector_env(env_cfg: Any, num_envs: int, seed: int, mode: str = "sync", runners: int = 0,
+                    ray_cfg: Any = None) -> gym.vector.VectorEnv:
+    """:func:`llmguide.envs.vector.make_vector_env`; ``env=craftax`` is one batched JAX env (mode unused);
+    ``runners > 0``: the envs live in that many Ray env-runner actors (:mod:`llmguide.distributed.vector`)."""
+    if runners > 0:
+        from llmguide.distributed.vector import RayVectorEnv
+
+        return RayVectorEnv(env_cfg, num_envs, seed, runners, ray_cfg)
     if cfg_get(env_cfg, "name") == "craftax":
         from llmguide.envs.craftax import make_craftax_vector
 

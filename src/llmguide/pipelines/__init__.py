@@ -28,7 +28,8 @@ RECIPES: dict[str, str] = {
 }
 
 # packages whose import registers the config rules of their keys (env.*, agent.*, method.module.*, llm.*)
-RULE_OWNERS = ("llmguide.envs", "llmguide.learners", "llmguide.rewards", "llmguide.llm.factory")
+RULE_OWNERS = ("llmguide.envs", "llmguide.learners", "llmguide.rewards", "llmguide.llm.factory",
+               "llmguide.distributed")
 
 
 def recipe_class(cfg: DictConfig) -> type:

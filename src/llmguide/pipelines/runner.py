@@ -142,7 +142,8 @@ def train(cfg: DictConfig, recipe: Recipe) -> int:
     recipe.check()
     seed_everything(int(cfg.seed), bool(cfg.deterministic))
     with open_run(cfg) as run:
-        envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
+        envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector),
+                               runners=int(cfg.get("runners", 0) or 0), ray_cfg=cfg.get("ray"))
         parts = None
         try:
             parts = recipe.build(envs, run)
