@@ -6,7 +6,13 @@ from the map (a staircase down coming into view).  With ``oracle_facts`` the inf
 coarse map facts (``visible``: staircase down, closed door, monster, item) for the oracle; they
 cost a scan of the glyph map per step, so they are off by default.  Observation: ``image`` = a (2, crop, crop)
 egocentric crop of the character map and its colours (float32, scaled to [0, 1]); ``vector`` =
-the 27 blstats, scaled and clipped to [-5, 5].
+the 27 blstats, scaled and clipped to [-5, 5]; with ``message_obs`` also ``message`` = the 256 raw
+message bytes (uint8; the policy's message encoder reads it, as in the ONI/Motif reference).
+
+Reward: ``clip(reward_scale · r_env, −reward_clip, reward_clip)`` (the ONI/Motif rollout workers' extrinsic
+transform; ``info["raw_reward"]`` keeps ``r_env``).  Seeding: ``reset(seed=s)`` seeds the env's
+``np_random``; *every* reset then draws NetHack's core and disp seeds from it (no anti-TAS reseeding),
+so two envs made with the same seed give identical observations across all later resets and steps.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ EVENTS = ["find the staircase", "descend the stairs", "open a door", "pick up an
           "kill a monster", "collect gold", "eat food", "gain a level", "take damage"]
 MESSAGE_EVENTS = [  # (cheap keywords, pattern on the message, event)
     (("You kill", "You destroy"), re.compile(r"\bYou (kill|destroy)\b"), "kill a monster"),
-    (("door", "WHAMM"), re.compile(r"\bThe door opens\b|\bThe door crashes open\b|\bWHAMM!!"),
+    (("door", "WHAMM", "unlocking"),
+     re.compile(r"\bThe door opens\b|\bThe door crashes open\b|\bWHAMM!!|\bYou succeed in unlocking\b"),
      "open a door"),
     ((" - ",), re.compile(r"(^|\s)[a-zA-Z] - (?!.*\(being worn\))"), "pick up an item"),
     (("eating", "delicious", "hits the spot"),
@@ -35,6 +42,8 @@ MESSAGE_EVENTS = [  # (cheap keywords, pattern on the message, event)
 ]
 
 
+PROGRESS_EVENTS = frozenset({"kill a monster", "open a door", "pick up an item", "eat food", "gain a level",
+                             "find the staircase", "descend the stairs", "collect gold"})
 _KEYWORDS = re.compile("|".join(re.escape(k) for keys, _, _ in MESSAGE_EVENTS for k in keys))
 
 
@@ -55,6 +64,7 @@ _DEPTH, _GOLD, _XP, _HP = BL["depth"], BL["gold"], BL["xp"], BL["hp"]
 _PLANE_SCALE = np.array([1 / 255, 1 / 15], np.float32)[:, None, None]
 _DELTA_KEYS = (("HP", "hp"), ("Dlvl", "depth"), ("Gold", "gold"), ("Xp", "xp"))
 OBS_KEYS = ("chars", "colors", "glyphs", "blstats", "message")
+MESSAGE_BYTES = 256
 
 
 def _import_backend(name: str) -> None:
@@ -79,7 +89,8 @@ class NetHackText(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, env_id: str, family: str = "nethack", max_steps: int | None = None,
-                 blstats_deltas: bool = False, crop: int = 9, oracle_facts: bool = False):
+                 blstats_deltas: bool = False, crop: int = 9, oracle_facts: bool = False,
+                 message_obs: bool = False, reward_scale: float = 1.0, reward_clip: float | None = None):
         _import_backend(family)
         if env_id not in gym.registry:
             known = sorted(k for k in gym.registry if k.startswith("MiniHack-" if family == "minihack"
@@ -90,12 +101,16 @@ class NetHackText(gym.Env):
         self._t = 0
         self.env_id, self.family = env_id, family
         self.blstats_deltas, self.crop, self.oracle_facts = blstats_deltas, crop, oracle_facts
+        self.message_obs = bool(message_obs)
+        self.reward_scale = float(reward_scale)
+        self.reward_clip = float(reward_clip) if reward_clip else None
         actions = getattr(self._env, "actions", None) or range(self._env.action_space.n)
         self.action_strings = [_action_name(a) for a in actions]
         self.action_space = gym.spaces.Discrete(self._env.action_space.n)
         self.observation_space = gym.spaces.Dict({
             "image": gym.spaces.Box(0.0, 1.0, (2, crop, crop), np.float32),
             "vector": gym.spaces.Box(-5.0, 5.0, (27,), np.float32),
+            **({"message": gym.spaces.Box(0, 255, (MESSAGE_BYTES,), np.uint8)} if self.message_obs else {}),
         })
         self._prev_bl = np.zeros(27, np.int64)
         self._stairs_seen = False
@@ -105,8 +120,8 @@ class NetHackText(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        if seed is not None:
-            self._env.seed(int(seed), int(seed) + 1, False)
+        core, disp = (int(x) for x in self.np_random.integers(0, 2**62, size=2))
+        self._env.seed(core, disp, False)  # every reset: the episode's seeds come from np_random
         obs, _ = self._env.reset()
         self._prev_bl = obs["blstats"].copy()
         self._stairs_seen = False
@@ -117,15 +132,19 @@ class NetHackText(gym.Env):
         return self._observation(obs), self._info(obs["blstats"].tolist(), message, message, [], False, 0)
 
     def step(self, action: int):
-        obs, reward, terminated, truncated, core_info = self._env.step(int(action))
+        obs, raw_reward, terminated, truncated, core_info = self._env.step(int(action))
+        reward = float(raw_reward) * self.reward_scale
+        if self.reward_clip is not None:
+            reward = min(max(reward, -self.reward_clip), self.reward_clip)
         self._t += 1
         if self.max_steps is not None and self._t >= self.max_steps and not terminated:
             truncated = True
         if obs["blstats"][BL["depth"]] == 0:  # the game is over: NLE zeroes the status line
             obs = dict(obs, blstats=self._prev_bl.copy())
         info = self._text(obs, core_info, terminated)
+        info["raw_reward"] = float(raw_reward)
         self._prev_bl = obs["blstats"].copy()
-        return self._observation(obs), float(reward), bool(terminated), bool(truncated), info
+        return self._observation(obs), reward, bool(terminated), bool(truncated), info
 
     def _text(self, obs: dict, core_info: dict, terminated: bool) -> dict[str, Any]:
         """Caption, events (messages, status changes, map) and oracle facts of one step."""
@@ -173,6 +192,8 @@ class NetHackText(gym.Env):
         vector = bl.astype(np.float32)
         vector *= _BL_SCALE
         np.minimum(np.maximum(vector, -5.0, out=vector), 5.0, out=vector)  # np.clip is slow here
+        if self.message_obs:
+            return {"image": image, "vector": vector, "message": obs["message"].copy()}
         return {"image": image, "vector": vector}
 
     def _info(self, bl: list[int], caption: str, message: str, events: list[str], success: bool,
@@ -244,7 +265,10 @@ def make_nethack(env_cfg: Any, seed: int | None = None) -> NetHackText:
                        max_steps=cfg_get(env_cfg, "max_steps"),
                        blstats_deltas=bool(cfg_get(env_cfg, "blstats_deltas", False)),
                        crop=int(cfg_get(env_cfg, "crop", 9)),
-                       oracle_facts=bool(cfg_get(env_cfg, "oracle_facts", False)))
+                       oracle_facts=bool(cfg_get(env_cfg, "oracle_facts", False)),
+                       message_obs=bool(cfg_get(env_cfg, "message_obs", False)),
+                       reward_scale=float(cfg_get(env_cfg, "reward_scale", 1.0)),
+                       reward_clip=cfg_get(env_cfg, "reward_clip"))
 
 
 class NetHackOracle(Oracle):
@@ -269,6 +293,21 @@ class NetHackOracle(Oracle):
             out.add("find the staircase")
         out.add("eat food")  # the starting inventory always holds food
         return out
+
+    # --- ONI / Motif ground truth: a message is helpful when it reports progress ---------------
+    def message_progress(self, message: str) -> int:
+        """How many progress events (:data:`PROGRESS_EVENTS`) the message reports (key or item picked up,
+        door opened, monster killed, level gained, staircase found, food eaten)."""
+        return sum(event in PROGRESS_EVENTS for event in message_events(message))
+
+    def helpful(self, message: str) -> bool:
+        """ONI's yes/no label from ground truth: the message reports progress."""
+        return self.message_progress(message) > 0
+
+    def prefer(self, a: str, b: str) -> str:
+        """Motif / ONI-Ranking preference from ground truth: ``"A"``, ``"B"`` or ``"="`` by progress."""
+        pa, pb = self.message_progress(a), self.message_progress(b)
+        return "=" if pa == pb else ("A" if pa > pb else "B")
 
     def feasible_from_caption(self, caption: str) -> set[str]:
         text = caption.lower()

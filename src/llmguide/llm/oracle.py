@@ -9,6 +9,13 @@ has BK knowledge (``bk_program``, ``bk_progress``, ``bk_goals``; BabyAI has): BK
 oracle program, BK-Pref ranks the two segments by ground-truth progress towards the target of
 ``task_mission`` (e.g. "go to the red ball"), BK-Goal gets the oracle goal library for it.
 The BK pipeline sets ``task_mission`` from the env's task; the LM arms never see it.
+
+ONI / Motif labelling prompts (``oni_label*``, ``motif_pref``) get ground-truth answers when the oracle
+has ``helpful(message)`` and ``prefer(a, b)`` (NetHack/MiniHack has: a message is helpful when it
+reports progress, from the env's message events).  The message is the last ``Message:`` line, the pair
+the last ``A:`` / ``B:`` lines (quotes stripped).  Both label modes work: ``score`` gives 0.0 to the true
+answer and -1e9 to the others, ``generate`` returns the answer in its ``<answer>`` tag, so the oracle
+goes through exactly the code path of an LM labeller.
 """
 
 from __future__ import annotations
@@ -71,6 +78,11 @@ class OracleLM(LanguageModel):
         """Bullets ``- goal``, one per line, for the goals the oracle suggests from each prompt's caption."""
         out = []
         for prompt in prompts:
+            oni = self._oni_answer(prompt)
+            if oni is not None:
+                self.stats["oni_answers"] = self.stats.get("oni_answers", 0) + 1
+                out.append(Completion(text=f"<answer>{oni}</answer>", finish_reason="stop", meta={"oni": True}))
+                continue
             bk = self._bk_answer(prompt)
             if bk is not None:
                 self.stats["bk_answers"] += 1
@@ -92,9 +104,28 @@ class OracleLM(LanguageModel):
         check_score_args(contexts, candidates)
         rows = []
         for context, cands in zip(contexts, candidates, strict=True):
+            oni = self._oni_answer(context)
+            if oni is not None:
+                self.stats["oni_answers"] = self.stats.get("oni_answers", 0) + 1
+                rows.append([0.0 if _norm_answer(c) == _norm_answer(oni) else MISS_SCORE for c in cands])
+                continue
             good = set(self._suggest(context))
             rows.append([0.0 if self.oracle.canonical(c) in good else MISS_SCORE for c in cands])
         return rows
+
+    # --- ONI / Motif labelling prompts -------------------------------------------------------------
+    def _oni_answer(self, prompt: str) -> str | None:
+        """``"yes"``/``"no"`` for an ONI label prompt, ``"A > B"``/``"B > A"``/``"A = B"`` for a pair prompt,
+        None if ``prompt`` is neither (or the oracle has no message ground truth)."""
+        if not hasattr(self.oracle, "helpful"):
+            return None
+        a, b = _last_line(prompt, "A:"), _last_line(prompt, "B:")
+        if a is not None and b is not None and hasattr(self.oracle, "prefer"):
+            return {"A": "A > B", "B": "B > A", "=": "A = B"}[self.oracle.prefer(a, b)]
+        message = _last_line(prompt, "Message:")
+        if message is not None:
+            return "yes" if self.oracle.helpful(message) else "no"
+        return None
 
     # --- BK labelling prompts ---------------------------------------------------------------------
     def _bk_answer(self, prompt: str) -> str | None:
@@ -123,3 +154,19 @@ def _window_captions(text: str) -> list[str]:
         if m:
             out.append(m.group(1))
     return out
+
+
+def _last_line(prompt: str, prefix: str) -> str | None:
+    """The rest of the last line starting with ``prefix`` (stripped, surrounding quotes removed), or None."""
+    for line in reversed(prompt.splitlines()):
+        if line.startswith(prefix):
+            text = line[len(prefix):].strip()
+            if len(text) >= 2 and text[0] == text[-1] == '"':
+                text = text[1:-1]
+            return text
+    return None
+
+
+def _norm_answer(candidate: str) -> str:
+    """A score candidate in the form of :meth:`OracleLM._oni_answer` (" yes" → "yes", "A>B" → "a>b")."""
+    return candidate.strip().lower().replace(" ", "")

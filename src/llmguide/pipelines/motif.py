@@ -1,7 +1,10 @@
 """Motif pipeline (offline), one CLI verb per step, all state in ``<data_dir>`` so any step can be re-run:
 
-- ``llmguide collect method=motif env=minihack ...``: run a random policy for ``method.collect_steps``
-  env steps, count its messages, sample ``method.num_pairs`` pairs → ``pairs.sqlite``;
+- ``llmguide collect method=motif env=minihack ...``: run the collection policy (``method.collect_policy``:
+  ``rnd`` = PPO learning from extrinsic + RND reward, a policy that does something as the reference's
+  score-maximising agents; ``random``) for ``method.collect_steps`` env steps, count its messages, sample
+  ``method.num_pairs`` pairs (``method.pair_sampling``: ``observations`` = both sides drawn over the
+  collected observations, as the reference; ``unique`` = over unique messages) → ``pairs.sqlite``;
 - ``llmguide label method=motif ...``: LM preferences in committed batches (resumable; ``method.max_batches``
   stops early, a rerun continues);
 - ``llmguide train method=motif ...``: train the Bradley-Terry reward model (→ ``reward_model.pt``) if
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -35,26 +39,56 @@ def data_dir(cfg: DictConfig) -> Path:
     return Path(cfg.run.dir) / name / "motif"
 
 
+def _collect_rnd(cfg: DictConfig, envs: Any) -> Counter[str]:
+    """Messages met by a PPO agent learning from the extrinsic reward plus RND (``method.collect_extrinsic_coef``)."""
+    from llmguide.learners.callbacks import Callback
+    from llmguide.learners.ppo import PPO
+    from llmguide.rewards.rnd import RND
+
+    counts: Counter[str] = Counter()
+
+    class Messages(Callback):
+        def on_step(self, step: Any) -> bool:
+            counts.update(str(i.get("caption") or "") for i in step.infos)
+            return True
+
+    rnd = RND(envs.single_observation_space, envs.num_envs, seed=int(cfg.seed))
+    agent = PPO(envs, cfg.agent, reward_modules=[(1.0, rnd)],
+                extrinsic_coef=float(cfg.method.get("collect_extrinsic_coef", 1.0)), seed=int(cfg.seed))
+    agent.learn(int(cfg.method.collect_steps), callback=Messages(), progress=False)
+    episodes = list(agent.episodes)
+    success = [e.get("charts/success", 0.0) for e in episodes]
+    log.info("collection agent: %d episodes, success %.3f", len(episodes), float(np.mean(success or [0.0])))
+    return counts
+
+
 def collect(cfg: DictConfig) -> int:
-    """Random-policy rollouts → message counts and sampled pairs in ``pairs.sqlite``."""
-    from collections import Counter
-
+    """Collection-policy rollouts → message counts and sampled pairs in ``pairs.sqlite``."""
     from llmguide.envs import make_vector_env, split_infos
+    from llmguide.pipelines.oni import use_reference_policy
 
+    use_reference_policy(cfg)
     seed_everything(int(cfg.seed))
     envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
     counts: Counter[str] = Counter()
+    policy = str(cfg.method.get("collect_policy", "random"))
     try:
-        envs.reset(seed=int(cfg.seed))
-        envs.action_space.seed(int(cfg.seed))
-        for _ in range(max(1, int(cfg.method.collect_steps) // envs.num_envs)):
-            _, _, _, _, infos = envs.step(envs.action_space.sample())
-            counts.update(str(i.get("caption") or "") for i in split_infos(infos, envs.num_envs))
+        if policy == "rnd":
+            counts = _collect_rnd(cfg, envs)
+        elif policy == "random":
+            envs.reset(seed=int(cfg.seed))
+            envs.action_space.seed(int(cfg.seed))
+            for _ in range(max(1, int(cfg.method.collect_steps) // envs.num_envs)):
+                _, _, _, _, infos = envs.step(envs.action_space.sample())
+                counts.update(str(i.get("caption") or "") for i in split_infos(infos, envs.num_envs))
+        else:
+            raise ValueError(f"method.collect_policy must be 'rnd' or 'random', got {policy!r}")
     finally:
         envs.close()
     db = PairsDB(data_dir(cfg) / "pairs.sqlite")
     db.add_messages(counts)
-    added = db.add_pairs(sample_pairs(db.messages(), int(cfg.method.num_pairs), int(cfg.seed)))
+    added = db.add_pairs(sample_pairs(db.messages(), int(cfg.method.num_pairs), int(cfg.seed),
+                                      over=str(cfg.method.get("pair_sampling", "observations"))))
     print(f"collected {sum(counts.values())} messages ({len(counts)} unique); {added} new pairs, "
           f"{db.count()} in {db.path}")
     db.close()
@@ -106,6 +140,12 @@ class MotifRecipe(Recipe):
 
     agents = ("ppo",)
     steps = {"collect": collect, "label": label}
+
+    def check(self) -> None:
+        from llmguide.pipelines.oni import use_reference_policy
+
+        super().check()
+        use_reference_policy(self.cfg)
 
     def build(self, envs: Any, run: RunDir | None) -> Parts:
         cfg = self.cfg

@@ -32,6 +32,19 @@ for _key, _rule in {
     register_rule(_key, _rule)
 
 
+def use_reference_policy(cfg: Any) -> None:
+    """The ONI/Motif reference policy by default: ``agent.recurrent`` := ``method.recurrent`` (gru) when the
+    agent has no core, and the message bytes in the observation (``env.message_obs``) on NetHack/MiniHack.
+    ``method.recurrent=null`` keeps a feed-forward policy."""
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        if cfg.method.get("recurrent") and cfg.agent.get("recurrent") is None:
+            cfg.agent.recurrent = str(cfg.method.recurrent)
+        if str(cfg.env.name) in ("nethack", "minihack") and cfg.env.get("message_obs") is None:
+            cfg.env.message_obs = True
+
+
 def build_oni_module(method_cfg: Any, num_envs: int, service: Any, seed: int = 0) -> RewardModule:
     """The reward module of an ONI method; ``service`` is the LLMService the annotator talks to."""
     from llmguide.rewards.oni import ONIClassification, ONIRetrieval
@@ -71,6 +84,10 @@ class ONIRecipe(Recipe):
     """ONI (and ELLM-BoW): PPO with an intrinsic reward from online, asynchronous LM labels."""
 
     agents = ("ppo",)
+
+    def check(self) -> None:
+        super().check()
+        use_reference_policy(self.cfg)
 
     def build(self, envs: Any, run: RunDir | None) -> Parts:
         cfg = self.cfg

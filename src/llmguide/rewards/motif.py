@@ -90,16 +90,30 @@ class PairsDB:
         self.conn.close()
 
 
-def sample_pairs(messages: Counter[str], num_pairs: int, seed: int = 0) -> list[tuple[str, str]]:
-    """Up to ``num_pairs`` distinct pairs of distinct messages, uniform over *unique* messages
-    (so the frequent empty / wall messages do not dominate as in uniform-over-observations sampling)."""
+def sample_pairs(messages: Counter[str], num_pairs: int, seed: int = 0,
+                 over: str = "observations") -> list[tuple[str, str]]:
+    """Up to ``num_pairs`` distinct pairs of distinct messages.
+
+    ``over="observations"`` (the reference): each side is drawn over the collected observations, i.e. a
+    message with probability ∝ its count (identical and repeated pairs skipped, so frequent messages
+    do not fill the dataset with copies); ``over="unique"``: uniform over unique messages.
+    """
+    if over not in ("observations", "unique"):
+        raise ValueError(f"pair sampling must be 'observations' or 'unique', got {over!r}")
     keys = sorted(messages)
     rng = random.Random(seed)
     total = len(keys) * (len(keys) - 1) // 2
     if total <= num_pairs:
         return [(a, b) for i, a in enumerate(keys) for b in keys[i + 1:]]
+    weights = [float(messages[k]) for k in keys] if over == "observations" else None
     out: set[tuple[str, str]] = set()
-    while len(out) < num_pairs:
+    for _ in range(num_pairs * 50):
+        if len(out) >= num_pairs:
+            break
+        a, b = rng.choices(keys, weights=weights, k=2)
+        if a != b:
+            out.add(PairAnnotator.make_pair(a, b))
+    while len(out) < num_pairs:  # the weighted draw ran dry: fill uniformly over unique messages
         a, b = rng.sample(keys, 2)
         out.add(PairAnnotator.make_pair(a, b))
     return sorted(out)
