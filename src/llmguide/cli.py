@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
             if verb == "train":
                 p.add_argument("-m", "--multirun", action="store_true",
                                help="sweep: one run per combination of comma-separated values "
-                                    "(e.g. -m seed=0,1,2 method=rnd,none), sweep.jobs at a time")
+                                    "(e.g. -m seed=0,1,2 method=rnd,none), sweep.jobs at a time; "
+                                    "sweep.launcher=ray: as Ray tasks on ray.address's cluster")
         elif verb == "eval":
             p.add_argument("run_dir", help="run directory to evaluate")
             p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. eval.episodes=20")
@@ -94,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(OmegaConf.to_yaml(OmegaConf.create(redact(cfg))))
                 return 0
             from llmguide import pipelines
+            from llmguide.distributed import connect, uses_ray
 
+            if uses_ray(cfg):  # runners=N or llm.actor=true: join ray.address's cluster before anything starts
+                connect(cfg.ray)
             return pipelines.run(args.verb, cfg) or 0
         if args.verb == "eval":
             from llmguide.pipelines import evaluate_run

@@ -48,6 +48,9 @@ def _check(cfg: Any) -> None:
                                      f"at least one env, got runners={runners}")
     if runners > 0 and str(cfg.env.get("name")) == "craftax":
         raise ConfigError("runners", "env=craftax is one batched JAX env in the learner process; use runners=0")
+    llm = cfg.get("llm", {})
+    if bool(llm.get("actor", False)) and bool(llm.get("trainable", False)):
+        raise ConfigError("llm.actor", "a trainable LM (GLAM) trains in the learner process; use llm.actor=false")
     restarts = cfg.get("ray", {}).get("max_restarts", 0)
     if restarts is not None and int(restarts) < -1:
         raise ConfigError("ray.max_restarts", f"must be >= -1 (-1: always restart), got {restarts}")

@@ -115,7 +115,12 @@ def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str 
     """Backend from ``llm_cfg`` (the ``llm`` config group), wrapped in the persistent cache when enabled.
 
     Cache file: ``llm_cfg.cache.path``, or ``default_cache_dir() / "llm_cache.sqlite"`` when null.
+    ``llm.actor=true``: a client of the one Ray actor holding this LM and its cache (:mod:`llmguide.distributed.lm`).
     """
+    if _get(llm_cfg, "actor", False):
+        from llmguide.distributed.lm import actor_lm
+
+        return actor_lm(llm_cfg, env_family, template_version)
     backend = make_backend(llm_cfg, env_family)
     cache_cfg = _get(llm_cfg, "cache", {})
     if not _get(cache_cfg, "enabled", False):
