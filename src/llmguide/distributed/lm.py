@@ -96,7 +96,7 @@ def lm_actor_for(llm_cfg: Any, env_family: str | None, template_version: str | N
     actor = ray.remote(LMActor).options(
         name=actor_name(cfg, env_family, template_version), namespace=str(_get(ray_cfg, "namespace", "llmguide")),
         get_if_exists=True, max_restarts=int(_get(ray_cfg, "max_restarts", 3)), max_task_retries=0,
-        max_concurrency=64, num_cpus=1, num_gpus=float(_get(ray_cfg, "lm_gpus", 0.0)))
+        max_concurrency=64, num_cpus=0, num_gpus=float(_get(ray_cfg, "lm_gpus", 0.0)))  # never blocks runners
     return actor.remote(cfg, env_family, template_version)
 
 
