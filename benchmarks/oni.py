@@ -1,12 +1,28 @@
-"""ONI-Retrieval and ONI-Classification vs extrinsic-only PPO on a sparse MiniHack task, several seeds.
+"""ONI and Motif reduced-scale reproduction on a sparse MiniHack task, side by side with their controls.
 
-Also measures annotation throughput (labels/s of the embedded LM in score and generate mode, cold
-cache, same run) and the number of duplicate LM requests (must be 0).  All runs share one LM
-cache (as seeds of a study would), so later seeds reuse the labels of earlier ones.
+Arms (every one: PPO with the reference-style policy = glyph-crop CNN + blstats MLP + message-byte MLP
+→ GRU, the same env, budget, PPO config and ``extrinsic_coef`` 10 with the extrinsic reward clipped at
+±10, as ONI on its sparse tasks):
 
-    nice .venv/bin/python benchmarks/oni.py --steps 8000 --seeds 3 --out runs/bench_oni
+- ``none``: extrinsic reward only (the control);
+- ``oni_retrieval-oracle`` / ``oni_classification-oracle`` / ``oni_ranking-oracle``: ONI with the
+  ground-truth labeller (``llm=oracle``: a message is helpful when it reports progress, from the env's
+  message events; pair preference by progress), online and asynchronous as with an LM;
+- ``oni_retrieval-embedded``: ONI-Retrieval labelled by the embedded LM (Gemma 3 270M, score mode);
+  its labels are compared with the oracle's (agreement, confusion);
+- ``motif-oracle``: Motif, offline: messages of an RND + extrinsic PPO agent (``--collect-steps``),
+  pairs sampled over its observations, oracle preferences, Bradley-Terry reward model, then PPO;
+- ``ellm_bow``: the ONI paper's LM-free baseline (bag-of-words cosine to the goal sentence).
 
-Writes ``results.md`` (table), ``results.json`` and ``curves.png`` to ``--out``.
+Value per seed: success rate of the training episodes that end in the last 10% of the run's budget.
+Curves: success rate and return vs env steps, mean and 95% percentile-bootstrap CI over seeds.
+Runs one process at a time (a shared 2-core machine); ``--deadline-min`` stops starting runs that would
+not finish in time, and every arm's budget and seeds are written as run.
+
+    nice -n 5 .venv/bin/python benchmarks/oni.py --env-id MiniHack-KeyRoom-Fixed-S5-v0 --seeds 3 --steps 100000
+    .venv/bin/python benchmarks/oni.py --phase nethack --nethack-steps 20000   # NetHackScore-v0, same recipe
+
+Writes ``<results>/oni.md``, ``oni.json`` (DESIGN.md format) and ``oni.png``.
 """
 
 from __future__ import annotations
@@ -14,174 +30,306 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bk import bootstrap_ci, cli  # noqa: E402  (the reproduction scripts' shared helpers)
 
-def run_one(method: str, seed: int, args: argparse.Namespace, runs: Path) -> dict:
-    from llmguide.core.config import load_config
-    from llmguide.pipelines import run
-
-    name = f"{method}-s{seed}"
-    overrides = ["env=minihack", f"env.id={args.env}", f"method={method}", f"seed={seed}",
-                 f"total_steps={args.steps}", f"num_envs={args.num_envs}", f"agent.num_steps={args.rollout}",
-                 f"agent.hidden={args.hidden}", f"run.dir={runs}", f"run.name={name}", "run.overwrite=true",
-                 "eval.episodes=0", "progress=false", f"log_every={args.rollout * args.num_envs}"]
-    if method == "none":
-        overrides.append(f"method.extrinsic_coef={args.extrinsic_coef}")
-    start = time.perf_counter()
-    run("train", load_config(overrides))
-    wall = time.perf_counter() - start
-    records = [json.loads(line) for line in (runs / name / "metrics.jsonl").read_text().splitlines() if line]
-    episodes = [r for r in records if "charts/episodic_return" in r]
-    lm = ([r for r in records if "lm/annot_requests" in r] or [{}])[-1]
-    last = episodes[-max(1, len(episodes) // 5):]  # final 20% of the episodes
-    return {
-        "method": method, "seed": seed, "wall_s": wall, "sps": args.steps / wall, "episodes": len(episodes),
-        "final_return": float(np.mean([e["charts/episodic_return"] for e in last])) if last else float("nan"),
-        "final_success": float(np.mean([e.get("charts/success", 0.0) for e in last])) if last else float("nan"),
-        "curve": [(e["step"], e["charts/episodic_return"]) for e in episodes],
-        "lm_requests": lm.get("lm/annot_requests", 0.0), "duplicate_requests": lm.get("lm/annot_duplicate_requests", 0.0),
-        "labels_reused_from_cache": lm.get("lm/annot_cache_reused", 0.0), "labelled": lm.get("lm/annot_labelled", 0.0),
-        "fallbacks": lm.get("lm/annot_fallbacks", 0.0), "positive_fraction": lm.get("lm/annot_positive_fraction", 0.0),
-        "messages": _messages(runs / name),
-    }
+ARMS = {
+    "none": ["method=none", "method.extrinsic_coef=10.0"],
+    "oni_retrieval-oracle": ["method=oni_retrieval", "llm=oracle"],
+    "oni_retrieval-embedded": ["method=oni_retrieval", "llm=embedded"],
+    "oni_classification-oracle": ["method=oni_classification", "llm=oracle"],
+    "oni_ranking-oracle": ["method=oni_ranking", "llm=oracle"],
+    "motif-oracle": ["method=motif", "llm=oracle"],
+    "ellm_bow": ["method=ellm_bow"],
+}
 
 
-def _messages(run: Path) -> list[str]:
-    """The messages the run's annotator labelled (from its final checkpoint)."""
+def common(args: argparse.Namespace, env_id: str) -> list[str]:
+    family = "nethack" if env_id.startswith("NetHack") else "minihack"
+    return [f"env={family}", f"env.id={env_id}", "env.message_obs=true", "env.reward_clip=10.0",
+            f"num_envs={args.num_envs}", "agent.recurrent=gru", f"agent.hidden={args.hidden}",
+            f"agent.num_steps={args.num_steps}", f"agent.update_epochs={args.update_epochs}",
+            "agent.torch_threads=1", "progress=false", "eval.episodes=0", f"run.dir={args.out}",
+            f"log_every={args.num_envs * args.num_steps}"]
+
+
+def motif_data(args: argparse.Namespace, env_id: str) -> tuple[Path, dict]:
+    """Collect (RND agent) → oracle preferences, once per env; returns the data dir and its summary."""
+    folder = args.out / f"motif-data-{env_id}"
+    stats = folder / "label_stats.json"
+    if not stats.exists():
+        base = [*common(args, env_id), "method=motif", "llm=oracle", f"method.data_dir={folder}", "seed=0",
+                "run.name=motif-collect", "run.overwrite=true"]
+        code, secs = cli("collect", [*base, f"method.collect_steps={args.collect_steps}",
+                                     f"method.num_pairs={args.num_pairs}"], args.out / "motif-collect.log")
+        print(f"motif collect: exit {code}, {secs:.0f}s", flush=True)
+        code2, secs2 = cli("label", base, args.out / "motif-label.log")
+        print(f"motif label: exit {code2}, {secs2:.0f}s", flush=True)
+        if code or code2 or not stats.exists():
+            return folder, {"failed": f"motif collect/label exit {code}/{code2} (see {args.out}/motif-*.log)"}
+        (folder / "seconds.json").write_text(json.dumps({"collect": secs, "label": secs2}))
+    summary = json.loads(stats.read_text())
+    summary.update(json.loads((folder / "seconds.json").read_text()) if (folder / "seconds.json").exists() else {})
+    summary["collect_steps"] = args.collect_steps
+    return folder, summary
+
+
+def train_one(args: argparse.Namespace, arm: str, seed: int, steps: int, env_id: str, extra: list[str]) -> float:
+    name = f"{arm}-s{seed}"
+    if (args.out / name / "eval.json").exists():
+        return 0.0
+    code, secs = cli("train", [*common(args, env_id), *ARMS[arm], *extra, f"total_steps={steps}", f"seed={seed}",
+                               f"run.name={name}", "run.overwrite=true"], args.out / f"{name}.log")
+    print(f"train {name}: exit {code}, {secs:.0f}s", flush=True)
+    return secs
+
+
+def episodes(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    from llmguide.core.rundir import read_metrics
+
+    recs = [r for r in read_metrics(run) if "charts/episodic_return" in r]
+    return (np.array([r["step"] for r in recs], float), np.array([r.get("charts/success", 0.0) for r in recs], float),
+            np.array([r["charts/episodic_return"] for r in recs], float))
+
+
+def last_lm(run: Path) -> dict:
+    from llmguide.core.rundir import read_metrics
+
+    recs = [r for r in read_metrics(run) if "lm/annot_requests" in r or "lm/calls" in r]
+    keys = ("lm/annot_requests", "lm/annot_labelled", "lm/annot_known", "lm/annot_positive_fraction",
+            "lm/annot_duplicate_requests", "lm/annot_cache_reused", "lm/annot_fallbacks", "lm/annot_unparseable",
+            "lm/latency_p50", "lm/latency_p95", "lm/calls")
+    return {k.removeprefix("lm/"): recs[-1][k] for k in keys if recs and k in recs[-1]}
+
+
+def labelled_messages(run: Path) -> dict[str, float | None]:
+    """The annotator's labels in the run's final checkpoint (message → label)."""
     import torch
 
     ckpt = run / "checkpoints" / "latest.pt"
     if not ckpt.exists():
-        return []
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)["agent"].get("reward_modules", {})
-    found: list[str] = []
-    for entry in state:  # PPO checkpoints: [{"name", "coef", "state"}] per reward module
-        module_state = entry.get("state", {})
-        if "annotator" in module_state:
-            found += [m for m in module_state["annotator"]["labels"] if isinstance(m, str)]
-    return found
+        return {}
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)["agent"].get("reward_modules", [])
+    out: dict[str, float | None] = {}
+    for entry in state:
+        labels = entry.get("state", {}).get("annotator", {}).get("labels", {})
+        out.update({m: y for m, y in labels.items() if isinstance(m, str)})
+    return out
 
 
-def throughput(messages: list[str], mode: str) -> dict:
-    """Labels per second with a cold cache (the bare embedded LM behind the async service)."""
-    from llmguide.llm.embedded import EmbeddedLM
-    from llmguide.llm.service import LLMService
-    from llmguide.rewards.oni_annotator import MessageAnnotator
+def agreement(labels: dict[str, float | None]) -> dict:
+    """Embedded-LM labels vs the oracle's ground truth on the same messages."""
+    from llmguide.envs.nethack import NetHackOracle
 
-    lm = EmbeddedLM()
-    with LLMService(lm, max_batch=8) as service:
-        annot = MessageAnnotator(service, mode=mode)  # the bare LM has no cache: every label is computed
-        start = time.perf_counter()
-        annot.submit(messages)
-        annot.wait(1800)
-        elapsed = time.perf_counter() - start
-        metrics = service.metrics()
-    lm.close()
-    return {"mode": mode, "messages": len(messages), "seconds": elapsed, "labels_per_s": len(messages) / elapsed,
-            "lm_requests": annot.counts["requests"], "backend_submitted": metrics["submitted"],
-            "unparseable": annot.counts["unparseable"]}
+    oracle = NetHackOracle()
+    pairs = [(y > 0.5, oracle.helpful(m)) for m, y in labels.items() if y is not None]
+    if not pairs:
+        return {"messages": 0}
+    lm, gt = np.array(pairs).T
+    return {"messages": len(pairs), "agreement": round(float((lm == gt).mean()), 4),
+            "lm_yes_oracle_yes": int((lm & gt).sum()), "lm_yes_oracle_no": int((lm & ~gt).sum()),
+            "lm_no_oracle_yes": int((~lm & gt).sum()), "lm_no_oracle_no": int((~lm & ~gt).sum()),
+            "oracle_helpful": sorted(m for m in labels if oracle.helpful(m))}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", default="MiniHack-KeyRoom-Fixed-S5-v0")
-    parser.add_argument("--methods", default="none,oni_retrieval,oni_classification")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=8000)
-    parser.add_argument("--num-envs", type=int, default=4)
-    parser.add_argument("--rollout", type=int, default=128)
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--extrinsic-coef", type=float, default=10.0, help="for 'none' (ONI methods use theirs)")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is fastest when shared)")
-    parser.add_argument("--out", default="runs/bench_oni")
-    args = parser.parse_args()
+def summarise(args: argparse.Namespace, arm: str, steps: int, grid: np.ndarray) -> dict | None:
+    from llmguide.report import binned_curve
 
-    import torch
-
-    torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    os.environ["LLMGUIDE_CACHE_DIR"] = str(out / "cache")  # one shared, initially cold LM cache
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-    results = []
-    for seed in range(args.seeds):
-        for method in args.methods.split(","):
-            r = run_one(method, seed, args, out / "runs")
-            print(f"{method:20s} seed {seed}: final return {r['final_return']:+.3f} success {r['final_success']:.2f} "
-                  f"episodes {r['episodes']} sps {r['sps']:.0f} LM requests {r['lm_requests']:.0f} "
-                  f"(reused {r['labels_reused_from_cache']:.0f}, duplicates {r['duplicate_requests']:.0f})", flush=True)
-            results.append(r)
-
-    messages = sorted({m for r in results for m in r["messages"]})
-    through = [throughput(messages, mode) for mode in ("score", "generate")] if messages else []
-
-    rows = []
-    for method in args.methods.split(","):
-        rs = [r for r in results if r["method"] == method]
-        ret, suc = np.array([r["final_return"] for r in rs]), np.array([r["final_success"] for r in rs])
-        rows.append({"method": method, "seeds": len(rs), "return_mean": float(ret.mean()), "return_std": float(ret.std()),
-                     "success_mean": float(suc.mean()), "success_std": float(suc.std()),
-                     "sps": float(np.mean([r["sps"] for r in rs])),
-                     "lm_requests": float(sum(r["lm_requests"] for r in rs)),
-                     "reused": float(sum(r["labels_reused_from_cache"] for r in rs)),
-                     "duplicate_requests": float(sum(r["duplicate_requests"] for r in rs))})
-    lines = [f"# ONI benchmark: {args.env}, {args.steps} env steps x {args.seeds} seeds, {args.num_envs} envs, "
-             f"PPO rollout {args.rollout}, embedded Gemma 3 270M (score mode)", "",
-             "Final return / success = mean over the last 20% of training episodes of each seed; mean ± std over seeds.",
-             "", "| method | return | success | steps/s | LM requests | labels reused from cache | duplicate requests |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['method']} | {r['return_mean']:+.3f} ± {r['return_std']:.3f} | "
-                     f"{r['success_mean']:.2f} ± {r['success_std']:.2f} | {r['sps']:.0f} | {r['lm_requests']:.0f} | "
-                     f"{r['reused']:.0f} | {r['duplicate_requests']:.0f} |")
-    if through:
-        lines += ["", f"Annotation throughput, cold cache, {len(messages)} unique messages seen in the runs:", "",
-                  "| mode | labels/s | seconds | unparseable |", "|---|---|---|---|"]
-        lines += [f"| {t['mode']} | {t['labels_per_s']:.2f} | {t['seconds']:.1f} | {t['unparseable']} |" for t in through]
-        lines += ["", "Labels: " + "; ".join(f"{m!r}" for m in messages)]
-    (out / "results.md").write_text("\n".join(lines) + "\n")
-    (out / "results.json").write_text(json.dumps({"args": vars(args), "rows": rows, "throughput": through,
-                                                  "runs": [{k: v for k, v in r.items() if k != "curve"} for r in results]},
-                                                 indent=2))
-    _plot(results, args, out / "curves.png")
-    print("\n".join(lines))
+    runs = [(s, args.out / f"{arm}-s{s}") for s in args.seed_list]
+    done = [(s, r) for s, r in runs if (r / "eval.json").exists()]
+    if not done:
+        return None
+    succ, rets, values, lms = [], [], [], []
+    for _, run in done:
+        st, su, re = episodes(run)
+        succ.append(binned_curve(st, su, grid))
+        rets.append(binned_curve(st, re, grid))
+        late = su[st > 0.9 * steps]
+        values.append(float(late.mean()) if late.size else float("nan"))
+        lms.append(last_lm(run))
+    succ_c, ret_c = np.nan_to_num(np.array(succ)), np.nan_to_num(np.array(rets))
+    lo, hi = bootstrap_ci(succ_c)
+    rlo, rhi = bootstrap_ci(ret_c)
+    vals = np.array(values)
+    vlo, vhi = bootstrap_ci(np.nan_to_num(vals)[:, None])
+    out = {"seeds": [s for s, _ in done], "values": [round(v, 4) for v in values], "budget_steps": steps,
+           "value_ci95": [round(float(vlo[0]), 4), round(float(vhi[0]), 4)],
+           "curve": {"steps": grid.tolist(), "mean": succ_c.mean(0).round(4).tolist(),
+                     "ci95_low": np.round(lo, 4).tolist(), "ci95_high": np.round(hi, 4).tolist()},
+           "return_curve": {"steps": grid.tolist(), "mean": ret_c.mean(0).round(4).tolist(),
+                            "ci95_low": np.round(rlo, 4).tolist(), "ci95_high": np.round(rhi, 4).tolist()},
+           "final_return": [round(float(r[-1]), 4) for r in ret_c]}
+    if any(lms):
+        out["lm"] = lms
+    return out
 
 
-def _plot(results: list[dict], args: argparse.Namespace, path: Path) -> None:
+def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    grid = np.linspace(0, args.steps, 25)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for method in args.methods.split(","):
-        curves = []
-        for r in (r for r in results if r["method"] == method):
-            if not r["curve"]:
-                continue
-            steps, rets = np.array(r["curve"]).T
-            smooth = np.convolve(rets, np.ones(5) / 5, mode="same") if len(rets) >= 5 else rets
-            curves.append(np.interp(grid, steps, smooth))
-        if curves:
-            c = np.array(curves)
-            ax.plot(grid, c.mean(0), label=method)
-            ax.fill_between(grid, c.min(0), c.max(0), alpha=0.2)
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("episodic return")
-    ax.set_title(f"{args.env} ({args.seeds} seeds, band = min/max)")
-    ax.legend()
+    arms: dict[str, dict] = {}
+    rows = []
+    for arm in args.arms:
+        steps = args.arm_steps.get(arm, args.steps)
+        grid = np.linspace(steps / args.bins, steps, args.bins)
+        s = summarise(args, arm, steps, grid)
+        if s is None:
+            arms[arm] = {"failed": "not run within the compute budget", "seeds": [], "values": [],
+                         "budget_steps": steps}
+            rows.append(f"| {arm} | {steps} | not run within the compute budget | | | | |")
+            continue
+        if arm == "motif-oracle":
+            s["dataset"] = motif
+        if arm == "oni_retrieval-embedded":
+            labels: dict[str, float | None] = {}
+            for seed in s["seeds"]:
+                labels.update(labelled_messages(args.out / f"{arm}-s{seed}"))
+            s["label_agreement_vs_oracle"] = agreement(labels)
+        arms[arm] = s
+        lm = s.get("lm", [{}])
+        labelled = "/".join(f"{x.get('annot_labelled', 0):.0f}" for x in lm) if lm and lm[0] else "–"
+        lat = "/".join(f"{1e3 * x.get('latency_p50', 0):.1f}" for x in lm) if lm and lm[0] else "–"
+        v = np.array(s["values"])
+        rows.append(f"| {arm} | {steps} | {np.nanmean(v):.3f} [{s['value_ci95'][0]:.3f}, {s['value_ci95'][1]:.3f}] | "
+                    f"{', '.join(f'{x:.3f}' for x in v)} | {np.mean(s['final_return']):+.3f} | {labelled} | {lat} |")
+    result = {"task": args.env_id, "budget_steps": args.steps, "metric": "training success rate over the last 10% "
+              "of the budget (episodes ending there)", "higher_is_better": True, "arms": arms,
+              "setup": {"num_envs": args.num_envs, "rollout": args.num_steps, "update_epochs": args.update_epochs,
+                        "hidden": args.hidden, "policy": "crop CNN + blstats MLP + message MLP -> GRU",
+                        "extrinsic_coef": 10.0, "reward_clip": 10.0, "intrinsic": "ONI 0.4, Motif 0.1, BoW 0.4; "
+                        "/ n_episode(message)^3"},
+              "wall_clock_seconds": round(seconds)}
+    prev = args.results / "oni.json"
+    if prev.exists() and "nethack" in (old := json.loads(prev.read_text())):
+        result["nethack"] = old["nethack"]
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "oni.json").write_text(json.dumps(result, indent=1) + "\n")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for arm, a in arms.items():
+        for ax, key in zip(axes, ("curve", "return_curve"), strict=True):
+            if key in a:
+                c = a[key]
+                ax.plot(c["steps"], c["mean"], label=arm)
+                ax.fill_between(c["steps"], c["ci95_low"], c["ci95_high"], alpha=0.15)
+    axes[0].set_ylabel("training success rate (95% bootstrap CI over seeds)")
+    axes[1].set_ylabel("training episodic return")
+    for ax in axes:
+        ax.set_xlabel("env steps")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"ONI / Motif vs extrinsic-only PPO, {args.env_id}")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig.savefig(args.results / "oni.png", dpi=100)
+    emb = arms.get("oni_retrieval-embedded", {}).get("label_agreement_vs_oracle")
+    md = [f"# ONI and Motif vs extrinsic-only PPO on {args.env_id}", "",
+          f"Seeds {args.seed_list}; {args.num_envs} envs × {args.num_steps}-step rollouts, PPO {args.update_epochs} "
+          f"epochs, GRU {args.hidden}; policy = crop CNN + blstats MLP + message-byte MLP → GRU for every arm; "
+          "extrinsic reward ×10, clipped at ±10, for every arm (ONI's sparse-task setting). Value per seed: training "
+          "success rate over the last 10% of the arm's budget; 95% CI: percentile bootstrap over seeds. "
+          f"Wall clock {seconds / 60:.0f} min (one run at a time on a shared 2-core CPU).", "",
+          "| arm | budget (steps) | success, last 10% [95% CI] | per seed | final return | labels (per seed) "
+          "| LM latency p50 ms |", "|---|---|---|---|---|---|---|", *rows, "", "![curves](oni.png)", ""]
+    if motif:
+        md += [f"Motif dataset: {json.dumps({k: v for k, v in motif.items() if not isinstance(v, dict)})}", ""]
+    if emb:
+        md += [f"Embedded-LM labels vs oracle on the {emb.get('messages', 0)} messages it labelled: agreement "
+               f"{emb.get('agreement', float('nan')):.2f} (LM yes/oracle yes {emb.get('lm_yes_oracle_yes')}, "
+               f"LM yes/oracle no {emb.get('lm_yes_oracle_no')}, LM no/oracle yes {emb.get('lm_no_oracle_yes')}, "
+               f"LM no/oracle no {emb.get('lm_no_oracle_no')}).", ""]
+    if "nethack" in result:
+        nh = result["nethack"]
+        md += [f"NetHack ({nh['task']}, {nh['budget_steps']} steps, seed 0, same recipe): " + ", ".join(
+            f"{arm} mean episodic return {a['mean_return']:+.2f} over {a['episodes']} episodes"
+            for arm, a in nh["arms"].items()), ""]
+    (args.results / "oni.md").write_text("\n".join(md))
+    print("\n".join(md), flush=True)
+
+
+def nethack(args: argparse.Namespace) -> None:
+    """NetHackScore-v0 at a reduced budget through the same recipe (extrinsic 0.1, as ONI on Score)."""
+    env_id = "NetHackScore-v0"
+    out: dict = {"task": env_id, "budget_steps": args.nethack_steps, "arms": {}}
+    for arm in ("none", "oni_retrieval-oracle"):
+        method = [o for o in ARMS[arm] if not o.startswith("method.extrinsic_coef")] + ["method.extrinsic_coef=0.1"]
+        name = f"nethack-{arm}-s0"
+        if not (args.out / name / "eval.json").exists():
+            code, secs = cli("train", [*common(args, env_id), *method, f"total_steps={args.nethack_steps}",
+                                       "seed=0", f"run.name={name}", "run.overwrite=true"], args.out / f"{name}.log")
+            print(f"train {name}: exit {code}, {secs:.0f}s", flush=True)
+        if (args.out / name / "eval.json").exists():
+            _, _, rets = episodes(args.out / name)
+            out["arms"][arm] = {"episodes": int(rets.size), "mean_return": float(rets.mean()) if rets.size else 0.0,
+                                "lm": last_lm(args.out / name)}
+    path = args.results / "oni.json"
+    result = json.loads(path.read_text()) if path.exists() else {}
+    result["nethack"] = out
+    args.results.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(out, indent=1))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env-id", "--task", dest="env_id", default="MiniHack-KeyRoom-Fixed-S5-v0")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=300_000, help="env steps per run")
+    p.add_argument("--arm-steps", default="", help="per-arm budgets, e.g. 'ellm_bow=50000,oni_retrieval-embedded=50000'")
+    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--num-envs", type=int, default=16)
+    p.add_argument("--num-steps", type=int, default=64, help="PPO rollout length per env")
+    p.add_argument("--update-epochs", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--collect-steps", type=int, default=20_000, help="Motif: env steps of the RND collection agent")
+    p.add_argument("--num-pairs", type=int, default=2000)
+    p.add_argument("--bins", type=int, default=20)
+    p.add_argument("--deadline-min", type=float, default=0.0, help="start no run that would end after this (0: none)")
+    p.add_argument("--nethack-steps", type=int, default=20_000)
+    p.add_argument("--phase", default="all", choices=("all", "train", "report", "nethack"))
+    p.add_argument("--out", type=Path, default=Path("runs/bench-oni"))
+    p.add_argument("--results", type=Path, default=Path("benchmarks/results"))
+    args = p.parse_args()
+    args.arms = [a for a in args.arms.split(",") if a]
+    unknown = [a for a in args.arms if a not in ARMS]
+    if unknown:
+        p.error(f"unknown arms {unknown}; choose from {list(ARMS)}")
+    args.arm_steps = {k: int(v) for k, v in (x.split("=") for x in args.arm_steps.split(",") if x)}
+    args.seed_list = list(range(args.seeds))
+    args.out.mkdir(parents=True, exist_ok=True)
+    os.environ["LLMGUIDE_CACHE_DIR"] = str(args.out / "cache")  # one LM cache for the study (seeds reuse labels)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    t0 = time.perf_counter()
+    if args.phase == "nethack":
+        nethack(args)
+        return
+    motif: dict = {}
+    if "motif-oracle" in args.arms and args.phase in ("all", "train"):
+        folder, motif = motif_data(args, args.env_id)
+        ARMS["motif-oracle"] = [*ARMS["motif-oracle"], f"method.data_dir={folder}"]
+    elif (args.out / f"motif-data-{args.env_id}" / "label_stats.json").exists():
+        motif = json.loads((args.out / f"motif-data-{args.env_id}" / "label_stats.json").read_text())
+    if args.phase in ("all", "train"):
+        rate: list[float] = []  # seconds per env step of the finished runs
+        for seed in args.seed_list:  # seed-major: whole seeds finish first
+            for arm in args.arms:
+                if arm == "motif-oracle" and motif.get("failed"):
+                    continue
+                steps = args.arm_steps.get(arm, args.steps)
+                est = steps * (np.median(rate) if rate else 0.0)
+                if args.deadline_min and time.perf_counter() - t0 + est > 60 * args.deadline_min:
+                    print(f"skip {arm}-s{seed}: would end after the deadline", flush=True)
+                    continue
+                secs = train_one(args, arm, seed, steps, args.env_id, [])
+                if secs:
+                    rate.append(secs / steps)
+    report(args, motif, time.perf_counter() - t0)
 
 
 if __name__ == "__main__":
