@@ -1,0 +1,205 @@
+"""PTGM reduced-scale reproduction on BabyAI: PTGM vs flat PPO, BC-finetune, PTGM without KL and PTGM
+with a random codebook, on a target task whose mission the task-agnostic data never contains.
+
+Pipeline (each step a CLI verb into ``--out``): ``collect`` (BabyAI bot, ``method.collect.tasks``
+round robin) → ``codebook`` (hindsight goals, PCA + KMeans) → ``pretrain`` (goal-conditioned BC low
+level, goal priors) → ``train`` for every arm × seed.  Every arm has the same PPO settings, network
+(``agent.image_encoder``, hidden 256), env, seeds and budget **in env steps**: the options arms count
+the low-level steps (``OptionPPO``), and their rollout is ``128 / option_steps`` high-level steps per
+env so every arm updates after the same number of env steps.  ``bc-finetune`` and the PTGM arms use
+the same pretrained low level; ``ppo`` learns from scratch.
+
+Writes ``<results>/ptgm.md``, ``ptgm.json`` (DESIGN.md format; value per seed = success AUC, the
+mean success rate of finished training episodes over ``--bins`` equal env-step bins) and ``ptgm.png``.
+Runs that exist are kept, so phases can be re-run (``--phase collect|pretrain|train|report``).
+
+    nice -n 5 python benchmarks/ptgm.py --task BabyAI-UnlockPickup-v0 --seeds 3 --steps 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bk import bootstrap_ci, success_curve  # the shared reproduction helpers (benchmarks/bk.py)
+
+ARMS = ("ppo", "bc-finetune", "ptgm", "ptgm-no-kl", "ptgm-random-codes")
+METHOD = {"ppo": "none", "bc-finetune": "ptgm_bc_finetune", "ptgm": "ptgm", "ptgm-no-kl": "ptgm_no_kl",
+          "ptgm-random-codes": "ptgm_random_codes"}
+OPTIONS_ARMS = ("ptgm", "ptgm-no-kl", "ptgm-random-codes")
+
+
+def common(args: argparse.Namespace) -> list[str]:
+    return ["env=babyai", f"num_envs={args.num_envs}", f"agent.image_encoder={args.image_encoder}",
+            "agent.torch_threads=1", "progress=false", f"run.dir={args.out}", "run.overwrite=true"]
+
+
+def ptgm_keys(args: argparse.Namespace) -> list[str]:
+    return [f"method.codebook.k={args.k}", f"method.option_steps={args.option_steps}",
+            f"method.lowlevel.epochs={args.ll_epochs}", f"method.prior.epochs={args.ll_epochs}"]
+
+
+def cli(verb: str, overrides: list[str], log: Path) -> tuple[int, float]:
+    t = time.perf_counter()
+    with open(log, "w") as f:
+        code = subprocess.call([sys.executable, "-m", "llmguide.cli", verb, *overrides], stdout=f, stderr=f)
+    if code:
+        tail = log.read_text().strip().splitlines()[-3:]
+        print(f"{verb} failed (exit {code}): {' | '.join(tail)}", flush=True)
+    return code, time.perf_counter() - t
+
+
+def pretraining(args: argparse.Namespace) -> dict:
+    """collect → codebook → pretrain (each skipped when its run exists); returns the pretrain manifest."""
+    out = args.out
+    steps = [("collect", "data", "collect_summary.json", [f"method.collect.episodes={args.collect_episodes}"]),
+             ("codebook", "codes", "ptgm/codebook.json", [f"method.data={out / 'data'}"]),
+             ("pretrain", "pre", "ptgm/manifest.json", [f"method.data={out / 'data'}",
+                                                        f"method.codebook.run={out / 'codes'}"])]
+    for verb, name, marker, extra in steps:
+        if (out / name / marker).exists():
+            continue
+        code, secs = cli(verb, [*common(args), "method=ptgm", *ptgm_keys(args), *extra, f"run.name={name}"],
+                         out / f"{verb}.log")
+        print(f"{verb}: exit {code}, {secs:.0f}s", flush=True)
+        if code:
+            raise SystemExit(f"{verb} failed; see {out / f'{verb}.log'}")
+    return json.loads((out / "pre" / "ptgm" / "manifest.json").read_text())
+
+
+def train_one(args: argparse.Namespace, arm: str, seed: int) -> None:
+    name = f"{arm}-s{seed}"
+    if (args.out / name / "eval.json").exists():
+        return
+    method = [f"method={METHOD[arm]}"]
+    if arm != "ppo":
+        method += [f"method.pretrained={args.out / 'pre'}", *ptgm_keys(args)]
+    if arm == "ptgm":
+        method.append(f"method.kl.coef={args.kl_coef}")
+    rollout = 128 // args.option_steps if arm in OPTIONS_ARMS else 128
+    code, secs = cli("train", [*common(args), f"env.task={args.task}", *method, f"agent.num_steps={rollout}",
+                               f"total_steps={args.steps}", f"seed={seed}", f"eval.episodes={args.eval_episodes}",
+                               f"run.name={name}"], args.out / f"{name}.log")
+    print(f"train {name}: exit {code}, {secs:.0f}s", flush=True)
+
+
+def _kl_stats(run: Path) -> dict:
+    from llmguide.core.rundir import read_metrics
+
+    recs = [r for r in read_metrics(run) if "charts/intrinsic_reward/kl_prior" in r]
+    kl = [r["charts/intrinsic_reward/kl_prior"] for r in recs]
+    return {"kl_first": round(float(kl[0]), 4), "kl_last": round(float(kl[-1]), 4)} if kl else {}
+
+
+def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps_axis = ((np.arange(args.bins) + 0.5) * args.steps / args.bins).tolist()
+    arms, rows = {}, []
+    for arm in args.arms:
+        done = [(s, args.out / f"{arm}-s{s}") for s in args.seed_list if (args.out / f"{arm}-s{s}" / "eval.json").exists()]
+        if not done:
+            arms[arm] = {"failed": "not trained within the compute budget", "seeds": [], "values": []}
+            rows.append(f"| {arm} | not trained within the compute budget | | | |")
+            continue
+        curves = np.array([success_curve(r, args.steps, args.bins) for _, r in done])
+        aucs = curves.mean(axis=1)
+        lo, hi = bootstrap_ci(curves)
+        alo, ahi = bootstrap_ci(aucs[:, None])
+        evals = [json.loads((r / "eval.json").read_text()) for _, r in done]
+        final = [float(e.get("success_rate", 0.0)) for e in evals]
+        arms[arm] = {"seeds": [s for s, _ in done], "values": aucs.round(4).tolist(),
+                     "auc_ci95": [round(float(alo[0]), 4), round(float(ahi[0]), 4)],
+                     "final_eval_success": final, "env_steps": [int(e["step"]) for e in evals],
+                     "curve": {"steps": steps_axis, "mean": curves.mean(0).round(4).tolist(),
+                               "ci95_low": np.round(lo, 4).tolist(), "ci95_high": np.round(hi, 4).tolist()}}
+        if arm in OPTIONS_ARMS:
+            arms[arm]["kl_to_prior"] = [_kl_stats(r) for _, r in done]
+        rows.append(f"| {arm} | {aucs.mean():.3f} [{alo[0]:.3f}, {ahi[0]:.3f}] | {np.mean(final):.2f} | {len(done)} | "
+                    f"{', '.join(f'{a:.3f}' for a in aucs)} |")
+    ll = manifest.get("lowlevel", {}).get("history", [{}])[-1]
+    pri = {k: manifest.get(f"prior_{k}", {}).get("history", [{}])[-1].get("val_acc") for k in ("kmeans", "random")}
+    result = {"task": args.task, "budget_steps": args.steps, "metric": "success AUC (mean training success rate "
+              f"over {args.bins} env-step bins)", "higher_is_better": True, "arms": arms,
+              "pretraining": {"collect_episodes": args.collect_episodes, "samples": manifest.get("samples"),
+                              "k": args.k, "option_steps": args.option_steps, "kl_coef": args.kl_coef,
+                              "lowlevel_last_epoch": ll, "prior_val_acc": pri},
+              "wall_clock_seconds": round(seconds)}
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "ptgm.json").write_text(json.dumps(result, indent=1) + "\n")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arm, a in arms.items():
+        if "curve" in a:
+            c = a["curve"]
+            ax.plot(c["steps"], c["mean"], label=arm)
+            ax.fill_between(c["steps"], c["ci95_low"], c["ci95_high"], alpha=0.15)
+    ax.set_xlabel("env steps (low-level steps for the options arms)")
+    ax.set_ylabel("training success rate (95% bootstrap CI)")
+    ax.set_title(f"PTGM vs baselines, {args.task}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.results / "ptgm.png", dpi=100)
+    table = ["| arm | success AUC, mean [95% CI] | final greedy eval success | seeds | AUC per seed |",
+             "|---|---|---|---|---|", *rows]
+    md = [f"# PTGM vs baselines on {args.task}", "",
+          f"Budget: {args.steps} env steps per run (options arms count low-level steps), seeds {args.seed_list}, "
+          f"{args.num_envs} envs, PPO defaults (agent=ppo, image_encoder={args.image_encoder}); rollout 128 env steps "
+          f"per env (options arms: {128 // args.option_steps} options of L={args.option_steps}). "
+          f"Data: {args.collect_episodes} BabyAI-bot episodes over the `method.collect.tasks` missions "
+          f"({manifest.get('samples')} steps); codebook k={args.k} (PCA 32 + scikit-learn KMeans); KL coef "
+          f"{args.kl_coef}, direction KL(π_high ‖ π_prior). Low-level BC last epoch: {json.dumps(ll)}; prior val "
+          f"accuracy {json.dumps(pri)}. Value per seed: success AUC (mean training success over {args.bins} "
+          f"equal env-step bins); 95% CIs: percentile bootstrap over seeds. Final eval: "
+          f"{args.eval_episodes} greedy episodes. Wall clock {seconds / 60:.0f} min.", "", *table, "",
+          "![success](ptgm.png)", ""]
+    (args.results / "ptgm.md").write_text("\n".join(md))
+    print("\n".join(md))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", "--env-id", dest="task", default="BabyAI-UnlockPickup-v0")
+    p.add_argument("--steps", type=int, default=100_000, help="env steps per run (low-level steps for options arms)")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--num-envs", type=int, default=8)
+    p.add_argument("--collect-episodes", type=int, default=2400)
+    p.add_argument("--k", type=int, default=32)
+    p.add_argument("--option-steps", type=int, default=8)
+    p.add_argument("--kl-coef", type=float, default=0.05)
+    p.add_argument("--ll-epochs", type=int, default=8, help="BC epochs of the low level and the priors")
+    p.add_argument("--image-encoder", default="flat", choices=("flat", "cnn"))
+    p.add_argument("--eval-episodes", type=int, default=20)
+    p.add_argument("--bins", type=int, default=20)
+    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {ARMS}")
+    p.add_argument("--phase", default="all", choices=("all", "pretrain", "train", "report"))
+    p.add_argument("--out", type=Path, default=Path("runs/bench-ptgm"))
+    p.add_argument("--results", type=Path, default=Path("benchmarks/results"))
+    args = p.parse_args()
+    args.arms = [a for a in args.arms.split(",") if a]
+    unknown = set(args.arms) - set(ARMS)
+    if unknown:
+        p.error(f"unknown arms {sorted(unknown)}; choose from {ARMS}")
+    args.seed_list = list(range(args.seeds))
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    manifest = pretraining(args) if args.phase != "report" else json.loads(
+        (args.out / "pre" / "ptgm" / "manifest.json").read_text())
+    if args.phase in ("all", "train"):
+        for seed in args.seed_list:           # seed-major: whole seeds finish first
+            for arm in args.arms:
+                train_one(args, arm, seed)
+    if args.phase in ("all", "report"):
+        report(args, manifest, time.perf_counter() - t0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""PTGM's goal space: hindsight relabelling and the discrete goal codebook (scikit-learn KMeans).
+
+Goal space (BabyAI): a goal is a *future egocentric view* — the 7×7 one-hot grid the agent sees
+``h`` steps later (object, colour and state planes), which also shows the carried item (minigrid
+draws it in the agent's own cell).  :func:`goal_features` flattens it; :class:`GoalCodebook`
+optionally projects it with PCA, and the projection is the *goal embedding* the low-level policy is
+conditioned on (PTGM's MineCLIP embedding).
+
+Hindsight relabelling (Steve-1 / PTGM): :func:`hindsight_indices` cuts an episode of ``T`` actions
+into segments of ``U[horizon_min, horizon_max]`` steps; every step ``t`` of a segment gets the goal
+state index ``g(t)`` = the segment's end (clipped to ``T``, the final state), so ``t < g(t) <= t + horizon_max``.
+
+Codebook: KMeans (k-means++, ``n_init``, seeded) on the embeddings of the hindsight goals, storing
+the centroids, the *medoid* of each cluster (the real goal nearest its centroid — PTGM's codes are
+real goals) and the seed; ``kind="random"`` is the no-clustering ablation (``k`` goals of the data
+drawn uniformly).  No t-SNE (non-parametric, O(n²), cannot embed new states).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def goal_features(obs: dict[str, np.ndarray]) -> np.ndarray:
+    """(B, D) float32 goal features of a batch of observations: the flattened egocentric image."""
+    image = np.asarray(obs["image"])
+    return image.reshape(image.shape[0], -1).astype(np.float32)
+
+
+def hindsight_indices(T: int, rng: np.random.Generator, horizon_min: int, horizon_max: int) -> np.ndarray:
+    """Goal state index ``g(t)`` for each action ``t < T`` of an episode with states ``0..T``.
+
+    Segments of ``U[horizon_min, horizon_max]`` (inclusive) steps; step ``t`` in segment
+    ``[start, end)`` gets ``end`` (clipped to ``T``).  So ``t < g(t) <= min(t + horizon_max, T)``.
+    """
+    if not 1 <= horizon_min <= horizon_max:
+        raise ValueError(f"need 1 <= horizon_min <= horizon_max, got {horizon_min}, {horizon_max}")
+    out = np.empty(T, dtype=np.int64)
+    start = 0
+    while start < T:
+        end = min(start + int(rng.integers(horizon_min, horizon_max + 1)), T)
+        out[start:end] = end
+        start = end
+    return out
+
+
+@dataclass
+class GoalCodebook:
+    """Goal embedding (optional PCA) + ``k`` codes; ``codes`` are the vectors the high level can pick."""
+
+    centroids: np.ndarray                     # (k, E) cluster centres in embedding space
+    medoids: np.ndarray                       # (k, E) the real goal nearest each centre
+    seed: int
+    kind: str = "kmeans"                      # kmeans | random
+    pca_mean: np.ndarray | None = None        # (D,)
+    pca_components: np.ndarray | None = None  # (E, D)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def k(self) -> int:
+        return int(self.centroids.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.centroids.shape[1])
+
+    def embed(self, features: np.ndarray) -> np.ndarray:
+        """(B, D) goal features → (B, E) embeddings (the PCA projection, or the features)."""
+        x = np.asarray(features, dtype=np.float32)
+        if self.pca_components is None:
+            return x
+        return ((x - self.pca_mean) @ self.pca_components.T).astype(np.float32)
+
+    def assign(self, embeddings: np.ndarray) -> np.ndarray:
+        """Index of the nearest centroid (Euclidean) for each embedding: the prior's labels."""
+        d = _sq_dists(np.asarray(embeddings, dtype=np.float32), self.centroids)
+        return d.argmin(axis=1)
+
+    def soft_assign(self, embeddings: np.ndarray, temperature: float) -> np.ndarray:
+        """Soft labels: softmax over −squared distance / temperature, (B, k)."""
+        logits = -_sq_dists(np.asarray(embeddings, dtype=np.float32), self.centroids) / float(temperature)
+        logits -= logits.max(axis=1, keepdims=True)
+        p = np.exp(logits)
+        return (p / p.sum(axis=1, keepdims=True)).astype(np.float32)
+
+    def codes(self, source: str = "medoid") -> np.ndarray:
+        if source not in ("medoid", "centroid"):
+            raise ValueError(f"goal source must be 'medoid' or 'centroid', got {source!r}")
+        return self.medoids if source == "medoid" else self.centroids
+
+    def save(self, path: str | Path) -> None:
+        arrays = {"centroids": self.centroids, "medoids": self.medoids}
+        if self.pca_components is not None:
+            arrays |= {"pca_mean": self.pca_mean, "pca_components": self.pca_components}
+        meta = {"seed": self.seed, "kind": self.kind, **self.meta}
+        np.savez(path, meta=np.asarray(json.dumps(meta)), **arrays)
+
+    @classmethod
+    def load(cls, path: str | Path) -> GoalCodebook:
+        with np.load(path, allow_pickle=False) as d:
+            meta = json.loads(str(d["meta"]))
+            has_pca = "pca_components" in d.files
+            return cls(centroids=d["centroids"], medoids=d["medoids"], seed=int(meta.pop("seed")),
+                       kind=str(meta.pop("kind")), pca_mean=d["pca_mean"] if has_pca else None,
+                       pca_components=d["pca_components"] if has_pca else None, meta=meta)
+
+
+def _sq_dists(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    return (x * x).sum(1)[:, None] - 2.0 * x @ c.T + (c * c).sum(1)[None, :]
+
+
+def fit_pca(features: np.ndarray, n_components: int, seed: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(mean, components) of a PCA with ``n_components`` (0: none → (None, None))."""
+    if n_components <= 0:
+        return None, None
+    from sklearn.decomposition import PCA
+
+    pca = PCA(n_components=min(n_components, *features.shape), random_state=seed).fit(features)
+    return pca.mean_.astype(np.float32), pca.components_.astype(np.float32)
+
+
+def fit_codebook(features: np.ndarray, k: int, seed: int, pca: int = 0, kind: str = "kmeans",
+                 n_init: int = 4, max_fit: int = 50_000, embedding: GoalCodebook | None = None) -> GoalCodebook:
+    """Codebook of ``k`` codes over goal ``features`` (N, D): KMeans (or random goals) after optional PCA.
+
+    At most ``max_fit`` goals (a seeded subsample) are used to fit; medoids are picked among them.
+    ``embedding``: reuse that codebook's PCA (so two codebooks share one goal space) instead of fitting one.
+    """
+    if kind not in ("kmeans", "random"):
+        raise ValueError(f"codebook kind must be 'kmeans' or 'random', got {kind!r}")
+    rng = np.random.default_rng(seed)
+    feats = np.asarray(features, dtype=np.float32)
+    if len(feats) > max_fit:
+        feats = feats[rng.choice(len(feats), max_fit, replace=False)]
+    if len(np.unique(feats, axis=0)) < k:
+        raise ValueError(f"only {len(np.unique(feats, axis=0))} distinct goals for k={k} codes; "
+                         "collect more data or lower method.codebook.k")
+    mean, comps = (embedding.pca_mean, embedding.pca_components) if embedding is not None else fit_pca(feats, pca, seed)
+    book = GoalCodebook(np.zeros((k, 1), np.float32), np.zeros((k, 1), np.float32), seed, kind, mean, comps)
+    emb = book.embed(feats)
+    if kind == "kmeans":
+        from sklearn.cluster import KMeans
+
+        km = KMeans(n_clusters=k, init="k-means++", n_init=n_init, random_state=seed).fit(emb)
+        centroids = km.cluster_centers_.astype(np.float32)
+        labels = km.labels_
+        medoids = np.empty_like(centroids)
+        for j in range(k):
+            members = np.flatnonzero(labels == j)
+            nearest = members[_sq_dists(emb[members], centroids[j:j + 1])[:, 0].argmin()]
+            medoids[j] = emb[nearest]
+        inertia = float(km.inertia_)
+    else:  # no clustering: k distinct real goals drawn uniformly
+        _, first = np.unique(emb, axis=0, return_index=True)
+        pick = rng.choice(first, k, replace=False)
+        centroids = medoids = emb[pick].astype(np.float32)
+        inertia = float(_sq_dists(emb, centroids).min(axis=1).sum())
+    book.centroids, book.medoids = centroids, medoids.astype(np.float32)
+    sizes = np.bincount(book.assign(emb), minlength=k)
+    book.meta = {"k": k, "pca": pca, "fit_goals": int(len(feats)), "inertia": inertia,
+                 "cluster_sizes": sizes.tolist(), "n_init": n_init}
+    return book

@@ -1,0 +1,356 @@
+"""PTGM pipeline: ``collect`` (BabyAI bot, many missions) → ``codebook`` (hindsight goals + KMeans)
+→ ``pretrain`` (goal-conditioned BC low level + goal priors) → ``train`` (PPO over codebook options
+with the KL-to-prior reward, through the Runner).  Each step reads and writes run directories::
+
+    llmguide collect  env=babyai method=ptgm method.collect.episodes=3000 run.name=ptgm-data
+    llmguide codebook env=babyai method=ptgm method.data=runs/ptgm-data run.name=ptgm-codes
+    llmguide pretrain env=babyai method=ptgm method.data=runs/ptgm-data method.codebook.run=runs/ptgm-codes run.name=ptgm-pre
+    llmguide train    env=babyai env.task=BabyAI-UnlockPickup-v0 method=ptgm method.pretrained=runs/ptgm-pre
+
+``method=ptgm_no_kl`` (kl.coef 0), ``ptgm_random_codes`` (k random data goals instead of KMeans
+codes: the no-clustering ablation) and ``ptgm_bc_finetune`` (the unconditioned low level fine-tuned
+by flat PPO) train from the same ``pretrained`` run.  ``codebook`` writes ``<run>/ptgm/codebook.npz``
+and ``codebook_random.npz`` (same PCA goal space); ``pretrain`` copies both and writes
+``lowlevel.pt``, ``prior_kmeans.pt``, ``prior_random.pt`` and ``manifest.json`` into ``<run>/ptgm/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig
+
+from llmguide.core.config import one_of, register_rule
+from llmguide.core.errors import ConfigError
+from llmguide.core.rundir import RunDir
+from llmguide.core.seeding import seed_everything
+from llmguide.pipelines.runner import EVAL_SEED_OFFSET, Parts, Recipe, open_run
+
+log = logging.getLogger(__name__)
+
+register_rule("method.mode", one_of("options", "bc_finetune"))
+register_rule("method.codes", one_of("kmeans", "random"))
+register_rule("method.goal_source", one_of("medoid", "centroid"))
+register_rule("method.kl.direction", one_of("policy_prior", "prior_policy"))
+
+
+def _dir(cfg: DictConfig, key: str, sub: str = "") -> Path:
+    value = cfg.method
+    for part in key.split("."):
+        value = value.get(part) if value is not None else None
+    if value in (None, ""):
+        raise ConfigError(f"method.{key}", f"is required: the run directory of the previous step (method.{key}=runs/NAME)")
+    path = Path(str(value)) / sub
+    if sub and not path.exists():
+        raise ConfigError(f"method.{key}", f"{value} holds no {sub}; run the previous PTGM step first")
+    return Path(str(value))
+
+
+# --- collect --------------------------------------------------------------------------------------
+def collect(cfg: DictConfig) -> int:
+    """BabyAI bot episodes over ``method.collect.tasks`` (round robin) → ``<run>/dataset/`` (llmguide.data format)."""
+    from minigrid.utils.baby_ai_bot import BabyAIBot
+
+    from llmguide.data import Episode, EpisodeDataset, EpisodeWriter
+    from llmguide.envs.babyai_text import ACTION_STRINGS, BabyAIText
+
+    if str(cfg.env.name) != "babyai":
+        raise ConfigError("env", "PTGM's collect uses the BabyAI bot: env=babyai")
+    c, seed = cfg.method.collect, int(cfg.seed)
+    seed_everything(seed)
+    tasks = [str(t) for t in c.tasks]
+    with open_run(cfg) as run:
+        writer = EpisodeWriter(run.path / "dataset", writer=f"bot-s{seed}",
+                               meta={"env": "babyai", "collector": "BabyAIBot", "seed": seed})
+        envs = {t: BabyAIText(task=t) for t in tasks}
+        errors = 0
+        for i in range(int(c.episodes)):
+            task = tasks[i % len(tasks)]
+            env = envs[task]
+            obs, info = env.reset(seed=seed * 1_000_003 + i)
+            bot = BabyAIBot(env.level)
+            frames, actions, rewards, captions, events = [obs], [], [], [info["caption"]], []
+            term = trunc = False
+            while not (term or trunc):
+                try:
+                    action = _replan(bot, float(c.replan_timeout))
+                except Exception:  # the bot gives up (or loops) on rare layouts: keep the partial episode
+                    errors += 1
+                    break
+                if action >= len(ACTION_STRINGS):
+                    break
+                obs, reward, term, trunc, info = env.step(action)
+                frames.append(obs)
+                actions.append(action)
+                rewards.append(reward)
+                captions.append(info["caption"])
+                events.append(info["events"])
+            if not actions:
+                continue
+            writer.write(Episode(obs={"image": np.stack([f["image"] for f in frames]).astype(np.uint8),
+                                      "vector": np.stack([f["vector"] for f in frames])},
+                                 actions=np.asarray(actions), rewards=np.asarray(rewards, np.float32),
+                                 captions=captions, events=events,
+                                 meta={"mission": env.level.mission, "task": task, "success": bool(info["success"]),
+                                       "terminated": bool(term), "truncated": bool(trunc),
+                                       "return": float(sum(rewards)), "length": len(actions)}))
+        stats = EpisodeDataset(run.path / "dataset").stats()
+        run.write_json("collect_summary.json", {**stats, "tasks": tasks, "bot_errors": errors})
+        print(f"collected {stats['episodes']} bot episodes ({stats['transitions']} transitions, "
+              f"success {stats['success_rate']:.2f}) into {run.path / 'dataset'}")
+    return 0
+
+
+class _BotTimeout(Exception):
+    pass
+
+
+def _replan(bot, timeout: float) -> int:
+    """``bot.replan()`` with a wall-clock limit (minigrid's bot can search forever on rare layouts)."""
+    import signal
+
+    def stop(signum, frame):
+        raise _BotTimeout(f"BabyAIBot.replan took more than {timeout}s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        return int(bot.replan())
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# --- hindsight goals (shared by codebook and pretrain: same seed, same goals) ----------------------
+def goal_data(cfg: DictConfig) -> dict[str, np.ndarray]:
+    """Per step of every episode: image, direction, action and the hindsight goal's features (uint8)."""
+    from llmguide.data import EpisodeDataset
+    from llmguide.learners.ptgm_goals import hindsight_indices
+
+    g = cfg.method.goals
+    episodes = EpisodeDataset(_dir(cfg, "data")).episodes()
+    if not episodes:
+        raise ConfigError("method.data", "no readable episodes; run `llmguide collect method=ptgm` first")
+    rng = np.random.default_rng(_codebook_seed(cfg))
+    parts: dict[str, list[np.ndarray]] = {"image": [], "direction": [], "action": [], "goal": []}
+    for ep in episodes:
+        image = np.asarray(ep.obs["image"], np.uint8)
+        idx = hindsight_indices(len(ep), rng, int(g.horizon_min), int(g.horizon_max))
+        parts["image"].append(image[:-1])
+        parts["direction"].append(np.asarray(ep.obs["vector"], np.float32)[:-1, :4])
+        parts["action"].append(np.asarray(ep.actions, np.int64))
+        parts["goal"].append(image[idx].reshape(len(idx), -1))
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def _codebook_seed(cfg: DictConfig) -> int:
+    seed = cfg.method.codebook.seed
+    return int(cfg.seed if seed is None else seed)
+
+
+def _embed(book, goals: np.ndarray, chunk: int = 20_000) -> np.ndarray:
+    return np.concatenate([book.embed(goals[i:i + chunk].astype(np.float32)) for i in range(0, len(goals), chunk)])
+
+
+def codebook(cfg: DictConfig) -> int:
+    """KMeans codebook (and the random-goals ablation's, in the same PCA space) of the hindsight goals."""
+    from llmguide.learners.ptgm_goals import fit_codebook
+
+    c, seed = cfg.method.codebook, _codebook_seed(cfg)
+    seed_everything(seed)
+    data = goal_data(cfg)
+    with open_run(cfg) as run:
+        out = run.path / "ptgm"
+        out.mkdir(parents=True, exist_ok=True)
+        book = fit_codebook(data["goal"], int(c.k), seed, pca=int(c.pca), n_init=int(c.n_init),
+                            max_fit=int(c.max_fit))
+        rand = fit_codebook(data["goal"], int(c.k), seed, kind="random", max_fit=int(c.max_fit), embedding=book)
+        book.save(out / "codebook.npz")
+        rand.save(out / "codebook_random.npz")
+        summary = {"goals": int(len(data["goal"])), "seed": seed, "k": book.k, "dim": book.dim,
+                   "kmeans": book.meta, "random": rand.meta}
+        run.write_json("ptgm/codebook.json", summary)
+        print(f"codebook: k={book.k} in {book.dim}-d goal space from {summary['goals']} hindsight goals -> {out}")
+    return 0
+
+
+# --- pretrain --------------------------------------------------------------------------------------
+def pretrain(cfg: DictConfig) -> int:
+    """Goal-conditioned BC low level (on the KMeans book's goal embedding) and one prior per codebook."""
+    import torch
+
+    from llmguide.core.rundir import atomic_torch_save
+    from llmguide.envs import make_env
+    from llmguide.envs.options import lowlevel_space
+    from llmguide.learners.ptgm_goals import GoalCodebook
+    from llmguide.learners.ptgm_models import GoalPrior, make_lowlevel, train_lowlevel, train_prior
+
+    m, seed = cfg.method, int(cfg.seed)
+    seed_everything(seed)
+    torch.set_num_threads(max(1, int(cfg.agent.get("torch_threads", 1) or 1)))
+    src = _dir(cfg, "codebook.run", "ptgm/codebook.npz") / "ptgm"
+    books = {"kmeans": GoalCodebook.load(src / "codebook.npz"), "random": GoalCodebook.load(src / "codebook_random.npz")}
+    data = goal_data(cfg)
+    emb = _embed(books["kmeans"], data["goal"])
+    probe = make_env(cfg.env, seed)
+    env_space = probe.observation_space
+    probe.close()
+    with open_run(cfg) as run:
+        out = run.path / "ptgm"
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("codebook.npz", "codebook_random.npz", "codebook.json"):
+            shutil.copy(src / name, out / name)
+        ll = m.lowlevel
+        enc = str(cfg.agent.get("image_encoder", "cnn") or "cnn")
+        net = make_lowlevel(lowlevel_space(env_space, emb.shape[1]), 6, int(ll.hidden), enc)
+        bc = train_lowlevel(net, data["image"], data["direction"], emb, data["action"], p_uncond=float(ll.p_uncond),
+                            epochs=int(ll.epochs), batch_size=int(ll.batch_size), lr=float(ll.lr), seed=seed)
+        atomic_torch_save({"net": net.state_dict(), "goal_dim": int(emb.shape[1]), "hidden": int(ll.hidden),
+                           "n_actions": 6, "image_encoder": enc}, out / "lowlevel.pt")
+        summary: dict[str, Any] = {"samples": int(len(emb)), "goal_dim": int(emb.shape[1]), "lowlevel": bc}
+        p = m.prior
+        for kind, book in books.items():
+            e = emb if kind == "kmeans" else _embed(book, data["goal"])
+            targets = book.assign(e) if p.soft_temperature is None else book.soft_assign(e, float(p.soft_temperature))
+            prior = GoalPrior(env_space, book.k, int(p.hidden), enc)
+            summary[f"prior_{kind}"] = train_prior(prior, data["image"], data["direction"], targets,
+                                                   epochs=int(p.epochs), batch_size=int(p.batch_size),
+                                                   lr=float(p.lr), seed=seed)
+            atomic_torch_save({"net": prior.state_dict(), "k": book.k, "hidden": int(p.hidden), "image_encoder": enc},
+                              out / f"prior_{kind}.pt")
+        run.write_json("ptgm/manifest.json", {**summary, "data": str(_dir(cfg, "data")), "codebook": str(src.parent),
+                                              "seed": seed, "lowlevel_hidden": int(ll.hidden), "image_encoder": enc})
+        last = bc["history"][-1] if bc["history"] else {}
+        print(f"pretrain: low level {json.dumps(last)}; priors "
+              f"{ {k: summary[f'prior_{k}']['history'][-1] for k in books} } -> {out}")
+    return 0
+
+
+# --- train: the Runner's recipe --------------------------------------------------------------------
+class PTGMRecipe(Recipe):
+    """``mode: options``: PPO over ``Discrete(k)`` codebook options of ``option_steps`` env steps, reward
+    ``r_env − kl.coef · KL``; ``mode: bc_finetune``: flat PPO from the unconditioned low level."""
+
+    agents = ("ppo",)
+    steps = {"collect": collect, "codebook": codebook, "pretrain": pretrain}
+
+    def check(self) -> None:
+        super().check()
+        m = self.cfg.method
+        self.pre = _dir(self.cfg, "pretrained", "ptgm/manifest.json") / "ptgm"
+        if self.cfg.agent.get("recurrent"):
+            raise ConfigError("agent.recurrent", "PTGM's high level is feed-forward (the KL needs π(·|s)); use null")
+        if str(m.mode) == "bc_finetune":
+            manifest = json.loads((self.pre / "manifest.json").read_text())
+            hidden, enc = manifest["lowlevel_hidden"], manifest["image_encoder"]
+            if int(self.cfg.agent.hidden) != int(hidden):
+                raise ConfigError("agent.hidden", f"BC-finetune loads the low level (hidden {hidden}); set agent.hidden={hidden}")
+            if str(self.cfg.agent.get("image_encoder", "cnn")) != enc:
+                raise ConfigError("agent.image_encoder", f"BC-finetune loads the low level ({enc}); set agent.image_encoder={enc}")
+        if int(m.option_steps) < 1:
+            raise ConfigError("method.option_steps", f"must be >= 1, got {m.option_steps}")
+
+    def _load(self, env_space) -> None:
+        import torch
+
+        from llmguide.envs.options import lowlevel_space
+        from llmguide.learners.ptgm_goals import GoalCodebook
+        from llmguide.learners.ptgm_models import GoalPrior, make_lowlevel
+
+        if getattr(self, "lowlevel", None) is not None:
+            return
+        torch.set_num_threads(max(1, int(self.cfg.agent.get("torch_threads", 1) or 1)))
+        kind = str(self.cfg.method.codes)
+        self.book = GoalCodebook.load(self.pre / ("codebook.npz" if kind == "kmeans" else "codebook_random.npz"))
+        ll = torch.load(self.pre / "lowlevel.pt", map_location="cpu", weights_only=True)
+        self.goal_dim = int(ll["goal_dim"])
+        self.lowlevel = make_lowlevel(lowlevel_space(env_space, self.goal_dim), int(ll["n_actions"]), int(ll["hidden"]),
+                                      str(ll["image_encoder"]))
+        self.lowlevel.load_state_dict(ll["net"])
+        self.lowlevel.eval()
+        pr = torch.load(self.pre / f"prior_{kind}.pt", map_location="cpu", weights_only=True)
+        self.prior = GoalPrior(env_space, int(pr["k"]), int(pr["hidden"]), str(pr["image_encoder"]))
+        self.prior.load_state_dict(pr["net"])
+        self.prior.eval()
+
+    def wrap(self, env, seed: int):
+        """The method's view of one env: options over the codebook, or the unconditioned low-level input."""
+        from llmguide.envs.options import GoalObservation, OptionsWrapper
+        from llmguide.learners.ptgm_models import LowLevelActor
+
+        self._load(env.observation_space)
+        m = self.cfg.method
+        if str(m.mode) == "bc_finetune":
+            return GoalObservation(env, self.goal_dim)
+        actor = LowLevelActor(self.lowlevel, self.goal_dim, float(m.lowlevel.cfg_scale), bool(m.lowlevel.greedy), seed)
+        return OptionsWrapper(env, actor, self.book.codes(str(m.goal_source)), int(m.option_steps))
+
+    def _make(self, seed: int):
+        from llmguide.envs import make_env
+
+        return self.wrap(make_env(self.cfg.env, seed), seed)
+
+    def build(self, envs: Any, run: RunDir | None) -> Parts:
+        from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+        from llmguide.envs import make_env
+        from llmguide.envs.options import OptionsVectorEnv
+        from llmguide.learners.ptgm_models import KLToPrior, LowLevelActor
+
+        cfg, m = self.cfg, self.cfg.method
+        self._load(envs.single_observation_space)
+        envs.close()   # replaced by the method's envs (in-process: they share the frozen low level)
+        seeds = [int(cfg.seed) + i for i in range(int(cfg.num_envs))]
+        if str(m.mode) == "options":   # one batched low-level pass per env step over the N envs
+            actor = LowLevelActor(self.lowlevel, self.goal_dim, float(m.lowlevel.cfg_scale), bool(m.lowlevel.greedy),
+                                  int(cfg.seed))
+            venv = OptionsVectorEnv([partial(make_env, cfg.env, s) for s in seeds], actor.batch,
+                                    self.book.codes(str(m.goal_source)), int(m.option_steps))
+        else:
+            venv = SyncVectorEnv([partial(self._make, s) for s in seeds], autoreset_mode=AutoresetMode.SAME_STEP)
+        parts = Parts(venv, extrinsic_coef=float(m.extrinsic_coef), closers=[venv.close])
+        if str(m.mode) == "options":
+            self.kl = KLToPrior(self.prior, str(m.kl.direction))
+            parts.modules = [(-float(m.kl.coef), self.kl)]       # reward = r_env − α·KL
+            parts.metrics = lambda: {f"reward/kl_prior/{k}": v for k, v in self.kl.metrics().items()}
+        return parts
+
+    def make_agent(self, parts: Parts, run: RunDir | None) -> Any:
+        from llmguide.learners.ppo import PPO
+        from llmguide.learners.ptgm_models import OptionPPO
+
+        cfg = self.cfg
+        kwargs = dict(reward_modules=parts.modules, extrinsic_coef=parts.extrinsic_coef, run=run,
+                      seed=int(cfg.seed), device=str(cfg.device))
+        if str(cfg.method.mode) == "options":
+            agent = OptionPPO(parts.envs, cfg.agent, **kwargs)
+            if getattr(self, "kl", None) is not None:
+                self.kl.policy = agent.net
+            return agent
+        agent = PPO(parts.envs, cfg.agent, **kwargs)
+        state = {k: v for k, v in self.lowlevel.state_dict().items() if not k.startswith("critic.")}
+        agent.net.load_state_dict(state, strict=False)   # encoder, core and actor from BC; a fresh critic
+        return agent
+
+    def evaluate(self, agent: Any, episodes: int, greedy: bool) -> dict[str, Any]:
+        from llmguide.learners.evaluation import evaluate
+
+        return evaluate(agent, self.cfg.env, episodes, int(self.cfg.seed) + EVAL_SEED_OFFSET, greedy=greedy,
+                        make_env_fn=lambda env_cfg, seed: self._make(seed))
+
+    def load_for_eval(self, state: dict[str, Any]) -> Any:
+        from types import SimpleNamespace
+
+        probe = self._make(int(self.cfg.seed))
+        spaces = SimpleNamespace(single_observation_space=probe.observation_space,
+                                 single_action_space=probe.action_space, num_envs=int(self.cfg.num_envs))
+        probe.close()
+        agent = self.make_agent(Parts(spaces), None)
+        agent.load_state_dict({**state, "reward_modules": []})
+        return agent
