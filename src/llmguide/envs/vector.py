@@ -73,6 +73,51 @@ def env_info(infos: dict, i: int) -> dict:
     return out
 
 
+def _column(value: Any) -> list:
+    """An aggregated info value as a plain list, one item per env (NumPy scalars → Python, in C)."""
+    return value.tolist() if isinstance(value, np.ndarray) else list(value)
+
+
+class InfoRows(Sequence):
+    """``env_info(infos, i)`` for every env ``i``, built column by column on first access.
+
+    Converting each key once for all envs (``ndarray.tolist``) instead of once per env and key is
+    what keeps 256 Craftax envs with 50 info keys off the hot path.
+    """
+
+    def __init__(self, infos: dict, num_envs: int):
+        self._infos = infos
+        self._n = num_envs
+        self._cols: dict[str, tuple[list | None, Any]] | None = None
+        self._rows: list[dict | None] = [None] * num_envs
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _columns(self) -> dict[str, tuple[list | None, Any]]:
+        if self._cols is None:
+            self._cols = {}
+            for key, value in self._infos.items():
+                if key.startswith("_") or key in ("final_info", "final_obs"):
+                    continue
+                mask = self._infos.get("_" + key)
+                col = InfoRows(value, self._n) if isinstance(value, dict) else _column(value)
+                self._cols[key] = (None if mask is None else _column(mask), col)
+        return self._cols
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        i = i + self._n if i < 0 else i
+        if not 0 <= i < self._n:
+            raise IndexError(f"env index {i} out of range for {self._n} envs")
+        row = self._rows[i]
+        if row is None:
+            row = self._rows[i] = {key: col[i] for key, (mask, col) in self._columns().items()
+                                   if mask is None or mask[i]}
+        return row
+
+
 class EnvInfos(Sequence):
     """The per-env transition infos of one vector step, built on first access to each env.
 
@@ -82,7 +127,11 @@ class EnvInfos(Sequence):
     """
 
     def __init__(self, infos: dict, num_envs: int):
-        self._infos = infos
+        self._now = InfoRows(infos, num_envs)
+        final = infos.get("final_info")
+        mask = infos.get("_final_info")
+        self._final = InfoRows(final, num_envs) if final is not None and mask is not None else None
+        self._finished = _column(mask) if self._final is not None else None
         self._built: list[dict | None] = [None] * num_envs
 
     def __len__(self) -> int:
@@ -91,13 +140,13 @@ class EnvInfos(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
+        i = i + len(self) if i < 0 else i
         if not 0 <= i < len(self):
             raise IndexError(f"env index {i} out of range for {len(self)} envs")
         info = self._built[i]
         if info is None:
-            info = self._built[i] = _transition_info(self._infos, i)
+            source = self._final if self._finished is not None and self._finished[i] else self._now
+            info = self._built[i] = _with_text_defaults(dict(source[i]))
         return info
 
     def __eq__(self, other: object) -> bool:
@@ -107,12 +156,7 @@ class EnvInfos(Sequence):
         return f"EnvInfos({list(self)!r})"
 
 
-def _transition_info(infos: dict, i: int) -> dict:
-    final_mask = infos.get("_final_info")
-    if infos.get("final_info") is not None and final_mask is not None and bool(final_mask[i]):
-        info = env_info(infos["final_info"], i)
-    else:
-        info = env_info(infos, i)
+def _with_text_defaults(info: dict) -> dict:
     for key, default in TEXT_DEFAULTS.items():
         if info.get(key) is None:
             info[key] = list(default) if isinstance(default, list) else default

@@ -30,7 +30,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from llmguide.envs.vector import env_info, object_array
+from llmguide.envs.vector import InfoRows, object_array
 from llmguide.rewards.ellm import ELLMReward, GoalMatcher, GoalSuggester
 
 
@@ -68,10 +68,11 @@ class ELLMGoalWrapper(gym.vector.VectorWrapper):
     # -- gym API ---------------------------------------------------------------------------
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
         obs, infos = self.env.reset(seed=seed, options=options)
+        rows = InfoRows(infos, self.num_envs)
         for i in range(self.num_envs):
             self.suggester.reset_env(i)
             self.reward_module.achieved[i] = set()
-            self.suggester.observe(i, env_info(infos, i))
+            self.suggester.observe(i, rows[i])
         self.suggester.poll()
         self._choose_goals(force=True)
         return self._with_goal(obs), infos
@@ -93,11 +94,12 @@ class ELLMGoalWrapper(gym.vector.VectorWrapper):
                 if isinstance(final, dict):
                     infos["final_obs"][i] = {**final, "goal": before[i]}
         # the new current states: the reset state for finished envs (SAME_STEP autoreset)
+        rows = InfoRows(infos, self.num_envs)
         for i in range(self.num_envs):
             if dones[i]:
                 self.suggester.reset_env(i)
                 self.current_goal[i] = None
-            self.suggester.observe(i, env_info(infos, i))
+            self.suggester.observe(i, rows[i])
         self.suggester.poll()
         self._choose_goals()
         return self._with_goal(obs), rewards, terminated, truncated, infos
