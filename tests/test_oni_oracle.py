@@ -1,0 +1,174 @@
+"""ONI / Motif with ground truth: the oracle labeller (``llm=oracle``) on the LM code path, the message
+observation and reference-style policy, the extrinsic reward transform, Motif's collection, a NetHack run."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("nle")
+pytest.importorskip("minihack")
+
+from llmguide.core.config import load_config  # noqa: E402
+from llmguide.envs.nethack import NetHackOracle, NetHackText  # noqa: E402
+from llmguide.llm.oracle import OracleLM  # noqa: E402
+from llmguide.llm.service import LLMService  # noqa: E402
+from llmguide.rewards.oni_annotator import MessageAnnotator, PairAnnotator  # noqa: E402
+
+KEY = "g - a key named The Master Key of Thievery."
+HELPFUL = [KEY, "You kill the newt!", "The door opens.", "There is a staircase down here.",
+           "You succeed in unlocking the door.", "Welcome to experience level 2."]
+UNHELPFUL = ["It's a wall.", "Never mind.", "This door is locked.", "There is nothing here to pick up.",
+             "You see here a key named The Master Key of Thievery.", "You hear the footsteps of a guard on patrol."]
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def oracle_service():
+    lm = OracleLM("minihack")
+    with LLMService(lm, max_batch=8) as service:
+        yield lm, service
+
+
+def test_ground_truth_helpful_means_the_message_reports_progress():
+    oracle = NetHackOracle()
+    assert all(oracle.helpful(m) for m in HELPFUL)
+    assert not any(oracle.helpful(m) for m in UNHELPFUL + [""])
+    assert oracle.prefer(KEY, "It's a wall.") == "A" and oracle.prefer("Never mind.", KEY) == "B"
+    assert oracle.prefer("It's a wall.", "Never mind.") == "="
+
+
+@pytest.mark.parametrize("mode", ["score", "generate"])
+def test_oracle_labels_go_through_the_lm_annotator_path(oracle_service, mode):
+    lm, service = oracle_service
+    annot = MessageAnnotator(service, mode=mode, cache=None)
+    assert annot.submit(HELPFUL + UNHELPFUL) == len(HELPFUL + UNHELPFUL)
+    assert annot.wait(30)
+    assert {m: annot.get(m) for m in HELPFUL} == dict.fromkeys(HELPFUL, 1.0)
+    assert {m: annot.get(m) for m in UNHELPFUL} == dict.fromkeys(UNHELPFUL, 0.0)
+    assert annot.counts["unparseable"] == 0 and annot.counts["duplicate_requests"] == 0
+    assert lm.stats["oni_answers"] == len(HELPFUL + UNHELPFUL) and lm.stats["no_caption"] == 0
+
+
+@pytest.mark.parametrize("mode", ["score", "generate"])
+def test_oracle_pair_preferences_from_the_same_ground_truth(oracle_service, mode):
+    _, service = oracle_service
+    annot = PairAnnotator(service, mode=mode, cache=None)
+    pairs = [PairAnnotator.make_pair(KEY, "It's a wall."), PairAnnotator.make_pair("Never mind.", "It's a wall."),
+             PairAnnotator.make_pair("You kill the newt!", "This door is locked.")]
+    annot.submit(pairs)
+    assert annot.wait(30)
+    for a, b in pairs:  # label = P(first of the sorted pair preferred)
+        expected = {"A": 1.0, "B": 0.0, "=": 0.5}[NetHackOracle().prefer(a, b)]
+        assert annot.get((a, b)) == expected
+    assert annot.get(pairs[0]) in (0.0, 1.0) and annot.get(pairs[1]) == 0.5
+
+
+def test_oni_recipe_builds_the_oracle_retrieval_reward_and_reference_policy(tmp_path):
+    from llmguide.pipelines.oni import ONIRecipe
+
+    cfg = load_config(["env=minihack", "method=oni_retrieval", "llm=oracle", f"run.dir={tmp_path}"])
+    assert cfg.agent.recurrent is None
+    ONIRecipe(cfg).check()
+    assert cfg.agent.recurrent == "gru" and cfg.env.message_obs is True
+    cfg = load_config(["env=minihack", "method=oni_retrieval", "method.recurrent=null", f"run.dir={tmp_path}"])
+    ONIRecipe(cfg).check()
+    assert cfg.agent.recurrent is None  # opting out keeps a feed-forward policy
+
+
+def test_message_bytes_in_the_observation_reach_the_policy_through_a_message_encoder():
+    from llmguide.learners.networks import ActorCritic, DictEncoder
+
+    env = NetHackText("MiniHack-KeyRoom-Fixed-S5-v0", "minihack", message_obs=True)
+    obs, info = env.reset(seed=0)
+    assert obs["message"].dtype == np.uint8 and obs["message"].shape == (256,)
+    assert env.observation_space.contains(obs)
+    net = ActorCritic(env.observation_space, env.action_space.n, hidden=32, recurrent="gru")
+    assert net.encoder.message_keys == ["message"] and "message" not in net.encoder.vector_keys
+    batch = {k: torch.as_tensor(np.stack([v, v])) for k, v in obs.items()}
+    batch["message"][1, :12] = torch.tensor(list(b"It's a wall."), dtype=torch.uint8)
+    state = net.initial_state(2)
+    _, _, _, values, new_state = net.get_action_and_value(batch, state, torch.zeros(2))
+    assert new_state[0].shape == (1, 2, 32)
+    assert not torch.allclose(values[0], values[1])  # only the message differs
+    plain = NetHackText("MiniHack-KeyRoom-Fixed-S5-v0", "minihack")
+    assert "message" not in plain.observation_space.spaces
+    assert DictEncoder(plain.observation_space, 32).message_keys == []  # other envs: unchanged encoder
+    env.close()
+    plain.close()
+
+
+def test_extrinsic_reward_is_scaled_and_clipped_and_the_raw_reward_kept(monkeypatch):
+    env = NetHackText("NetHackScore-v0", "nethack", reward_scale=0.5, reward_clip=10.0)
+    env.reset(seed=0)
+    inner_step = env._env.step
+
+    def big_reward(action):
+        obs, _, term, trunc, info = inner_step(action)
+        return obs, 50.0, term, trunc, info
+
+    monkeypatch.setattr(env._env, "step", big_reward)
+    _, reward, _, _, info = env.step(0)
+    assert reward == 10.0 and info["raw_reward"] == 50.0
+    env.close()
+
+
+def test_motif_pairs_are_sampled_over_observations():
+    from llmguide.rewards.motif import sample_pairs
+
+    counts = Counter({"": 1000, "It's a wall.": 500, **{f"rare {i}": 1 for i in range(30)}})
+    over_obs = sample_pairs(counts, 20, seed=0, over="observations")
+    uniform = sample_pairs(counts, 20, seed=0, over="unique")
+    assert len(over_obs) == len(set(over_obs)) == 20 and all(a != b for a, b in over_obs)
+    frequent = lambda pairs: sum(("" in p) or ("It's a wall." in p) for p in pairs)  # noqa: E731
+    assert frequent(over_obs) > frequent(uniform)
+
+
+def _small(tmp_path, *extra: str):
+    return load_config(["num_envs=2", "agent.num_steps=32", "agent.hidden=32", "agent.update_epochs=1",
+                        "total_steps=128", "eval.episodes=1", "progress=false", "llm=oracle", f"run.dir={tmp_path}",
+                        *extra])
+
+
+def test_motif_collects_with_an_rnd_agent_and_trains_with_oracle_preferences(tmp_path):
+    from llmguide.pipelines import run
+    from llmguide.pipelines.motif import collect, label
+
+    cfg = _small(tmp_path, "env=minihack", "env.id=MiniHack-KeyRoom-Fixed-S5-v0", "method=motif",
+                 f"method.data_dir={tmp_path / 'data'}", "method.collect_steps=128", "method.num_pairs=10",
+                 "run.name=motif")
+    assert cfg.method.collect_policy == "rnd"
+    assert collect(cfg) == 0 and label(cfg) == 0
+    stats = json.loads((tmp_path / "data" / "label_stats.json").read_text())
+    assert stats["done"] >= 1 and stats["unparseable"] == 0 and stats["todo"] == 0
+    assert run("train", cfg) == 0
+    assert (tmp_path / "motif" / "eval.json").exists()
+
+
+def test_nethack_score_runs_through_the_oni_recipe_with_oracle_labels(tmp_path):
+    from llmguide.pipelines import run
+
+    cfg = _small(tmp_path, "env=nethack", "env.id=NetHackScore-v0", "method=oni_retrieval",
+                 "method.extrinsic_coef=0.1", "total_steps=256", "run.name=nh")
+    assert run("train", cfg) == 0
+    out = tmp_path / "nh"
+    assert json.loads((out / "eval.json").read_text())["step"] == 256
+    state = torch.load(out / "checkpoints" / "latest.pt", weights_only=False)["agent"]
+    assert any(k.startswith("encoder.messages.message") for k in state["net"]) and "core.weight_hh_l0" in state["net"]
+    labels = state["reward_modules"][0]["state"]["annotator"]["labels"]
+    assert labels and all(v in (0.0, 1.0) for v in labels.values())  # the game's messages were labelled
+    oracle = NetHackOracle()
+    assert all(v == float(oracle.helpful(m)) for m, v in labels.items())
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["lm/annot_duplicate_requests"] == 0
