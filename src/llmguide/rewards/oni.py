@@ -19,6 +19,33 @@ background reward-model training both learned variants use in :mod:`llmguide.rew
 
 The empty message gets no reward and is never annotated.  ``compute`` advances the episodic
 counts, so call it exactly once per batch (the PPO learner does).
+
+**The full reward, as the reference** (``facebookresearch/oni`` learner.py; Motif the same with its
+reward model) — per transition with message ``m``::
+
+    r = c_ext · clip(s · r_env, −C, C)  +  c_llm · r_int(m) / n_ep(m)^β
+
+============  ==================================  =====================================================
+symbol        config key                          value (reference)
+============  ==================================  =====================================================
+s             ``env.reward_scale``                1.0 (ONI; Motif's README used 0.1)
+C             ``env.reward_clip``                 10 (the rollout workers' clip; applied by the env, so
+                                                  every arm of a comparison gets it)
+c_ext         ``method.extrinsic_coef``           10 on sparse tasks (MiniHack, Staircase, Oracle), 0.1 on
+                                                  NetHackScore, 0 reward-free
+c_llm         ``method.intrinsic_coef``           0.4 (ONI), 0.1 (Motif)
+β             ``method.beta``                     3 (``beta_count_exponent``)
+n_ep(m)       ``method.count_scope=episode``      occurrences of the exact message in this episode,
+                                                  the current one included (``global``: over the run)
+r_int         per variant                         Retrieval: label ∈ {0, 1}, ``pending_default`` (0)
+                                                  while pending; Classification: 1[P > 0.5]; Ranking and
+                                                  Motif: z · 1[z > threshold], z normalised
+============  ==================================  =====================================================
+
+Deliberate differences: the reference computes r_int when a minibatch is trained (so a label that
+arrives between collection and training already counts); here it is computed once per rollout, before
+GAE.  The empty message is never annotated and gets 0 (the reference labelled it like any other).
+ONI-Ranking's normaliser and threshold reach the learner (the reference's typo handed it the raw output).
 """
 
 from __future__ import annotations
