@@ -300,3 +300,63 @@ def test_ppo_runs_on_the_batched_env():
     agent = PPO(envs, {"num_steps": 8, "num_minibatches": 2, "update_epochs": 1}, seed=0)
     agent.learn(64, progress=False)
     assert agent.global_step == 64 and np.isfinite(agent.last_metrics["losses/value_loss"])
+
+
+# --- ELLM's text actions (env.actions=text) -------------------------------------------------------
+TEXT_SCENARIOS = [  # (action string, faced block, inventory, crafting table to the right)
+    ("chop tree", BlockType.TREE, {}, False),
+    ("chop tree", BlockType.STONE, {}, False),         # wrong noun: nothing runs
+    ("mine stone", BlockType.STONE, {}, False),        # faced, no pickaxe: attempted, no effect
+    ("mine stone", BlockType.STONE, {"wood_pickaxe": 1}, False),
+    ("drink water", BlockType.WATER, {"drink": 5}, False),
+    ("place crafting table", BlockType.GRASS, {"wood": 5}, False),
+    ("make wood pickaxe", BlockType.GRASS, {"wood": 5}, True),
+    ("make wood pickaxe", BlockType.GRASS, {}, True),  # no wood: nothing made
+    ("place stone", BlockType.GRASS, {"stone": 2}, False),
+    ("eat plant", BlockType.GRASS, {}, False),
+    ("attack cow", BlockType.GRASS, {}, False),
+    ("move up", BlockType.GRASS, {}, False),
+    ("move down", BlockType.STONE, {}, False),         # blocked: no move
+    ("do nothing", BlockType.GRASS, {}, False),
+]
+
+
+@pytest.fixture(scope="module")
+def cx_text() -> CraftaxVectorEnv:
+    env = CraftaxVectorEnv(1, seed=0, reset_ratio=1, actions="text")
+    env.reset(seed=0)
+    return env
+
+
+@pytest.mark.parametrize("text,block,inventory,table", TEXT_SCENARIOS)
+def test_text_actions_flags_match_crafter(cx_text, cr, text, block, inventory, table):
+    """The same action string in the same situation: same primitive effect, action_success, eval_success."""
+    from llmguide.envs.crafter_actions import ACTION_STRINGS, CrafterTextActions
+
+    cx_text.reset(seed=9)
+    s, _ = set_up(cx_text, block, inventory, table_right=table)
+    key = np.asarray(tx.caption_key(s, tx.local_ids(s)))
+    cx_text._facing = np.array([(int(key[2]) >> 4) & 31])  # the state was replaced under the env
+    mirror(cx_text, cr)
+    ref_env = CrafterTextActions(cr)
+    _, _, _, _, ref = ref_env.step(ACTION_STRINGS.index(text))
+    _, _, _, _, infos = cx_text.step(np.array([ACTION_STRINGS.index(text)]))
+    info = split_infos(infos, 1)[0]
+    assert info["action_text"] == ref["action_text"] == text
+    assert (info["action_success"], info["eval_success"]) == (ref["action_success"], ref["eval_success"])
+    assert info["events"] == ref["events"]
+
+
+def test_text_actions_run_through_the_runner_with_ellm_oracle(tmp_path):
+    """ELLM-oracle on env=craftax with text actions pays goals through the one Runner."""
+    from llmguide.cli import main
+
+    run = tmp_path / "ellm_craftax"
+    code = main(["train", "env=craftax", "env.actions=text", "method=ellm_oracle", "method.extrinsic_coef=0.0",
+                 "num_envs=4", "env.max_steps=100", "total_steps=512", "agent.num_steps=32", "eval.episodes=0",
+                 "progress=false", f"run.dir={tmp_path}", "run.name=ellm_craftax"])
+    assert code == 0
+    from llmguide.core.rundir import read_metrics
+
+    paid = [r["ellm/goals_paid"] for r in read_metrics(run) if "ellm/goals_paid" in r]
+    assert paid and paid[-1] > 0

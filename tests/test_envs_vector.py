@@ -64,3 +64,40 @@ def test_make_env_seed_is_used_at_first_reset_and_registered_ids():
         make_env({"name": "atari"})
     with pytest.raises(ValueError, match="sync"):
         make_vector_env(CFGS["babyai"], 1, seed=0, mode="threads")
+
+
+def test_env_infos_are_built_lazily_and_match_the_eager_split():
+    """Only the envs a reader touches are converted; each equals Gymnasium's per-env info."""
+    from llmguide.envs.vector import EnvInfos
+
+    n = 3
+    infos = {"caption": np.array(["a", "b", "c"], dtype=object), "score": np.array([1, 2, 3]),
+             "_score": np.array([False, True, True]),
+             "inventory": {"wood": np.array([0, 4, 1]), "_wood": np.ones(n, bool)},
+             "final_info": {"caption": np.array(["", "end", ""], dtype=object), "score": np.array([0, 9, 0])},
+             "_final_info": np.array([False, True, False])}
+    rows = EnvInfos(infos, n)
+    assert rows._built == [None, None, None]
+    assert rows[2] == {"caption": "c", "score": 3, "inventory": {"wood": 1}, "events": [], "mission": ""}
+    assert rows._built[0] is None and rows._built[1] is None   # untouched envs were not built
+    assert rows[1]["caption"] == "end" and rows[1]["score"] == 9   # a finished env's info is its final_info
+    assert "score" not in rows[0] and isinstance(rows[2]["score"], int)  # masks respected, plain Python values
+    assert list(rows)[2] is rows[2] and rows[-1] is rows[2]
+
+
+def test_flat_image_encoder_is_one_linear_layer():
+    import torch
+    from gymnasium import spaces
+
+    from llmguide.learners.networks import ActorCritic
+
+    space = spaces.Dict({"image": spaces.Box(0, 1, (19, 7, 9), np.float32),
+                         "vector": spaces.Box(0, 1, (22,), np.float32)})
+    flat, cnn = ActorCritic(space, 17, image_encoder="flat"), ActorCritic(space, 17)
+    assert not any(isinstance(m, torch.nn.Conv2d) for m in flat.modules())
+    assert any(isinstance(m, torch.nn.Conv2d) for m in cnn.modules())
+    obs = {k: torch.rand(5, *s.shape) for k, s in space.spaces.items()}
+    action, _, _, value, _ = flat.get_action_and_value(obs)
+    assert action.shape == (5,) and value.shape == (5, 1)
+    with pytest.raises(ValueError, match="image_encoder"):
+        ActorCritic(space, 17, image_encoder="resnet")

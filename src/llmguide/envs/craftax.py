@@ -34,6 +34,7 @@ from gymnasium.vector import AutoresetMode
 
 from llmguide.envs import craftax_text as tx
 from llmguide.envs.base import cfg_get
+from llmguide.envs.craftax_actions import action_flags, primitive_actions
 from llmguide.envs.crafter import (
     ACHIEVEMENTS,
     GOALS,
@@ -43,6 +44,7 @@ from llmguide.envs.crafter import (
     _prerequisites,
     _task_name,
 )
+from llmguide.envs.crafter_actions import ACTION_STRINGS
 
 SCORE_NAME = "Craftax-Classic"
 
@@ -122,6 +124,7 @@ class _Program:
         after, reward = step(jax.random.split(k_step, self.n), states, actions, self.params, self.static)
         after = _canon(after)
         bits = jax.vmap(tx.event_bits)(states, after, actions)
+        effects = jax.vmap(tx.action_effects)(states, after, actions)
         dead = jax.vmap(tx.is_dead)(after)
         truncated = (after.timestep >= max_steps) & ~dead
         terminated = dead
@@ -147,7 +150,7 @@ class _Program:
         view = jax.tree_util.tree_map(choose, final, fresh_view)
         new_counts = jnp.where(done[:, None], 0, counts)
         out = {"view": view, "final": final, "reward": reward, "terminated": terminated,
-               "truncated": truncated, "bits": bits, "counts": counts, "success": success}
+               "truncated": truncated, "bits": bits, "counts": counts, "success": success, "effects": effects}
         return {"states": new_states, "counts": new_counts, "key": key}, out
 
 
@@ -175,9 +178,12 @@ class CraftaxVectorEnv(gym.vector.VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
 
     def __init__(self, num_envs: int = 64, max_steps: int = 10000, task: str | None = None,
-                 seed: int = 0, reset_ratio: int = 16):
+                 seed: int = 0, reset_ratio: int = 16, actions: str = "primitive"):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if actions not in ("primitive", "text"):
+            raise ValueError(f"env.actions must be 'primitive' or 'text', got {actions!r}")
+        self.text_actions = actions == "text"
         self.num_envs = int(num_envs)
         self.task = _task_name(task)
         self._task = jnp.int32(-1 if self.task is None else ACHIEVEMENTS.index(self.task))
@@ -189,7 +195,10 @@ class CraftaxVectorEnv(gym.vector.VectorEnv):
             "image": gym.spaces.Box(0.0, 1.0, (len(SEMANTIC_NAMES), tx.VIEW_H, tx.VIEW_W), np.float32),
             "vector": gym.spaces.Box(0.0, 1.0, (VECTOR_DIM,), np.float32),
         })
-        self.single_action_space = gym.spaces.Discrete(N_ACTIONS)
+        self.single_action_space = gym.spaces.Discrete(len(ACTION_STRINGS) if self.text_actions else N_ACTIONS)
+        if self.text_actions:
+            self.action_strings = list(ACTION_STRINGS)
+        self._facing = np.zeros(self.num_envs, np.int64)  # semantic class each env faces now
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
         self.text = tx.TextCache()
@@ -204,21 +213,34 @@ class CraftaxVectorEnv(gym.vector.VectorEnv):
         view = jax.device_get(view)
         n = self.num_envs
         zeros = np.zeros((n, len(ACHIEVEMENTS)), np.int32)
-        return self._obs(view), self._infos(view, np.zeros(n, np.int64), zeros, np.zeros(n, bool))
+        self._facing = _facing(view)
+        infos = self._infos(view, np.zeros(n, np.int64), zeros, np.zeros(n, bool))
+        if self.text_actions:
+            infos.update(action_text=_objects([""] * n), action_success=np.zeros(n, bool),
+                         eval_success=np.zeros(n, bool))
+        return self._obs(view), infos
 
     def step(self, actions):
         if self._carry is None:
             raise RuntimeError("call reset() before step()")
-        acts = jnp.asarray(np.asarray(actions, dtype=np.int32).reshape(self.num_envs))
-        self._carry, out = self._prog.step(self._carry, acts, self._task, self._max_steps)
+        acts = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
+        text, runs = acts, None
+        if self.text_actions:
+            acts, runs = primitive_actions(text, self._facing)
+        self._carry, out = self._prog.step(self._carry, jnp.asarray(acts, jnp.int32), self._task, self._max_steps)
         out = jax.device_get(out)
         terminated, truncated = out["terminated"], out["truncated"]
         done = terminated | truncated
         zeros = np.zeros_like(out["counts"])
         counts_now = np.where(done[:, None], zeros, out["counts"])
         infos = self._infos(out["view"], np.where(done, 0, out["bits"]), counts_now, np.zeros_like(done))
+        flags = {}
+        if self.text_actions:
+            flags = action_flags(text, runs, self._facing, out["final"]["inv"], out["bits"], out["effects"])
+            infos.update(flags)
+        self._facing = _facing(out["view"])
         if done.any():
-            infos["final_info"] = self._infos(out["final"], out["bits"], out["counts"], out["success"])
+            infos["final_info"] = {**self._infos(out["final"], out["bits"], out["counts"], out["success"]), **flags}
             infos["_final_info"] = done
             final_obs = np.empty(self.num_envs, dtype=object)
             fo = self._obs(out["final"])
@@ -255,6 +277,11 @@ class CraftaxVectorEnv(gym.vector.VectorEnv):
         return infos
 
 
+def _facing(view: dict[str, np.ndarray]) -> np.ndarray:
+    """The semantic class each env faces, read from its caption key (bits 4-8 of word 2)."""
+    return ((np.asarray(view["key"][:, 2], np.int64) >> 4) & 31)
+
+
 def _single(value: Any, i: int) -> Any:
     if isinstance(value, dict):
         return {k: _single(v, i) for k, v in value.items()}
@@ -267,8 +294,10 @@ class CraftaxText(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, max_steps: int = 10000, task: str | None = None, seed: int | None = None):
+    def __init__(self, max_steps: int = 10000, task: str | None = None, seed: int | None = None,
+                 actions: str = "primitive"):
         self._vec = CraftaxVectorEnv(1, max_steps=max_steps, task=task, seed=0 if seed is None else seed,
+                                     actions=actions,
                                      reset_ratio=1)
         self.task = self._vec.task
         self.observation_space = self._vec.single_observation_space
@@ -313,6 +342,7 @@ def make_craftax(env_cfg: Any, seed: int | None = None) -> CraftaxText:
     """One env from an ``env`` config (keys task, max_steps); obs is always symbolic."""
     _check_obs(env_cfg)
     return CraftaxText(max_steps=int(cfg_get(env_cfg, "max_steps", 10000)), task=cfg_get(env_cfg, "task"),
+                       actions=str(cfg_get(env_cfg, "actions", "primitive")),
                        seed=seed)
 
 
@@ -320,6 +350,7 @@ def make_craftax_vector(env_cfg: Any, num_envs: int, seed: int) -> CraftaxVector
     """The batched env (keys task, max_steps, reset_ratio)."""
     _check_obs(env_cfg)
     return CraftaxVectorEnv(int(num_envs), max_steps=int(cfg_get(env_cfg, "max_steps", 10000)),
+                            actions=str(cfg_get(env_cfg, "actions", "primitive")),
                             task=cfg_get(env_cfg, "task"), seed=int(seed),
                             reset_ratio=int(cfg_get(env_cfg, "reset_ratio", 16)))
 
@@ -327,6 +358,9 @@ def make_craftax_vector(env_cfg: Any, num_envs: int, seed: int) -> CraftaxVector
 def _check_obs(env_cfg: Any) -> None:
     if cfg_get(env_cfg, "obs", "symbolic") != "symbolic":
         raise ValueError("env.obs: env=craftax has only the symbolic observation (Crafter's semantic view)")
+    if cfg_get(env_cfg, "ellm_rules", False):
+        raise ValueError("env.ellm_rules: ELLM's rule changes patch Crafter's Python game logic; "
+                         "env=craftax has Craftax-Classic's rules only")
 
 
 __all__ = ["SCORE_NAME", "CraftaxOracle", "CraftaxText", "CraftaxVectorEnv", "make_craftax",

@@ -151,6 +151,19 @@ def event_bits(before, after, action: jax.Array) -> jax.Array:
     return bits | (is_dead(after).astype(jnp.int32) << DIE)
 
 
+def action_effects(before, after, action: jax.Array) -> jax.Array:
+    """bool (3,): the player moved, fell asleep, hit a creature it faced (for ELLM's ``eval_success``)."""
+    action = jnp.where(before.is_sleeping, Action.NOOP.value, action)
+    moved = (after.player_position != before.player_position).any()
+    asleep = ~before.is_sleeping & after.is_sleeping
+    t = target_cell(before)
+    hit = jnp.zeros((), jnp.bool_)
+    for field in ("zombies", "cows", "skeletons"):
+        mobs = getattr(before, field)
+        hit = hit | (mobs.mask & (mobs.position == t).all(axis=-1)).any()
+    return jnp.stack([moved, asleep, hit & (action == Action.DO.value)])
+
+
 def is_dead(state) -> jax.Array:
     """Health at 0 or standing in lava (Crafter's lava sets health to 0)."""
     in_lava = state.map[state.player_position[0], state.player_position[1]] == BlockType.LAVA.value
@@ -201,5 +214,5 @@ class TextCache:
         return list(names)
 
 
-__all__ = ["TextCache", "caption_key", "decode_key", "event_bits", "inventory_vector",
+__all__ = ["TextCache", "action_effects", "caption_key", "decode_key", "event_bits", "inventory_vector",
            "is_dead", "local_ids"]
