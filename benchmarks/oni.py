@@ -75,7 +75,9 @@ def motif_data(args: argparse.Namespace, env_id: str) -> tuple[Path, dict]:
             return folder, {"failed": f"motif collect/label exit {code}/{code2} (see {args.out}/motif-*.log)"}
         (folder / "seconds.json").write_text(json.dumps({"collect": secs, "label": secs2}))
     summary = json.loads(stats.read_text())
-    summary.update(json.loads((folder / "seconds.json").read_text()) if (folder / "seconds.json").exists() else {})
+    for extra, prefix in (("seconds.json", "seconds_"), ("collect_stats.json", "collect_")):
+        if (folder / extra).exists():
+            summary.update({prefix + k: v for k, v in json.loads((folder / extra).read_text()).items()})
     summary["collect_steps"] = args.collect_steps
     return folder, summary
 

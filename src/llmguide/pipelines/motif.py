@@ -39,7 +39,7 @@ def data_dir(cfg: DictConfig) -> Path:
     return Path(cfg.run.dir) / name / "motif"
 
 
-def _collect_rnd(cfg: DictConfig, envs: Any) -> Counter[str]:
+def _collect_rnd(cfg: DictConfig, envs: Any) -> tuple[Counter[str], dict[str, float]]:
     """Messages met by a PPO agent learning from the extrinsic reward plus RND (``method.collect_extrinsic_coef``)."""
     from llmguide.learners.callbacks import Callback
     from llmguide.learners.ppo import PPO
@@ -57,9 +57,11 @@ def _collect_rnd(cfg: DictConfig, envs: Any) -> Counter[str]:
                 extrinsic_coef=float(cfg.method.get("collect_extrinsic_coef", 1.0)), seed=int(cfg.seed))
     agent.learn(int(cfg.method.collect_steps), callback=Messages(), progress=False)
     episodes = list(agent.episodes)
-    success = [e.get("charts/success", 0.0) for e in episodes]
-    log.info("collection agent: %d episodes, success %.3f", len(episodes), float(np.mean(success or [0.0])))
-    return counts
+    last = episodes[-max(1, len(episodes) // 10):]  # the last 10% of its episodes
+    stats = {"episodes": float(len(episodes)),
+             "success_last10pct": float(np.mean([e.get("charts/success", 0.0) for e in last] or [0.0])),
+             "return_last10pct": float(np.mean([e["charts/episodic_return"] for e in last] or [0.0]))}
+    return counts, stats
 
 
 def collect(cfg: DictConfig) -> int:
@@ -72,9 +74,11 @@ def collect(cfg: DictConfig) -> int:
     envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
     counts: Counter[str] = Counter()
     policy = str(cfg.method.get("collect_policy", "random"))
+    stats: dict[str, Any] = {"policy": policy, "steps": int(cfg.method.collect_steps)}
     try:
         if policy == "rnd":
-            counts = _collect_rnd(cfg, envs)
+            counts, agent_stats = _collect_rnd(cfg, envs)
+            stats.update(agent_stats)
         elif policy == "random":
             envs.reset(seed=int(cfg.seed))
             envs.action_space.seed(int(cfg.seed))
@@ -89,8 +93,10 @@ def collect(cfg: DictConfig) -> int:
     db.add_messages(counts)
     added = db.add_pairs(sample_pairs(db.messages(), int(cfg.method.num_pairs), int(cfg.seed),
                                       over=str(cfg.method.get("pair_sampling", "observations"))))
+    stats.update({"messages": sum(counts.values()), "unique_messages": len(counts), "pairs": db.count()})
+    (data_dir(cfg) / "collect_stats.json").write_text(json.dumps(stats, indent=2))
     print(f"collected {sum(counts.values())} messages ({len(counts)} unique); {added} new pairs, "
-          f"{db.count()} in {db.path}")
+          f"{db.count()} in {db.path}; collection policy {stats}")
     db.close()
     return 0
 
