@@ -55,6 +55,7 @@ def sweep(env: str, tmp: Path, cpus: int) -> tuple[int, float, str]:
 
 def actor_kill(cfg, steps: int) -> dict:
     import ray
+
     from llmguide.envs import make_vector_env
     from llmguide.learners.callbacks import Callback
     from llmguide.learners.ppo import PPO
@@ -95,6 +96,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import ray
+
     from llmguide.core.config import load_config
     from llmguide.envs import make_vector_env
 

@@ -1,6 +1,8 @@
 """``llmguide train -m ... sweep.launcher=ray``: every run of a sweep as one Ray task.
 
-Each task reserves ``sweep.cpus`` CPUs and ``sweep.gpus`` GPUs and runs ``llmguide train`` for its
+Each task reserves ``sweep.cpus`` CPUs (plus ``runners * ray.runner_cpus`` for a run with env-runner actors,
+which then reserve none themselves, so runs never starve their own actors) and ``sweep.gpus`` GPUs and
+runs ``llmguide train`` for its
 combination in a child process on whichever node Ray picks, exactly as the local launcher does (same
 run directory ``<run.dir>/<sweep name>/<key-value_...>``, same ``<name>.log``).  The child gets
 ``RAY_ADDRESS`` so a run with ``runners=N`` or ``llm.actor=true`` joins the same cluster.  A run that ran
@@ -75,9 +77,19 @@ def run_on_ray(jobs: list[tuple[str, list[str]]], root: Path, cfg: DictConfig) -
 
         lm_actor = lm_actor_for(cfg.llm, str(cfg.env.name), ray_cfg=cfg.ray)  # warm, outlives each run
 
+    from llmguide.core.config import load_config
+
+    plans = []   # a run with runners=N reserves its actors' CPUs in its task; the actors then ask for none
+    for _, args in jobs:
+        run_cfg = load_config(args)
+        runners = int(run_cfg.get("runners", 0) or 0)
+        extra = runners * float(run_cfg.ray.runner_cpus)
+        plans.append((cpus + extra, [*args, "ray.runner_cpus=0"] if runners else list(args)))
+
     def submit(index: int, attempt: int) -> Any:
-        name, args = jobs[index]
-        return task.remote(args, str(root), name, attempt, driver_node, env, os.getcwd())
+        name = jobs[index][0]
+        need, args = plans[index]
+        return task.options(num_cpus=need).remote(args, str(root), name, attempt, driver_node, env, os.getcwd())
 
     pending = {submit(i, 0): (i, 0) for i in range(len(jobs))}
     codes: dict[int, int] = {}
