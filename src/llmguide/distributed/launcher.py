@@ -67,7 +67,7 @@ def run_on_ray(jobs: list[tuple[str, list[str]]], root: Path, cfg: DictConfig) -
     cpus, gpus = float(cfg.sweep.cpus), float(cfg.sweep.gpus)
     driver_node = ray.get_runtime_context().get_node_id()
     env = {k: v for k, v in os.environ.items() if k.startswith(("LLMGUIDE_", "OPENAI_", "HF_", "WANDB_"))}
-    task = ray.remote(train_task).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
+    task = ray.remote(train_task)
     resources = ray.cluster_resources()
     print(f"sweep: {len(jobs)} runs as Ray tasks ({cpus:g} CPU, {gpus:g} GPU each) on a cluster of "
           f"{resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs, into {root}")
@@ -86,10 +86,17 @@ def run_on_ray(jobs: list[tuple[str, list[str]]], root: Path, cfg: DictConfig) -
         extra = runners * float(run_cfg.ray.runner_cpus)
         plans.append((cpus + extra, [*args, "ray.runner_cpus=0"] if runners else list(args)))
 
+    most = max(need for need, _ in plans)
+    if most > resources.get("CPU", 0):
+        from llmguide.core.errors import ConfigError
+
+        raise ConfigError("sweep.cpus", f"a run needs {most:g} CPUs (sweep.cpus + runners * ray.runner_cpus) but "
+                                        f"the cluster has {resources.get('CPU', 0):g}; lower them or add nodes")
+
     def submit(index: int, attempt: int) -> Any:
         name = jobs[index][0]
         need, args = plans[index]
-        return task.options(num_cpus=need).remote(args, str(root), name, attempt, driver_node, env, os.getcwd())
+        return task.options(num_cpus=need, num_gpus=gpus, max_retries=0).remote(args, str(root), name, attempt, driver_node, env, os.getcwd())
 
     pending = {submit(i, 0): (i, 0) for i in range(len(jobs))}
     codes: dict[int, int] = {}
