@@ -74,7 +74,7 @@ def pretraining(args: argparse.Namespace) -> dict:
 
 
 def train_one(args: argparse.Namespace, arm: str, seed: int) -> None:
-    name = f"{arm}-s{seed}"
+    name = run_name(args, arm, seed)
     if (args.out / name / "eval.json").exists():
         return
     method = [f"method={METHOD[arm]}"]
@@ -87,6 +87,10 @@ def train_one(args: argparse.Namespace, arm: str, seed: int) -> None:
                                f"total_steps={args.steps}", f"seed={seed}", f"eval.episodes={args.eval_episodes}",
                                f"run.name={name}"], args.out / f"{name}.log")
     print(f"train {name}: exit {code}, {secs:.0f}s", flush=True)
+
+
+def run_name(args: argparse.Namespace, arm: str, seed: int) -> str:
+    return f"{args.task}-{arm}-s{seed}"
 
 
 def _kl_stats(run: Path) -> dict:
@@ -106,7 +110,8 @@ def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
     steps_axis = ((np.arange(args.bins) + 0.5) * args.steps / args.bins).tolist()
     arms, rows = {}, []
     for arm in args.arms:
-        done = [(s, args.out / f"{arm}-s{s}") for s in args.seed_list if (args.out / f"{arm}-s{s}" / "eval.json").exists()]
+        done = [(s, args.out / run_name(args, arm, s)) for s in args.seed_list
+                if (args.out / run_name(args, arm, s) / "eval.json").exists()]
         if not done:
             arms[arm] = {"failed": "not trained within the compute budget", "seeds": [], "values": []}
             rows.append(f"| {arm} | not trained within the compute budget | | | |")
@@ -135,7 +140,7 @@ def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
                               "lowlevel_last_epoch": ll, "prior_val_acc": pri},
               "wall_clock_seconds": round(seconds)}
     args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "ptgm.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.results / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for arm, a in arms.items():
         if "curve" in a:
@@ -147,7 +152,7 @@ def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
     ax.set_title(f"PTGM vs baselines, {args.task}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(args.results / "ptgm.png", dpi=100)
+    fig.savefig(args.results / f"{args.name}.png", dpi=100)
     table = ["| arm | success AUC, mean [95% CI] | final greedy eval success | seeds | AUC per seed |",
              "|---|---|---|---|---|", *rows]
     md = [f"# PTGM vs baselines on {args.task}", "",
@@ -160,8 +165,8 @@ def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
           f"accuracy {json.dumps(pri)}. Value per seed: success AUC (mean training success over {args.bins} "
           f"equal env-step bins); 95% CIs: percentile bootstrap over seeds. Final eval: "
           f"{args.eval_episodes} greedy episodes. Wall clock {seconds / 60:.0f} min.", "", *table, "",
-          "![success](ptgm.png)", ""]
-    (args.results / "ptgm.md").write_text("\n".join(md))
+          f"![success]({args.name}.png)", ""]
+    (args.results / f"{args.name}.md").write_text("\n".join(md))
     print("\n".join(md))
 
 
@@ -183,6 +188,7 @@ def main() -> None:
     p.add_argument("--phase", default="all", choices=("all", "pretrain", "train", "report"))
     p.add_argument("--out", type=Path, default=Path("runs/bench-ptgm"))
     p.add_argument("--results", type=Path, default=Path("benchmarks/results"))
+    p.add_argument("--name", default="ptgm", help="results file stem: <results>/<name>.{md,json,png}")
     args = p.parse_args()
     args.arms = [a for a in args.arms.split(",") if a]
     unknown = set(args.arms) - set(ARMS)
