@@ -13,7 +13,8 @@ env and budget; ELLM's text action space and rules, ``env.actions=text env.ellm_
 Every (arm, seed) is one ``llmguide train`` process (``--jobs`` at a time).  The value per seed is the
 ground-truth achievements unlocked per episode over the training episodes of the last 10% of the
 budget; curves are binned over training with 95% bootstrap CIs over seeds (rliable).  Writes
-``benchmarks/results/ellm_crafter.{md,json,png}`` (``--results``) in the format of DESIGN.md.
+``benchmarks/results/ellm_<env-id>.{md,json,png}`` (``--results``) in the format of DESIGN.md.
+On ``--env-id craftax`` the rules are Craftax-Classic's (ELLM's rule changes are Crafter-only).
 
     python benchmarks/ellm_crafter.py --env-id crafter --seeds 3 --steps 200000 --jobs 2
 """
@@ -34,7 +35,8 @@ import numpy as np
 
 from llmguide.core.rundir import read_metrics
 
-COMMON = ["env.actions=text", "env.ellm_rules=true", "agent=ppo", "eval.episodes=0", "progress=false"]
+COMMON = ["env.actions=text", "agent=ppo", "eval.episodes=0", "progress=false"]
+CRAFTER_ONLY = ["env.ellm_rules=true"]  # ELLM's rule changes patch Crafter's game logic
 ARMS = {  # label -> overrides (all intrinsic-only but the labelled upper reference)
     "ellm-oracle": ["method=ellm_oracle", "method.extrinsic_coef=0.0"],
     "ellm-embedded": ["method=ellm", "llm=embedded", "method.suggester=score", "method.extrinsic_coef=0.0"],
@@ -51,7 +53,8 @@ def run_arm(label: str, seed: int, args: argparse.Namespace, out: Path, lm_cache
     name = f"{label}-s{seed}"
     if args.reuse and (out / name / "eval.json").exists():
         return name, 0, 0.0
-    overrides = [*ARMS[label], *COMMON, f"env={args.env_id}", f"seed={seed}", f"total_steps={args.steps}",
+    rules = CRAFTER_ONLY if args.env_id == "crafter" else []
+    overrides = [*ARMS[label], *COMMON, *rules, f"env={args.env_id}", f"seed={seed}", f"total_steps={args.steps}",
                  f"num_envs={args.num_envs}", f"env.max_steps={args.max_steps}", f"run.dir={out}",
                  f"run.name={name}", "run.overwrite=true", f"log_every={max(args.steps // 50, 1000)}", *args.extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LLMGUIDE_CACHE_DIR": str(lm_cache)}
@@ -132,15 +135,16 @@ def main() -> int:
                                           "ci95_low": est[1][0].tolist(), "ci95_high": est[1][1].tolist()}}
         rows.append(f"| {label} | {len(seeds)} | {final[0][0]:.2f} [{final[1][0][0]:.2f}, {final[1][1][0]:.2f}] | "
                     f"{', '.join(f'{v:.2f}' for v in values)} |")
-    plot(summary, res / "ellm_crafter.png")
-    (res / "ellm_crafter.json").write_text(json.dumps(summary, indent=2))
+    stem = f"ellm_{args.env_id}"
+    plot(summary, res / f"{stem}.png")
+    (res / f"{stem}.json").write_text(json.dumps(summary, indent=2))
     text = "\n".join([
         "# ELLM reproduction: achievements during intrinsic-only pretraining", "",
-        f"{args.env_id}, ELLM's 139 text actions and rules, PPO ({args.num_envs} envs, default agent settings), "
+        f"{args.env_id}, ELLM's 139 text actions{' and rules' if args.env_id == 'crafter' else ''}, PPO ({args.num_envs} envs, default agent settings), "
         f"{args.steps:,} env steps per run, episodes capped at {args.max_steps} steps, seeds 0..{args.seeds - 1}. "
         "Every arm but the labelled upper reference is trained on its intrinsic reward only.", "",
-        *rows, "", f"Failed runs: {', '.join(failed) or 'none'}.", "", "![curves](ellm_crafter.png)", ""])
-    (res / "ellm_crafter.md").write_text(text)
+        *rows, "", f"Failed runs: {', '.join(failed) or 'none'}.", "", f"![curves]({stem}.png)", ""])
+    (res / f"{stem}.md").write_text(text)
     print(text)
     return 1 if failed else 0
 
