@@ -20,6 +20,9 @@ BABYAI_CANDS = [" go forward", " turn left", " pick up", " toggle"]
 # llama.cpp's quantised kernels give slightly different numbers for different batch splits of the same
 # tokens (observed < 0.07 nat); the HF float model agrees with its naive reference to ~1e-5.
 LLAMA_TOL = 0.1
+# the batched scorer (many sequences in one llama.cpp batch, candidates sharing tokens as a trie) adds
+# the same kind of kernel noise: observed <= 0.2 nat against the one-at-a-time forward (issue #19)
+BATCHED_TOL = 0.3
 
 
 # --- embedded ------------------------------------------------------------------------------------
@@ -53,6 +56,9 @@ def test_embedded_shared_prefix_score_equals_naive_per_candidate(embedded):
     naive = embedded.naive_score(contexts, cands)
     assert [len(r) for r in shared] == [2, 4]
     for row_s, row_n in zip(shared, naive, strict=True):
+        assert row_s == pytest.approx(row_n, abs=BATCHED_TOL)
+    sequential = embedded.score_sequential(contexts, cands)
+    for row_s, row_n in zip(sequential, naive, strict=True):
         assert row_s == pytest.approx(row_n, abs=LLAMA_TOL)
     # the log-probs are real probabilities: the four actions' total mass is below 1
     import math
@@ -78,7 +84,7 @@ def test_embedded_tokenisation_boundary_and_bad_input(embedded):
     long_ctx = "The red ball is next to the blue box. " * 60 + "The red ball is next to the"
     assert len(embedded.tokenize(long_ctx, bos=True)) > embedded._llm.n_batch
     [[near]] = embedded.score([long_ctx], [[" blue box"]])
-    assert near == pytest.approx(embedded.naive_score([long_ctx], [[" blue box"]])[0][0], abs=LLAMA_TOL)
+    assert near == pytest.approx(embedded.naive_score([long_ctx], [[" blue box"]])[0][0], abs=BATCHED_TOL)
     assert near > -1.0   # the repeated pattern is predicted
     with pytest.raises(ValueError, match="contexts but"):
         embedded.score([FRANCE, BABYAI], [FRANCE_CANDS])
@@ -94,7 +100,7 @@ def test_embedded_is_thread_safe(embedded):
         results = [f.result() for f in futures]
     for got in results[:3]:
         for row_g, row_r in zip(got, reference, strict=True):
-            assert row_g == pytest.approx(row_r, abs=LLAMA_TOL)
+            assert row_g == pytest.approx(row_r, abs=BATCHED_TOL)
     assert results[3][0].text
 
 

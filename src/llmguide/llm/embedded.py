@@ -1,7 +1,11 @@
 """Embedded default backend: Gemma 3 270M (GGUF Q4_K_M from PyPI) run in-process by llama-cpp-python.
 
-No key, no server, no download.  ``score`` evaluates each context once in llama.cpp's KV cache and
-then, per candidate, only ``[last context token] + candidate tokens``.
+No key, no server, no download.  ``score`` runs all contexts and all their candidates of one call in
+one llama.cpp batch (a unified KV cache with one sequence per context and per candidate, candidates
+sharing leading tokens as a trie) and keeps the calls' common prompt prefix evaluated between calls:
+see :mod:`llmguide.llm.embedded_batch`.  ``score_sequential`` is the previous one-candidate-at-a-time
+path (each context once in the KV cache, then per candidate ``[last context token] + candidate``),
+kept as a fallback and for measurement.
 
 Tokenisation boundary: the context is tokenised on its own (with BOS) and every candidate on its own
 (no BOS), and the two token lists are concatenated.  The context prefix is therefore identical for all
@@ -37,7 +41,8 @@ class EmbeddedLM(LanguageModel):
 
     backend = "embedded"
 
-    def __init__(self, model_path: str | Path | None = None, n_ctx: int = 2048, n_threads: int = 2, seed: int = 0):
+    def __init__(self, model_path: str | Path | None = None, n_ctx: int = 2048, n_threads: int = 2, seed: int = 0,
+                 batched_score: bool = True, score_n_ctx: int = 4096):
         import llama_cpp
 
         from llmguide.llm.assets import embedded_gguf_path
@@ -54,6 +59,11 @@ class EmbeddedLM(LanguageModel):
         )
         self.n_ctx = n_ctx
         self.n_vocab = self._llm.n_vocab()
+        self.n_threads = n_threads
+        self.batched_score = batched_score
+        self.score_n_ctx = score_n_ctx
+        self._scorer: Any = None
+        self._score_stats = {"batched_calls": 0, "sequential_calls": 0, "batch_failures": 0}
 
     def __repr__(self) -> str:
         return f"EmbeddedLM(model_path={str(self.model_path)!r}, n_ctx={self.n_ctx})"
@@ -151,8 +161,46 @@ class EmbeddedLM(LanguageModel):
         *,
         normalize: bool = False,
     ) -> list[list[float]]:
-        """Summed candidate token log-probs given each context; the context is evaluated once."""
+        """Summed candidate token log-probs given each context: one batched llama.cpp pass (see module doc)."""
         check_score_args(contexts, candidates)
+        if not self.batched_score or not contexts:
+            return self.score_sequential(contexts, candidates, normalize=normalize)
+        ctx_tokens = [self.tokenize(c, bos=True) for c in contexts]
+        cand_tokens = [[self.tokenize(c, bos=False) for c in cands] for cands in candidates]
+        for ctx, cands in zip(ctx_tokens, cand_tokens, strict=True):
+            self._check_length(len(ctx), max((len(t) for t in cands), default=0))
+        fits = all(len(ctx) + sum(map(len, cands)) + 1 < self.score_n_ctx // 2 and len(cands) < 250
+                   for ctx, cands in zip(ctx_tokens, cand_tokens, strict=True))
+        if fits:
+            with self._lock:
+                self._model()
+                try:
+                    if self._scorer is None:
+                        from llmguide.llm.embedded_batch import MultiSeqScorer
+
+                        self._scorer = MultiSeqScorer(self._llm._model, self.n_vocab, n_ctx=self.score_n_ctx,
+                                                      n_threads=self.n_threads,
+                                                      base_params=self._llm.context_params)
+                    out = self._scorer.score(ctx_tokens, cand_tokens, normalize=normalize)
+                    self._score_stats["batched_calls"] += 1
+                    return out
+                except RuntimeError:   # e.g. no KV slot for an unusually large call: the sequential path
+                    self._score_stats["batch_failures"] += 1
+                    self._scorer.prefix = []
+                    self._scorer.ctx.kv_cache_clear()
+        return self.score_sequential(contexts, candidates, normalize=normalize)
+
+    def score_sequential(
+        self,
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]],
+        *,
+        normalize: bool = False,
+    ) -> list[list[float]]:
+        """Summed candidate token log-probs given each context; the context is evaluated once, candidates
+        one at a time (the path before batching; used when a call does not fit the batched scorer)."""
+        check_score_args(contexts, candidates)
+        self._score_stats["sequential_calls"] += 1
         results = []
         for context, cands in zip(contexts, candidates, strict=True):
             ctx_tokens = self.tokenize(context, bos=True)
@@ -199,9 +247,19 @@ class EmbeddedLM(LanguageModel):
             results.append(row)
         return results
 
+    def io_stats(self) -> dict[str, float]:
+        """Scoring counters: batched / sequential calls, llama.cpp decodes, tokens decoded, prefix tokens reused."""
+        out = {k: float(v) for k, v in self._score_stats.items()}
+        if self._scorer is not None:
+            out.update({f"score_{k}": float(v) for k, v in self._scorer.stats.items()})
+        return out
+
     def close(self) -> None:
         """Free the llama.cpp model."""
         with self._lock:
+            if self._scorer is not None:
+                self._scorer.close()
+                self._scorer = None
             if self._llm is not None:
                 self._llm.close()
                 self._llm = None  # type: ignore[assignment]

@@ -27,7 +27,20 @@ exception from the LM:
 - **Failed answers**: a ``Completion`` with ``error`` set and a score row with a missing or NaN value
   (the HTTP backend's per-request failure after its own retries) resolve as the fallback too.
 
-Reading results without blocking: ``fut.done()`` then ``fut.result()``, or :func:`poll`.
+- **Stale requests and priority** (optional, for training loops; issue #19): a request may name an
+  ``owner`` (e.g. ``("ellm", env_index)``) and a ``priority``.  A newer submission by the same owner, or
+  :meth:`LLMService.release` of it, takes the owner off its older *queued* requests; a queued request
+  left with no owner is dropped -- its future is **cancelled** (``fut.cancelled()``; not a fallback),
+  counted ``dropped_stale``.  So a slow LM keeps at most the newest request per env waiting.  Requests
+  without an owner are never dropped.  The worker takes the highest-priority queued request first (ties:
+  first come) and fills the batch with the highest-priority compatible ones; joining an identical request
+  raises its priority to the larger one, and :meth:`LLMService.reprioritize` changes it while queued (the
+  ELLM suggester passes each state's visit count: the most-visited states are answered first).
+- **Freshness**: a caller that acts on LM answers reports, per step, how many of its envs had an answer
+  for their current state (:meth:`LLMService.record_fresh`); ``lm/fresh_fraction`` is their ratio.
+
+Reading results without blocking: ``fut.done()`` then ``fut.result()``, or :func:`poll` (a cancelled
+future polls as ``None``).
 
 The ``lm/*`` metrics every method logs (:meth:`LLMService.lm_metrics`) are defined and computed in
 :mod:`llmguide.llm.service_metrics`; :meth:`LLMService.metrics` keeps the older, unprefixed service
@@ -75,7 +88,7 @@ def _retryable_errors() -> tuple[type[BaseException], ...]:
 RETRYABLE = _retryable_errors()
 
 
-@dataclass
+@dataclass(eq=False)
 class _Request:
     kind: str                      # "generate" | "score"
     key: str                       # de-duplication key (canonical JSON of kind + text + params)
@@ -83,11 +96,15 @@ class _Request:
     payload: dict[str, Any]
     future: Future = field(default_factory=Future)
     submitted: float = field(default_factory=time.monotonic)
+    owners: set = field(default_factory=set)   # who still wants the answer (empty: nobody said, never dropped)
+    owned: bool = False                         # submitted with an owner: droppable once no owner is left
+    priority: float = 0.0
+    seq: int = 0                                # arrival order (ties in priority: first come first served)
 
 
 def poll(futures: Sequence[Future]) -> list[Any | None]:
-    """Results of the futures that are done, ``None`` for those still pending (never blocks)."""
-    return [f.result() if f.done() else None for f in futures]
+    """Results of the futures that are done, ``None`` for those still pending or dropped (never blocks)."""
+    return [f.result() if f.done() and not f.cancelled() else None for f in futures]
 
 
 class LLMService:
@@ -116,6 +133,10 @@ class LLMService:
         self._cond = threading.Condition()
         self._queue: deque[_Request] = deque()
         self._inflight: dict[str, _Request] = {}
+        self._by_future: dict[Future, _Request] = {}   # queued requests by their future (reprioritize)
+        self._owned: dict[Any, _Request] = {}           # owner -> its newest queued request
+        self._seq = 0
+        self._fresh = [0, 0]                             # steps with an answer for the current state, steps
         self._closed = False
         self._stop = threading.Event()
         self._circuit_open = False
@@ -128,24 +149,75 @@ class LLMService:
         self._thread.start()
 
     # -- submitting -------------------------------------------------------------------------------
-    def submit_generate(self, prompt: str, **params: Any) -> Future:
-        """Future of a :class:`Completion` for ``prompt`` (params: max_tokens, temperature, stop, seed)."""
+    def submit_generate(self, prompt: str, *, owner: Any = None, priority: float = 0.0, **params: Any) -> Future:
+        """Future of a :class:`Completion` for ``prompt`` (params: max_tokens, temperature, stop, seed).
+
+        ``owner`` / ``priority``: see the module docstring (stale requests and priority)."""
         if "stop" in params and params["stop"] is not None:
             params["stop"] = list(params["stop"])
         group = canonical_json({"kind": "generate", "params": params})
         key = canonical_json({"kind": "generate", "prompt": prompt, "params": params})
-        return self._submit(_Request("generate", key, group, {"prompt": prompt, "params": params}))
+        return self._submit(_Request("generate", key, group, {"prompt": prompt, "params": params},
+                                     priority=float(priority)), owner)
 
-    def submit_score(self, context: str, candidates: Sequence[str], normalize: bool = False) -> Future:
+    def submit_score(self, context: str, candidates: Sequence[str], normalize: bool = False, *,
+                     owner: Any = None, priority: float = 0.0) -> Future:
         """Future of the log-probabilities of ``candidates`` given ``context`` (``None`` entries on fallback)."""
         candidates = [str(c) for c in candidates]
         group = canonical_json({"kind": "score", "normalize": bool(normalize)})
         key = canonical_json({"kind": "score", "context": context, "candidates": candidates,
                               "normalize": bool(normalize)})
         return self._submit(_Request("score", key, group, {"context": context, "candidates": candidates,
-                                                            "normalize": bool(normalize)}))
+                                                            "normalize": bool(normalize)}, priority=float(priority)),
+                            owner)
 
-    def _submit(self, req: _Request) -> Future:
+    # -- stale requests, priority, freshness ------------------------------------------------------
+    def _take_owner(self, owner: Any, keep: _Request | None = None) -> list[_Request]:
+        """Take ``owner`` off its queued request (unless it is ``keep``); return requests left ownerless."""
+        old = self._owned.pop(owner, None)
+        if old is None or old is keep:
+            return []
+        old.owners.discard(owner)
+        if old.owners or old.future.done() or self._by_future.get(old.future) is not old:
+            return []
+        return [old]
+
+    def _drop(self, reqs: list[_Request]) -> None:
+        """Remove queued, ownerless requests; cancel their futures (called with the lock held)."""
+        for req in reqs:
+            try:
+                self._queue.remove(req)
+            except ValueError:   # already taken by the worker: it will be answered
+                continue
+            self._by_future.pop(req.future, None)
+            if self._inflight.get(req.key) is req:
+                del self._inflight[req.key]
+            self._counts["dropped_stale"] += 1
+            req.future.cancel()
+        if reqs:
+            self._cond.notify_all()
+
+    def release(self, owner: Any) -> None:
+        """``owner`` no longer needs its queued request (e.g. its env left that state); drop it if unowned."""
+        with self._cond:
+            self._drop(self._take_owner(owner))
+
+    def reprioritize(self, future: Future, priority: float) -> bool:
+        """Set the priority of the queued request behind ``future``; False when it is not queued any more."""
+        with self._cond:
+            req = self._by_future.get(future)
+            if req is None:
+                return False
+            req.priority = float(priority)
+            return True
+
+    def record_fresh(self, fresh: int, total: int) -> None:
+        """Add ``fresh`` of ``total`` steps that acted on an answer for their current state (``lm/fresh_fraction``)."""
+        with self._cond:
+            self._fresh[0] += int(fresh)
+            self._fresh[1] += int(total)
+
+    def _submit(self, req: _Request, owner: Any = None) -> Future:
         deadline = time.monotonic() + self.submit_timeout
         with self._cond:
             self._counts["submitted"] += 1
@@ -158,9 +230,24 @@ class LLMService:
                 same = self._inflight.get(req.key)
                 if same is not None:
                     self._counts["deduplicated"] += 1
+                    same.priority = max(same.priority, req.priority)
+                    if owner is not None and self._by_future.get(same.future) is same:
+                        self._drop(self._take_owner(owner, keep=same))
+                        same.owners.add(owner)
+                        same.owned = True
+                        self._owned[owner] = same
                     return same.future
+                if owner is not None:   # the owner's older queued request is stale now
+                    self._drop(self._take_owner(owner))
                 if len(self._queue) < self.max_queue:
+                    self._seq += 1
+                    req.seq = self._seq
+                    if owner is not None:
+                        req.owners.add(owner)
+                        req.owned = True
+                        self._owned[owner] = req
                     self._inflight[req.key] = req
+                    self._by_future[req.future] = req
                     self._queue.append(req)
                     self._cond.notify_all()
                     return req.future
@@ -235,14 +322,17 @@ class LLMService:
                 self._cond.wait(0.5)
             if not self._queue:
                 return []
-            first = self._queue.popleft()
-            batch = [first]
-            if self.max_batch > 1:
-                rest: deque[_Request] = deque()
-                while self._queue and len(batch) < self.max_batch:
-                    req = self._queue.popleft()
-                    (batch if req.group == first.group else rest).append(req)
-                self._queue.extendleft(reversed(rest))
+            # highest priority first, then first come; the batch: the best of the same group
+            order = sorted(self._queue, key=lambda r: (-r.priority, r.seq))
+            first = order[0]
+            batch = [first] + [r for r in order[1:] if r.group == first.group][: self.max_batch - 1]
+            taken = {id(r) for r in batch}
+            self._queue = deque(r for r in self._queue if id(r) not in taken)
+            for req in batch:
+                self._by_future.pop(req.future, None)
+                for owner in req.owners:
+                    if self._owned.get(owner) is req:
+                        del self._owned[owner]
             self._cond.notify_all()  # room in the queue for blocked submitters
             return batch
 
@@ -360,7 +450,8 @@ class LLMService:
             lat = np.array(self._latencies, dtype=np.float64)
             depth, inflight = len(self._queue), len(self._inflight)
             sizes = dict(self._batch_sizes)
-        return ServiceState(counts, lat, depth, inflight, sizes, self._circuit_open, self._tokens)
+            fresh = tuple(self._fresh)
+        return ServiceState(counts, lat, depth, inflight, sizes, self._circuit_open, self._tokens, fresh)
 
     def metrics(self) -> dict[str, Any]:
         """Counters, queue depth, latency percentiles (seconds, submit -> resolved), tokens, dollars."""
@@ -383,6 +474,8 @@ class LLMService:
             self._closed = True
             pending = list(self._queue)
             self._queue.clear()
+            self._by_future.clear()
+            self._owned.clear()
             self._cond.notify_all()
         self._stop.set()
         if pending:

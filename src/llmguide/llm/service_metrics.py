@@ -45,6 +45,11 @@ key                        meaning
 ``lm/queue_depth``         requests waiting for the worker now
 ``lm/inflight``            distinct requests submitted and not yet resolved now
 ``lm/circuit_open``        1 while the service takes the server as down, else 0
+``lm/dropped_stale``       queued requests dropped (future cancelled, no backend call) because no owner
+                           wanted them any more: every env that asked has moved to another state
+``lm/fresh_fraction``      share of the steps reported with :meth:`LLMService.record_fresh` whose current state
+                           already had an answer (ELLM: the env's state signature was answered when the
+                           agent acted; only present once a caller reported steps)
 ``lm/parse_errors``        only when the caller passes ``parse_errors=`` (answers its parser rejected)
 =========================  ===================================================================================
 
@@ -59,7 +64,8 @@ from typing import Any
 
 import numpy as np
 
-SERVICE_COUNTERS = ("submitted", "completed", "deduplicated", "fallbacks", "retries", "backend_calls", "cache_hits",
+SERVICE_COUNTERS = ("submitted", "completed", "deduplicated", "dropped_stale", "fallbacks", "retries", "backend_calls",
+                    "cache_hits",
                     "backend_errors", "fallback_queue_full", "fallback_budget", "fallback_unavailable",
                     "fallback_timeout", "fallback_error", "fallback_closed")
 HTTP_ERROR_KINDS = ("http", "decode", "timeout", "connection", "oversize")
@@ -76,6 +82,7 @@ class ServiceState:
     batch_sizes: dict[int, int]  # backend-call batch size -> number of calls
     circuit_open: bool
     tokens: int
+    fresh: tuple[int, int] = (0, 0)   # steps that had an answer for their current state, steps reported
 
 
 def _percentile(lat: np.ndarray, q: float) -> float:
@@ -136,7 +143,10 @@ def lm_metrics(state: ServiceState, io: dict[str, Any], parse_errors: float | No
         "lm/queue_depth": float(state.queue_depth),
         "lm/inflight": float(state.inflight),
         "lm/circuit_open": 1.0 if state.circuit_open else 0.0,
+        "lm/dropped_stale": float(counts.get("dropped_stale", 0)),
     })
+    if state.fresh[1]:
+        out["lm/fresh_fraction"] = state.fresh[0] / state.fresh[1]
     if parse_errors is not None:
         out["lm/parse_errors"] = float(parse_errors)
     return out
