@@ -237,3 +237,27 @@ def test_option_ppo_counts_env_steps():
     agent.learn(1, progress=False)
     # one rollout: 5 options per env in episodes of 10 steps = options of 4, 4, 2, 4, 4 -> 18 env steps each
     assert agent.global_step == 2 * 18
+
+
+@pytest.mark.slow
+def test_cli_pipeline_end_to_end(tmp_path):
+    """collect → codebook → pretrain → train for every PTGM arm, through the CLI entry point."""
+    import json
+
+    from llmguide.cli import main
+
+    base = ["env=babyai", f"run.dir={tmp_path}", "progress=false", "agent.image_encoder=flat", "num_envs=2"]
+    small = ["method.codebook.k=8", "method.lowlevel.epochs=1", "method.prior.epochs=1"]
+    assert main(["collect", *base, "method=ptgm", "method.collect.episodes=24", "run.name=data"]) == 0
+    assert main(["codebook", *base, "method=ptgm", *small, f"method.data={tmp_path / 'data'}", "run.name=codes"]) == 0
+    assert main(["pretrain", *base, "method=ptgm", *small, f"method.data={tmp_path / 'data'}",
+                 f"method.codebook.run={tmp_path / 'codes'}", "run.name=pre"]) == 0
+    for method in ("ptgm", "ptgm_no_kl", "ptgm_random_codes", "ptgm_bc_finetune"):
+        steps = "agent.num_steps=4" if method != "ptgm_bc_finetune" else "agent.num_steps=32"
+        assert main(["train", *base, "env.task=BabyAI-UnlockPickup-v0", f"method={method}", *small, steps,
+                     f"method.pretrained={tmp_path / 'pre'}", "total_steps=200", "eval.episodes=1",
+                     f"run.name={method}"]) == 0
+        result = json.loads((tmp_path / method / "eval.json").read_text())
+        assert result["step"] >= 200 and "success_rate" in result
+    codebook = json.loads((tmp_path / "codes" / "ptgm" / "codebook.json").read_text())
+    assert codebook["k"] == 8 and codebook["seed"] == 0 and len(codebook["kmeans"]["cluster_sizes"]) == 8
