@@ -128,7 +128,9 @@ def test_signature_gating_asks_the_real_lm_only_when_the_signature_changes(embed
         sug.observe(0, {"caption": tree})
         assert sug.stats.submitted == 2 and sug.stats.memo_hits == 1 and sug.goals(0) == sug.goals(1)
         wait_until(lambda: sug.pending() == 0, poll=sug.poll)
-        assert service.metrics()["completed"] == 2
+        # the water request is answered, or dropped when still queued (env 0 left that state; issue #19)
+        m = service.metrics()
+        assert m["completed"] + m["dropped_stale"] == 2 and sug.stats.dropped == m["dropped_stale"]
 
 
 def test_closed_vocabulary_scoring_with_the_embedded_lm(embedded_lm):

@@ -24,6 +24,12 @@ until ``bytes <= 0.9 * max_bytes``.  Evictions are counted persistently (``evict
 checkpointed every 256 pages and truncated to 4 MiB, so the files on disk stay near ``max_bytes``
 (SQLite page overhead included, roughly ``1.5 * max_bytes + 4 MiB`` at worst).
 
+Warm start: a caller may also record which *inputs* it asked about (:meth:`LLMCache.add_seen`, e.g. the
+ELLM suggester records each answered state signature's caption per prompt version) and a later run reads
+them back (:meth:`LLMCache.seen`) to rebuild its requests and look their answers up (the keys are hashes,
+so the inputs cannot be recovered from the entries themselves).  ``seen`` rows are small and not
+counted in ``bytes``; :meth:`LLMCache.clear` deletes them too.
+
 The :class:`~llmguide.llm.cached_lm.CachedLM` wrapper (re-exported here) answers from this store;
 ``llmguide cache stats|export|clear`` is in :mod:`llmguide.llm.cache_cli`.
 """
@@ -57,6 +63,7 @@ CREATE TABLE IF NOT EXISTS entries (
     accessed REAL
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS seen (namespace TEXT NOT NULL, item TEXT NOT NULL, PRIMARY KEY (namespace, item));
 """
 
 DEFAULT_MAX_BYTES = 256 * 2**20
@@ -343,6 +350,23 @@ class LLMCache:
                                    ensure_ascii=False) + "\n")
         return len(rows)
 
+    def add_seen(self, namespace: str, items: list[str]) -> None:
+        """Record that ``items`` (e.g. state captions) were asked about under ``namespace`` (warm start)."""
+        if not items:
+            return
+        with self._lock:
+            conn = self._connect()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT OR IGNORE INTO seen (namespace, item) VALUES (?, ?)",
+                             [(namespace, str(i)) for i in items])
+            conn.execute("COMMIT")
+
+    def seen(self, namespace: str, limit: int | None = None) -> list[str]:
+        """The items recorded under ``namespace`` (at most ``limit``)."""
+        with self._lock:
+            sql = "SELECT item FROM seen WHERE namespace = ?" + (f" LIMIT {int(limit)}" if limit else "")
+            return [row[0] for row in self._connect().execute(sql, (namespace,))]
+
     def clear(self) -> int:
         """Delete every entry and counter; returns the number of entries removed."""
         with self._lock:
@@ -351,6 +375,7 @@ class LLMCache:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("DELETE FROM entries")
             conn.execute("DELETE FROM counters")
+            conn.execute("DELETE FROM seen")
             conn.execute("COMMIT")
             self._unflushed = {"hits": 0, "misses": 0}
             self._touched, self._bytes = {}, 0

@@ -9,7 +9,11 @@ Two parts, usable separately:
   the novelty baseline).  The LM is asked only when the *state signature* (visible objects,
   inventory item names, vitals) changes, through the asynchronous :class:`LLMService`; answers
   are memoised per signature.  It never blocks: until an answer arrives the env keeps its last
-  known suggestions (counted as ``stale``) or none.
+  known suggestions (counted as ``stale``) or none.  Keeping up (issue #19): each env owns at most
+  one queued request (the service drops the one for a state the env has left), requests carry the
+  signature's visit count as priority (most-visited first), ``lm/fresh_fraction`` counts the steps
+  whose current signature was answered, and the memo is preloaded from the persistent cache for the
+  signatures earlier runs answered with the same prompt (``warm_start``).
 * :class:`ELLMReward` pays when an event of the transition (``info["events"]``, e.g. "collect
   wood", computed by the env from real state changes) matches a goal suggested for the state
   *before* the action (``info["ellm_goals"]``): cosine of sentence embeddings >= threshold, or
@@ -40,9 +44,20 @@ GRADES = ("good", "ill-timed", "impossible", "unparseable")
 
 
 # --- state signature -----------------------------------------------------------------------
+# What enters the signature, per env family (the prompt is rendered from ``StateSignature.caption()``,
+# so two states with the same signature get the same prompt, and a caption that differs only in what
+# the prompt does not show is not a new request):
+#
+# * Crafter / Craftax-Classic captions ("You see ... You face ... You have ... You feel ..."): the set
+#   of visible objects without ``IGNORED_OBJECTS`` (arrows and sand, as the reference captioner), the
+#   inventory with counts capped at ``COUNT_CAP``, the vitals felt low (hungry, thirsty, sleepy, hurt)
+#   and sleeping.  Not: the faced object, the order of the objects, counts above the cap.
+# * Any other caption format (BabyAI, MiniHack, ...): the caption lower-cased, digits removed,
+#   whitespace collapsed.
 _SENTENCE = re.compile(r"you (see|face|have|feel|are)\s+([^.]*)\.?", re.IGNORECASE)
 _COUNT = re.compile(r"^(\d+)\s+(.+)$")
 COUNT_CAP = 4  # item counts above this look the same (no Crafter recipe needs more than 4 of an item)
+IGNORED_OBJECTS = frozenset({"arrow", "sand"})  # transient / goal-irrelevant; the reference leaves them out
 
 
 def _split_list(text: str) -> list[str]:
@@ -102,7 +117,7 @@ def state_signature(caption: str, count_cap: int = COUNT_CAP) -> StateSignature:
         raw = re.sub(r"\d+", "", (caption or "").lower())
         return StateSignature(raw=" ".join(raw.split()))
     return StateSignature(
-        objects=tuple(sorted(set(fields["see"]))),
+        objects=tuple(sorted(set(fields["see"]) - IGNORED_OBJECTS)),
         inventory=tuple(sorted(set(fields["have"]), key=lambda s: s.split(" ", 1)[-1])),
         vitals=tuple(sorted(set(fields["feel"]))),
     )
@@ -120,6 +135,10 @@ class SuggestionStats:
     fallbacks: int = 0       # failed answers (server down, budget, exception): counted, retried later
     stale_steps: int = 0     # env-steps that used stale suggestions while waiting for an answer
     pending_steps: int = 0   # env-steps with an LM answer outstanding
+    steps: int = 0           # env-steps accounted (account_step)
+    fresh_steps: int = 0     # of which the env's current signature had an answer
+    dropped: int = 0         # requests the service dropped as stale (every env that asked moved on)
+    warm: int = 0            # signatures preloaded into the memo from the persistent cache
     grades: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GRADES, 0))
 
     def quality(self) -> dict[str, float]:
@@ -153,6 +172,7 @@ class GoalSuggester:
         memo_size: int = 100_000,
         parse_stats: Any = None,
         max_pending: int | None = None,
+        warm_start: bool = True,
     ):
         if mode not in SUGGESTERS:
             raise ValueError(f"suggester mode must be one of {SUGGESTERS}, got {mode!r}")
@@ -184,6 +204,10 @@ class GoalSuggester:
         self._fresh: list[bool] = [True] * num_envs
         self._waiting: list[list[StateSignature]] = [[] for _ in range(num_envs)]
         self._info: list[dict] = [{} for _ in range(num_envs)]
+        self._visits: dict[StateSignature, int] = {}   # env-steps spent in a not yet answered signature
+        self._seen_buffer: list[str] = []
+        if warm_start and mode in ("generate", "score"):
+            self.warm_start()
 
     # -- public --------------------------------------------------------------------------
     def observe(self, i: int, info: dict) -> None:
@@ -207,11 +231,13 @@ class GoalSuggester:
             self._goals[i] = list(self._memo[sig])
             self._fresh[i] = True
             self._waiting[i] = []
+            self._release(i)
             return
         self._fresh[i] = False  # keep the last known goals until the answer arrives
         self._waiting[i] = [*self._waiting[i][-255:], sig]
         self._info[i] = info
-        self._ask(sig, info)
+        self._visits[sig] = self._visits.get(sig, 0) + 1
+        self._ask(sig, info, i)
 
     def poll(self) -> int:
         """Collect finished LM answers without waiting; return how many arrived."""
@@ -220,13 +246,20 @@ class GoalSuggester:
             if not future.done():
                 continue
             del self._inflight[sig]
+            if future.cancelled():   # dropped by the service: no env is in that state any more
+                self.stats.dropped += 1
+                continue
             arrived += 1
             goals = self._answer(future, info)
             if goals is None:
                 continue
             self._memo[sig] = goals
+            self._visits.pop(sig, None)
+            self._seen_buffer.append(sig.caption())
             if len(self._memo) > self.memo_size:
                 self._memo.popitem(last=False)
+        if len(self._seen_buffer) >= 32:
+            self._flush_seen()
         for i in range(self.num_envs):
             if self._fresh[i]:
                 continue
@@ -243,10 +276,27 @@ class GoalSuggester:
                 self._goals[i] = list(self._memo[self._waiting[i][k]])
                 del self._waiting[i][: k + 1]
             self.stats.pending_steps += 1
-            self._ask(sig, self._info[i])  # not asked yet (no free slot) or the request failed
+            visits = self._visits[sig] = self._visits.get(sig, 0) + 1
+            if sig in self._inflight:   # most-visited first: the priority follows the visit count
+                if hasattr(self.service, "reprioritize"):
+                    self.service.reprioritize(self._inflight[sig][0], visits)
+            else:
+                self._ask(sig, self._info[i], i)  # not asked yet (no free slot), dropped, or the request failed
             if self._goals[i]:
                 self.stats.stale_steps += 1
         return arrived
+
+    def account_step(self) -> int:
+        """Count one step of every env: fresh when its current signature has an answer; returns the fresh count.
+
+        Called once per vector step by the wrapper (after :meth:`poll`); reported to the LM service
+        (``lm/fresh_fraction``) and as ``ellm/fresh_fraction``."""
+        fresh = sum(1 for f in self._fresh if f)
+        self.stats.steps += self.num_envs
+        self.stats.fresh_steps += fresh
+        if self.service is not None and hasattr(self.service, "record_fresh"):
+            self.service.record_fresh(fresh, self.num_envs)
+        return fresh
 
     def goals(self, i: int) -> list[str]:
         """Current suggestions of env ``i`` (possibly stale while an answer is outstanding)."""
@@ -258,6 +308,7 @@ class GoalSuggester:
         self._goals[i] = []
         self._fresh[i] = True
         self._waiting[i] = []
+        self._release(i)
 
     def pending(self) -> int:
         return len(self._inflight)
@@ -274,6 +325,9 @@ class GoalSuggester:
             "ellm/stale_steps": s.stale_steps,
             "ellm/pending_steps": s.pending_steps,
             "ellm/pending": self.pending(),
+            "ellm/fresh_fraction": s.fresh_steps / s.steps if s.steps else 0.0,
+            "ellm/dropped_stale": s.dropped,
+            "ellm/warm_start": s.warm,
             "ellm/good": quality["good"],
             "ellm/ill_timed": quality["ill-timed"],
             "ellm/impossible": quality["impossible"],
@@ -285,25 +339,116 @@ class GoalSuggester:
         """Drop outstanding requests (optionally wait for them)."""
         if wait:
             for future, _ in self._inflight.values():
-                future.exception()
+                if not future.cancelled():
+                    future.exception()
             self.poll()
         self._inflight.clear()
+        self._flush_seen()
 
     # -- internals -----------------------------------------------------------------------
-    def _ask(self, sig: StateSignature, info: dict) -> None:
-        if sig not in self._inflight and len(self._inflight) < self.max_pending:
-            self._inflight[sig] = (self._submit(sig), _grading_info(info))
+    def _owner(self, i: int) -> tuple[str, int, int]:
+        return ("ellm", id(self), i)
+
+    def _release(self, i: int) -> None:
+        """Env ``i`` no longer needs its queued request (the service drops it if no other env does)."""
+        release = getattr(self.service, "release", None)
+        if release is not None:
+            release(self._owner(i))
+
+    def _ask(self, sig: StateSignature, info: dict, i: int) -> None:
+        if sig in self._inflight:   # another env asked already: join it, so it is not dropped while wanted
+            self._submit(sig, i)
+        elif len(self._inflight) < self.max_pending:
+            self._inflight[sig] = (self._submit(sig, i), _grading_info(info))
             self.stats.submitted += 1
 
-    def _submit(self, sig: StateSignature) -> Future:
+    def _request(self, sig: StateSignature) -> tuple[str, dict[str, Any]]:
+        """(kind, payload) of the LM request for ``sig``: exactly what the service and the cache see."""
         if self.mode == "generate":
             prompt = self.template.render(caption=sig.caption())
-            return self.service.submit_generate(
-                prompt, max_tokens=self.max_tokens, temperature=self.temperature, stop=["\n\n"]
-            )
+            return "generate", {"prompt": prompt, "max_tokens": self.max_tokens, "temperature": self.temperature,
+                                "stop": ["\n\n"]}
         context = self.template.render(caption=sig.caption())
         sep = "" if context.endswith((" ", "\n")) else " "
-        return self.service.submit_score(context, [sep + g for g in self.vocabulary], normalize=self.normalize_scores)
+        return "score", {"context": context, "candidates": [sep + g for g in self.vocabulary],
+                         "normalize": self.normalize_scores}
+
+    def _submit(self, sig: StateSignature, i: int | None = None) -> Future:
+        kind, req = self._request(sig)
+        extra: dict[str, Any] = {}
+        if i is not None and hasattr(self.service, "release"):
+            extra = {"owner": self._owner(i), "priority": float(self._visits.get(sig, 1))}
+        if kind == "generate":
+            return self.service.submit_generate(req.pop("prompt"), **req, **extra)
+        return self.service.submit_score(req["context"], req["candidates"], normalize=req["normalize"], **extra)
+
+    # -- warm start ------------------------------------------------------------------------
+    def _cache(self) -> Any:
+        """The persistent cache behind the service's LM (a :class:`~llmguide.llm.cached_lm.CachedLM`), or None."""
+        from llmguide.llm.cached_lm import CachedLM
+
+        lm = getattr(self.service, "lm", None)
+        return lm if isinstance(lm, CachedLM) else None
+
+    def _namespace(self) -> str:
+        import hashlib
+
+        vocab = hashlib.sha256("\n".join(self.vocabulary).encode()).hexdigest()[:16]
+        version = getattr(self.template, "version", "?")
+        return f"ellm/{self.mode}/{version}/{vocab}/top{self.top_k}"
+
+    def _flush_seen(self) -> None:
+        cached = self._cache()
+        items, self._seen_buffer = self._seen_buffer, []
+        if cached is None or not items:
+            return
+        try:
+            cached.cache.add_seen(self._namespace(), items)
+        except Exception as err:  # noqa: BLE001 - warm-start bookkeeping must never break training
+            log.warning("could not record answered signatures for warm start (%s)", err)
+
+    def warm_start(self) -> int:
+        """Preload the memo with cached answers for the signatures earlier runs answered (same prompt, same
+        candidates, same model: the cache key says so).  Returns how many; no LM call, no grading."""
+        cached = self._cache()
+        if cached is None:
+            return 0
+        try:
+            captions = cached.cache.seen(self._namespace(), limit=self.memo_size)
+        except Exception as err:  # noqa: BLE001
+            log.warning("warm start skipped: %s", err)
+            return 0
+        n = 0
+        for caption in captions:
+            sig = state_signature(caption)
+            if sig.caption() != caption or sig in self._memo:
+                continue
+            kind, req = self._request(sig)
+            payload = {**req, "seed": None} if kind == "generate" else req
+            try:
+                value = cached.cache.get(cached.key(kind, payload))
+            except Exception:  # noqa: BLE001
+                value = None
+            if value is None:
+                continue
+            goals = self._goals_from(value.get("text", "") if kind == "generate" else value.get("scores"))
+            if goals is None:
+                continue
+            self._memo[sig] = goals
+            n += 1
+        self.stats.warm += n
+        if n:
+            log.info("ELLM warm start: %d signatures preloaded from %s", n, cached.cache.path)
+        return n
+
+    def _goals_from(self, result: Any) -> list[str] | None:
+        """Goals from a generated text (generate) or a score row (score); None when unusable."""
+        if self.mode == "generate":
+            return self._parse(str(result))
+        if result is None or len(result) != len(self.vocabulary) or any(s is None for s in result):
+            return None
+        order = np.argsort(-np.asarray(result, dtype=np.float64), kind="stable")
+        return [self.vocabulary[j] for j in order[: self.top_k]]
 
     def _answer(self, future: Future, info: dict) -> list[str] | None:
         """Goals from a finished future, or None (counted fallback) when it failed."""

@@ -7,7 +7,8 @@
    ``final_info`` for envs that just finished), where :class:`~llmguide.rewards.ellm.ELLMReward`
    (an ordinary reward module that ``watch``-es each step) reads them,
 3. shows the new states to the :class:`~llmguide.rewards.ellm.GoalSuggester` (which asks the LM,
-   asynchronously, only when the state signature changed) and polls finished answers,
+   asynchronously, only when the state signature changed) and polls finished answers; each env
+   whose new state already has an answer counts as a fresh step (``lm/fresh_fraction``),
 4. adds the key ``goal`` (one goal embedding per env) to the observation dict.
 
 The reward it returns is the env's, unchanged: the ELLM reward reaches the learner through the
@@ -101,6 +102,7 @@ class ELLMGoalWrapper(gym.vector.VectorWrapper):
                 self.current_goal[i] = None
             self.suggester.observe(i, rows[i])
         self.suggester.poll()
+        self.suggester.account_step()   # fresh: the state the agent acts in next has its answer
         self._choose_goals()
         return self._with_goal(obs), rewards, terminated, truncated, infos
 
