@@ -186,7 +186,8 @@ class Flaky(RewardModule):
 '''
 
 
-def test_ray_sweep_of_four_runs_retries_reports_failures_and_aggregates(tmp_path):
+@pytest.mark.parametrize("launcher", ["ray", "local"])
+def test_sweep_of_four_runs_retries_reports_failures_and_aggregates(tmp_path, launcher):
     (tmp_path / "flaky.py").write_text(FLAKY)
     (tmp_path / "conf" / "method").mkdir(parents=True)
     (tmp_path / "conf" / "method" / "flaky.yaml").write_text(
@@ -194,11 +195,11 @@ def test_ray_sweep_of_four_runs_retries_reports_failures_and_aggregates(tmp_path
     (tmp_path / "flags").mkdir()
     env = {"LLMGUIDE_CONFIG_PATH": str(tmp_path / "conf"), "FLAKY_DIR": str(tmp_path / "flags")}
     out = _cli(["train", "-m", "method=none,flaky", "seed=0,1", "env=crafter", "env.max_steps=40", *SMALL,
-                "total_steps=128", "sweep.launcher=ray", "sweep.retries=1", f"run.dir={tmp_path}", "run.name=sw"],
-               env)
+                "total_steps=128", f"sweep.launcher={launcher}", "sweep.jobs=2", "sweep.retries=1",
+                f"run.dir={tmp_path}", "run.name=sw"], env)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text[-3000:]             # one run failed for good: exit 1, named
-    assert "4 runs as Ray tasks" in out.stdout
+    assert ("4 runs as Ray tasks" if launcher == "ray" else "4 runs, 2 at a time") in out.stdout
     assert "retry  method-flaky_seed-0" in out.stdout and "ok     method-flaky_seed-0 (attempt 2)" in out.stdout
     assert "FAILED method-flaky_seed-1 (exit 1 after 2 attempt(s)" in out.stdout
     assert "1 of 4 runs failed: ['method-flaky_seed-1']" in out.stderr

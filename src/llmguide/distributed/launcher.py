@@ -69,8 +69,6 @@ def run_on_ray(jobs: list[tuple[str, list[str]]], root: Path, cfg: DictConfig) -
     env = {k: v for k, v in os.environ.items() if k.startswith(("LLMGUIDE_", "OPENAI_", "HF_", "WANDB_"))}
     task = ray.remote(train_task)
     resources = ray.cluster_resources()
-    print(f"sweep: {len(jobs)} runs as Ray tasks ({cpus:g} CPU, {gpus:g} GPU each) on a cluster of "
-          f"{resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs, into {root}")
     lm_actor = None
     if bool(cfg.llm.get("actor", False)):
         from llmguide.distributed.lm import lm_actor_for
@@ -87,6 +85,8 @@ def run_on_ray(jobs: list[tuple[str, list[str]]], root: Path, cfg: DictConfig) -
         plans.append((cpus + extra, [*args, "ray.runner_cpus=0"] if runners else list(args)))
 
     most = max(need for need, _ in plans)
+    print(f"sweep: {len(jobs)} runs as Ray tasks ({most:g} CPU, {gpus:g} GPU each) on a cluster of "
+          f"{resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs, into {root}")
     if most > resources.get("CPU", 0):
         from llmguide.core.errors import ConfigError
 
