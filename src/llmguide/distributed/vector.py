@@ -88,7 +88,12 @@ class RayVectorEnv(VectorEnv):
         self.timeout = float(_get(ray_cfg, "step_timeout", 600.0))
         bounds = np.linspace(0, num_envs, runners + 1).round().astype(int)
         self.slices = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-        actor = ray.remote(EnvRunner).options(num_cpus=float(_get(ray_cfg, "runner_cpus", 1.0)),
+        runner_cpus = float(_get(ray_cfg, "runner_cpus", 1.0))
+        total = ray.cluster_resources().get("CPU", 0.0)
+        if runners * runner_cpus > total:   # the actors could never all be scheduled: say so now, not after a timeout
+            raise LLMGuideError(f"runners={runners} x ray.runner_cpus={runner_cpus:g} CPUs exceed the Ray cluster's "
+                                f"{total:g} CPUs; lower ray.runner_cpus (e.g. 0.5) or runners, or add nodes")
+        actor = ray.remote(EnvRunner).options(num_cpus=runner_cpus,
                                               max_restarts=self.max_restarts, max_task_retries=0)
         cfg = _plain_cfg(env_cfg)
         self.actors = [actor.remote(cfg, [seed + i for i in range(a, b)]) for a, b in self.slices]
