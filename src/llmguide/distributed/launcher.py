@@ -69,12 +69,6 @@ def run_on_ray(jobs: list[tuple[str, list[str]]], root: Path, cfg: DictConfig) -
     env = {k: v for k, v in os.environ.items() if k.startswith(("LLMGUIDE_", "OPENAI_", "HF_", "WANDB_"))}
     task = ray.remote(train_task)
     resources = ray.cluster_resources()
-    lm_actor = None
-    if bool(cfg.llm.get("actor", False)):
-        from llmguide.distributed.lm import lm_actor_for
-
-        lm_actor = lm_actor_for(cfg.llm, str(cfg.env.name), ray_cfg=cfg.ray)  # warm, outlives each run
-
     from llmguide.core.config import load_config
 
     plans = []   # a run with runners=N reserves its actors' CPUs in its task; the actors then ask for none
@@ -93,10 +87,17 @@ def run_on_ray(jobs: list[tuple[str, list[str]]], root: Path, cfg: DictConfig) -
         raise ConfigError("sweep.cpus", f"a run needs {most:g} CPUs (sweep.cpus + runners * ray.runner_cpus) but "
                                         f"the cluster has {resources.get('CPU', 0):g}; lower them or add nodes")
 
+    lm_actor = None
+    if bool(cfg.llm.get("actor", False)):
+        from llmguide.distributed.lm import lm_actor_for
+
+        lm_actor = lm_actor_for(cfg.llm, str(cfg.env.name), ray_cfg=cfg.ray)  # warm, outlives each run
+
     def submit(index: int, attempt: int) -> Any:
         name = jobs[index][0]
         need, args = plans[index]
-        return task.options(num_cpus=need, num_gpus=gpus, max_retries=0).remote(args, str(root), name, attempt, driver_node, env, os.getcwd())
+        return task.options(num_cpus=need, num_gpus=gpus, max_retries=0).remote(
+            args, str(root), name, attempt, driver_node, env, os.getcwd())
 
     pending = {submit(i, 0): (i, 0) for i in range(len(jobs))}
     codes: dict[int, int] = {}
