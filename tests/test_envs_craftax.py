@@ -360,3 +360,17 @@ def test_text_actions_run_through_the_runner_with_ellm_oracle(tmp_path):
 
     paid = [r["ellm/goals_paid"] for r in read_metrics(run) if "ellm/goals_paid" in r]
     assert paid and paid[-1] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["none", "rnd", "noveld", "icm", "apt", "ellm_novelty", "ellm_oracle"])
+def test_every_crafter_method_runs_on_craftax(tmp_path, method):
+    from llmguide.cli import main
+    from llmguide.core.rundir import read_metrics
+
+    actions = ["env.actions=text"] if method == "ellm_novelty" else []
+    code = main(["train", "env=craftax", f"method={method}", *actions, "num_envs=4", "env.max_steps=50",
+                 "total_steps=128", "agent.num_steps=32", "eval.episodes=0", "progress=false",
+                 f"run.dir={tmp_path}", "run.name=m"])
+    assert code == 0
+    assert any("charts/episodic_return" in r for r in read_metrics(tmp_path / "m"))  # episodes of <= 50 steps
