@@ -369,8 +369,8 @@ def test_every_crafter_method_runs_on_craftax(tmp_path, method):
     from llmguide.core.rundir import read_metrics
 
     actions = ["env.actions=text"] if method == "ellm_novelty" else []
-    code = main(["train", "env=craftax", f"method={method}", *actions, "num_envs=4", "env.max_steps=50",
+    code = main(["train", "env=craftax", f"method={method}", *actions, "num_envs=4", "env.max_steps=20",
                  "total_steps=128", "agent.num_steps=32", "eval.episodes=0", "progress=false",
                  f"run.dir={tmp_path}", "run.name=m"])
     assert code == 0
-    assert any("charts/episodic_return" in r for r in read_metrics(tmp_path / "m"))  # episodes of <= 50 steps
+    assert any("charts/episodic_return" in r for r in read_metrics(tmp_path / "m"))  # episodes of <= 20 steps
