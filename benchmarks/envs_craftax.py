@@ -38,6 +38,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
 
+# benchmarks/craftax.py shares its name with the craftax package: keep this folder off the import path
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
 RESULTS = Path(__file__).parent / "results"
 
 
