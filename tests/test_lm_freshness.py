@@ -313,3 +313,23 @@ def embedded_lm():
     lm = EmbeddedLM(n_threads=2)
     yield lm
     lm.close()
+
+
+def test_worker_nice_lowers_the_priority_of_the_lm_worker_thread_only():
+    import os
+    import threading
+
+    if not hasattr(os, "getpriority"):
+        pytest.skip("per-thread niceness is a POSIX/Linux feature")
+    seen: dict[str, int] = {}
+
+    class Probe(NGramLM):
+        def generate(self, prompts, **kw):
+            seen["worker"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            return super().generate(prompts, **kw)
+
+    main = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    with LLMService(Probe(), worker_nice=3) as service:
+        service.submit_generate("you see", max_tokens=2).result(10)
+    assert seen["worker"] == min(19, main + 3)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main

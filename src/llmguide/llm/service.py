@@ -36,6 +36,9 @@ exception from the LM:
   first come) and fills the batch with the highest-priority compatible ones; joining an identical request
   raises its priority to the larger one, and :meth:`LLMService.reprioritize` changes it while queued (the
   ELLM suggester passes each state's visit count: the most-visited states are answered first).
+- **Worker priority**: ``worker_nice > 0`` adds that much to the OS niceness (Linux, per thread) of the worker
+  thread and of the threads an in-process backend (llama.cpp) starts from it, so that on a busy CPU the
+  learner and the envs run first and the LM takes what is left.
 - **Freshness**: a caller that acts on LM answers reports, per step, how many of its envs had an answer
   for their current state (:meth:`LLMService.record_fresh`); ``lm/fresh_fraction`` is their ratio.
 
@@ -114,7 +117,7 @@ class LLMService:
                  backoff_base: float = 0.5, backoff_max: float = 30.0, timeout: float = 60.0,
                  token_budget: int | None = None, dollar_budget: float | None = None,
                  price_per_1k_tokens: float = 0.0, fallback: FallbackFn | None = None,
-                 submit_timeout: float = 0.0, latency_window: int = 10_000):
+                 submit_timeout: float = 0.0, latency_window: int = 10_000, worker_nice: int = 0):
         if max_batch < 1 or max_queue < 1:
             raise ValueError("max_batch and max_queue must be >= 1")
         self.lm = lm
@@ -129,6 +132,7 @@ class LLMService:
         self.price_per_1k_tokens = price_per_1k_tokens
         self.fallback = fallback
         self.submit_timeout = submit_timeout
+        self.worker_nice = int(worker_nice)
 
         self._cond = threading.Condition()
         self._queue: deque[_Request] = deque()
@@ -337,6 +341,14 @@ class LLMService:
             return batch
 
     def _worker(self) -> None:
+        if self.worker_nice > 0:   # the LM yields the CPU to the learner (threads the backend starts inherit it)
+            import os
+
+            try:
+                tid = threading.get_native_id()
+                os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + self.worker_nice))
+            except (AttributeError, OSError) as err:  # not Linux / not allowed: run at normal priority
+                log.info("LLMService: could not lower the worker's priority (%s)", err)
         while True:
             batch = self._next_batch()
             if not batch:

@@ -111,7 +111,8 @@ class ELLMRecipe(Recipe):
             lm = make_llm(cfg.llm, str(cfg.env.name))
             s = m.service
             service = LLMService(lm, max_batch=int(s.max_batch), max_queue=int(s.max_queue),
-                                 timeout=float(s.timeout), max_retries=int(s.max_retries))
+                                 timeout=float(s.timeout), max_retries=int(s.max_retries),
+                                 worker_nice=int(s.get("worker_nice", 0)))
             template = load_template("ellm_goals" if m.suggester == "generate" else "ellm_goal_score")
         grade_matcher = GoalMatcher(embedder, "cosine")
         canonical = nearest_goal_map(grade_matcher, oracle.goals, float(m.threshold))
