@@ -8,7 +8,9 @@ with a **cold LM cache** (its own empty temporary cache directory; nothing is wa
 Arms (ELLM's text action space and rules, PPO, intrinsic-only like ``benchmarks/ellm_crafter.py``):
 
 * ``no-lm``         — ``method=none`` (PPO, no reward, no LM): the unguided speed
-* ``ellm-embedded`` — ``method=ellm llm=embedded method.suggester=score`` (Gemma 3 270M in-process)
+* ``ellm-embedded`` — ``method=ellm llm=embedded method.suggester=score`` (Gemma 3 270M in-process; the LM
+  worker runs at ``method.service.worker_nice`` = 10 by default: the learner first)
+* ``ellm-embedded-nice0`` (``--arms``) — the same with the LM worker at the learner's priority
 
 Per run: steps/s over training (``charts/sps`` of the learner, last record: model loading and
 evaluation are not included), and for ELLM the LM metrics of the last record: ``lm/fresh_fraction``
@@ -44,7 +46,10 @@ COMMON = ["env.actions=text", "env.ellm_rules=true", "agent=ppo", "eval.episodes
 ARMS = {
     "no-lm": ["method=none"],
     "ellm-embedded": ["method=ellm", "llm=embedded", "method.suggester=score"],
+    # the same with the LM worker at the learner's priority (method.service.worker_nice=0)
+    "ellm-embedded-nice0": ["method=ellm", "llm=embedded", "method.suggester=score", "method.service.worker_nice=0"],
 }
+MAIN = "ellm-embedded"   # the arm behind sps_ratio / fresh_fraction
 LM_KEYS = ("lm/fresh_fraction", "lm/latency_p50", "lm/latency_p95", "lm/dropped_stale", "lm/queue_depth",
            "lm/calls", "lm/requests", "lm/deduplicated", "lm/completed", "lm/fallbacks", "ellm/memo_hits",
            "ellm/submitted", "ellm/answered", "ellm/requests", "ellm/warm_start", "ellm/fresh_fraction")
@@ -97,7 +102,9 @@ def main() -> int:
     p.add_argument("--out", default="runs/bench_lm_guidance")
     p.add_argument("--results", default="benchmarks/results", help="folder for lm_guidance.{md,json}")
     p.add_argument("--extra", nargs="*", default=[], help="extra overrides for every run")
+    p.add_argument("--arms", default="no-lm,ellm-embedded", help=f"comma-separated subset of {list(ARMS)}")
     args = p.parse_args()
+    arms = [a for a in args.arms.split(",") if a]
 
     out, res = Path(args.out), Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
@@ -105,7 +112,7 @@ def main() -> int:
     runs = []
     started = time.time()
     for seed in range(args.seeds):
-        order = list(ARMS) if seed % 2 == 0 else list(reversed(ARMS))
+        order = arms if seed % 2 == 0 else list(reversed(arms))
         for label in order:
             rec = run_arm(label, seed, args, out)
             runs.append(rec)
@@ -114,19 +121,28 @@ def main() -> int:
                   f"load {rec['uptime_after'].split('load average:')[-1].strip()}", flush=True)
 
     by = {(r["arm"], r["seed"]): r for r in runs}
-    ratios, fresh = [], []
-    for seed in range(args.seeds):
-        a, b = by.get(("ellm-embedded", seed), {}), by.get(("no-lm", seed), {})
-        if a.get("sps") and b.get("sps"):
-            ratios.append(a["sps"] / b["sps"])
-        if "lm/fresh_fraction" in a:
-            fresh.append(a["lm/fresh_fraction"])
+    per_arm: dict[str, dict] = {}
+    for arm in arms:
+        if arm == "no-lm":
+            continue
+        ratios, fresh = [], []
+        for seed in range(args.seeds):
+            a, b = by.get((arm, seed), {}), by.get(("no-lm", seed), {})
+            if a.get("sps") and b.get("sps"):
+                ratios.append(a["sps"] / b["sps"])
+            if "lm/fresh_fraction" in a:
+                fresh.append(a["lm/fresh_fraction"])
+        per_arm[arm] = {"sps_ratio": float(np.mean(ratios)) if ratios else None,
+                        "fresh_fraction": float(np.mean(fresh)) if fresh else None}
+    main_arm = per_arm.get(MAIN) or next(iter(per_arm.values()), {"sps_ratio": None, "fresh_fraction": None})
     failed = [f"{r['arm']}-s{r['seed']}" for r in runs if r["exit"] != 0 or not r.get("sps")]
     summary = {
         "steps": args.steps,
-        "sps_ratio": float(np.mean(ratios)) if ratios else None,
-        "fresh_fraction": float(np.mean(fresh)) if fresh else None,
+        "sps_ratio": main_arm["sps_ratio"],
+        "fresh_fraction": main_arm["fresh_fraction"],
         "oni_labelled_fraction": None,
+        "main_arm": MAIN if MAIN in per_arm else next(iter(per_arm), None),
+        "arms": per_arm,
         "env": args.env_id, "num_envs": args.num_envs, "seeds": args.seeds,
         "targets": {"sps_ratio": 0.9, "fresh_fraction": 0.8},
         "protocol": "both arms back to back per seed in alternating order, one invocation; cold LM cache per ELLM run",
@@ -150,6 +166,8 @@ def main() -> int:
         "(alternating order), each ELLM run with an empty LM cache.", "",
         f"**sps_ratio = {sr:.3f}** (target ≥ 0.9), **fresh_fraction = {ff:.3f}** (target ≥ 0.8)"
         if sr is not None and ff is not None else "**incomplete** (see failed runs)", "",
+        *[f"- {arm}: sps_ratio {v['sps_ratio'] or 0:.3f}, fresh_fraction {v['fresh_fraction'] or 0:.3f}"
+          for arm, v in per_arm.items()], "",
         *rows, "", f"Failed runs: {', '.join(failed) or 'none'}.  ONI labelled fraction on MiniHack: not measured.", ""])
     (res / "lm_guidance.md").write_text(text)
     print(text)
