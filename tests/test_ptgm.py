@@ -259,5 +259,6 @@ def test_cli_pipeline_end_to_end(tmp_path):
                      f"run.name={method}"]) == 0
         result = json.loads((tmp_path / method / "eval.json").read_text())
         assert result["step"] >= 200 and "success_rate" in result
+        assert main(["eval", str(tmp_path / method), "eval.episodes=1"]) == 0   # llmguide eval reloads the run
     codebook = json.loads((tmp_path / "codes" / "ptgm" / "codebook.json").read_text())
     assert codebook["k"] == 8 and codebook["seed"] == 0 and len(codebook["kmeans"]["cluster_sizes"]) == 8

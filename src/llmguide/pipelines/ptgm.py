@@ -243,7 +243,6 @@ class PTGMRecipe(Recipe):
     def check(self) -> None:
         super().check()
         m = self.cfg.method
-        self.pre = _dir(self.cfg, "pretrained", "ptgm/manifest.json") / "ptgm"
         if self.cfg.agent.get("recurrent"):
             raise ConfigError("agent.recurrent", "PTGM's high level is feed-forward (the KL needs π(·|s)); use null")
         if str(m.mode) == "bc_finetune":
@@ -255,6 +254,11 @@ class PTGMRecipe(Recipe):
                 raise ConfigError("agent.image_encoder", f"BC-finetune loads the low level ({enc}); set agent.image_encoder={enc}")
         if int(m.option_steps) < 1:
             raise ConfigError("method.option_steps", f"must be >= 1, got {m.option_steps}")
+
+    @property
+    def pre(self) -> Path:
+        """``<method.pretrained>/ptgm``, the pretrain run's files."""
+        return _dir(self.cfg, "pretrained", "ptgm/manifest.json") / "ptgm"
 
     def _load(self, env_space) -> None:
         import torch
