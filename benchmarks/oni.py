@@ -140,6 +140,29 @@ def agreement(labels: dict[str, float | None]) -> dict:
             "oracle_helpful": sorted(m for m in labels if oracle.helpful(m))}
 
 
+def run_seconds(run: Path) -> float:
+    """Wall seconds of one run: its config written → its eval.json written."""
+    return (run / "eval.json").stat().st_mtime - (run / "config.yaml").stat().st_mtime
+
+
+def random_policy_success(env_id: str, episodes: int = 100, seed: int = 0) -> float:
+    """Success rate of a uniformly random policy (a reference point for the table)."""
+    from llmguide.envs import make_env
+
+    env = make_env({"name": "nethack" if env_id.startswith("NetHack") else "minihack", "id": env_id}, seed)
+    rng = np.random.default_rng(seed)
+    wins = 0
+    for ep in range(episodes):
+        env.reset(seed=seed + ep)
+        done, info = False, {}
+        while not done:
+            _, _, term, trunc, info = env.step(int(rng.integers(env.action_space.n)))
+            done = term or trunc
+        wins += bool(info.get("success"))
+    env.close()
+    return wins / episodes
+
+
 def summarise(args: argparse.Namespace, arm: str, steps: int, grid: np.ndarray) -> dict | None:
     from llmguide.report import binned_curve
 
@@ -197,19 +220,24 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
                 labels.update(labelled_messages(args.out / f"{arm}-s{seed}"))
             s["label_agreement_vs_oracle"] = agreement(labels)
         arms[arm] = s
+        s["wall_seconds"] = [round(run_seconds(args.out / f"{arm}-s{seed}")) for seed in s["seeds"]]
         lm = s.get("lm", [{}])
-        labelled = "/".join(f"{x.get('annot_labelled', 0):.0f}" for x in lm) if lm and lm[0] else "–"
-        lat = "/".join(f"{1e3 * x.get('latency_p50', 0):.1f}" for x in lm) if lm and lm[0] else "–"
+        labelled = "/".join(f"{x.get('annot_known', 0):.0f} ({x.get('annot_requests', 0):.0f})" for x in lm) \
+            if lm and lm[0] else "–"
+        lat = "/".join(f"{1e3 * x['latency_p50']:.1f}" if x.get("calls") else "–" for x in lm) if lm and lm[0] else "–"
         v = np.array(s["values"])
         rows.append(f"| {arm} | {steps} | {np.nanmean(v):.3f} [{s['value_ci95'][0]:.3f}, {s['value_ci95'][1]:.3f}] | "
                     f"{', '.join(f'{x:.3f}' for x in v)} | {np.mean(s['final_return']):+.3f} | {labelled} | {lat} |")
+    random_success = random_policy_success(args.env_id, episodes=100)
+    seconds = sum(sum(a.get("wall_seconds", [])) for a in arms.values()) + motif.get("seconds_collect", 0) + \
+        motif.get("seconds_label", 0)
     result = {"task": args.env_id, "budget_steps": args.steps, "metric": "training success rate over the last 10% "
               "of the budget (episodes ending there)", "higher_is_better": True, "arms": arms,
               "setup": {"num_envs": args.num_envs, "rollout": args.num_steps, "update_epochs": args.update_epochs,
                         "hidden": args.hidden, "policy": "crop CNN + blstats MLP + message MLP -> GRU",
                         "extrinsic_coef": 10.0, "reward_clip": 10.0, "intrinsic": "ONI 0.4, Motif 0.1, BoW 0.4; "
                         "/ n_episode(message)^3"},
-              "wall_clock_seconds": round(seconds)}
+              "random_policy_success": random_success, "wall_clock_seconds": round(seconds)}
     prev = args.results / "oni.json"
     if prev.exists() and "nethack" in (old := json.loads(prev.read_text())):
         result["nethack"] = old["nethack"]
@@ -236,9 +264,10 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
           f"epochs, GRU {args.hidden}; policy = crop CNN + blstats MLP + message-byte MLP → GRU for every arm; "
           "extrinsic reward ×10, clipped at ±10, for every arm (ONI's sparse-task setting). Value per seed: training "
           "success rate over the last 10% of the arm's budget; 95% CI: percentile bootstrap over seeds. "
-          f"Wall clock {seconds / 60:.0f} min (one run at a time on a shared 2-core CPU).", "",
-          "| arm | budget (steps) | success, last 10% [95% CI] | per seed | final return | labels (per seed) "
-          "| LM latency p50 ms |", "|---|---|---|---|---|---|---|", *rows, "", "![curves](oni.png)", ""]
+          f"Wall clock {seconds / 60:.0f} min of runs (one at a time on a shared 2-core CPU). A uniformly random "
+          f"policy succeeds in {random_success:.3f} of 100 episodes (a reference, not an arm).", "",
+          "| arm | budget (steps) | success, last 10% [95% CI] | per seed | final return | labels known (LM requests),"
+          " per seed | LM latency p50 ms |", "|---|---|---|---|---|---|---|", *rows, "", "![curves](oni.png)", ""]
     if motif:
         md += [f"Motif dataset: {json.dumps({k: v for k, v in motif.items() if not isinstance(v, dict)})}", ""]
     if emb:
@@ -312,11 +341,10 @@ def main() -> None:
         nethack(args)
         return
     motif: dict = {}
-    if "motif-oracle" in args.arms and args.phase in ("all", "train"):
+    labelled = (args.out / f"motif-data-{args.env_id}" / "label_stats.json").exists()
+    if "motif-oracle" in args.arms and (args.phase in ("all", "train") or labelled):
         folder, motif = motif_data(args, args.env_id)
         ARMS["motif-oracle"] = [*ARMS["motif-oracle"], f"method.data_dir={folder}"]
-    elif (args.out / f"motif-data-{args.env_id}" / "label_stats.json").exists():
-        motif = json.loads((args.out / f"motif-data-{args.env_id}" / "label_stats.json").read_text())
     if args.phase in ("all", "train"):
         rate: list[float] = []  # seconds per env step of the finished runs
         for seed in args.seed_list:  # seed-major: whole seeds finish first
