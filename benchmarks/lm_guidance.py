@@ -9,7 +9,7 @@ Arms (ELLM's text action space and rules, PPO, intrinsic-only like ``benchmarks/
 
 * ``no-lm``         — ``method=none`` (PPO, no reward, no LM): the unguided speed
 * ``ellm-embedded`` — ``method=ellm llm=embedded method.suggester=score`` (Gemma 3 270M in-process; the LM
-  worker runs at ``method.service.worker_nice`` = 10 by default: the learner first)
+  worker runs at ``method.service.worker_nice`` = 4 by default: the learner first)
 * ``ellm-embedded-nice0`` (``--arms``) — the same with the LM worker at the learner's priority
 
 Per run: steps/s over training (``charts/sps`` of the learner, last record: model loading and
