@@ -103,8 +103,17 @@ def main() -> int:
     p.add_argument("--results", default="benchmarks/results", help="folder for lm_guidance.{md,json}")
     p.add_argument("--extra", nargs="*", default=[], help="extra overrides for every run")
     p.add_argument("--arms", default="no-lm,ellm-embedded", help=f"comma-separated subset of {list(ARMS)}")
+    p.add_argument("--resummarize", default=None, help="rewrite the results from this lm_guidance.json (no runs)")
+    p.add_argument("--notes", default=None, help="a Markdown file appended to lm_guidance.md")
     args = p.parse_args()
     arms = [a for a in args.arms.split(",") if a]
+    notes = Path(args.notes).read_text() if args.notes else ""
+    if args.resummarize:
+        old = json.loads(Path(args.resummarize).read_text())
+        args.steps, args.env_id, args.num_envs, args.seeds = old["steps"], old["env"], old["num_envs"], old["seeds"]
+        arms = list(dict.fromkeys(r["arm"] for r in old["runs"]))
+        Path(args.results).mkdir(parents=True, exist_ok=True)
+        return 1 if summarize(old["runs"], arms, args, Path(args.results), notes) else 0
 
     out, res = Path(args.out), Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
@@ -120,6 +129,27 @@ def main() -> int:
                   f"{rec.get('sps') or 0:.0f} steps/s, fresh {rec.get('lm/fresh_fraction', float('nan')):.3f}, "
                   f"load {rec['uptime_after'].split('load average:')[-1].strip()}", flush=True)
 
+    failed = summarize(runs, arms, args, res, notes)
+    return 1 if failed else 0
+
+
+def late_fresh(curve: list, tail: float = 0.2) -> float | None:
+    """Fresh fraction over the last ``tail`` of the run, from the cumulative curve [[step, fraction], ...]."""
+    if not curve or len(curve) < 2:
+        return None
+    s_end, f_end = curve[-1]
+    start = next(((s, f) for s, f in curve if s >= (1 - tail) * s_end and s < s_end), None)
+    if start is None:
+        return None
+    s_a, f_a = start
+    return (f_end * s_end - f_a * s_a) / (s_end - s_a)
+
+
+def summarize(runs: list[dict], arms: list[str], args: argparse.Namespace, res: Path, notes: str = "") -> list[str]:
+    """Write lm_guidance.{json,md} from the run records; return the failed runs."""
+    for r in runs:
+        if r.get("fresh_curve"):
+            r["fresh_fraction_last20"] = late_fresh(r["fresh_curve"])
     by = {(r["arm"], r["seed"]): r for r in runs}
     per_arm: dict[str, dict] = {}
     for arm in arms:
@@ -149,12 +179,14 @@ def main() -> int:
         "runs": runs, "failed": failed,
     }
     (res / "lm_guidance.json").write_text(json.dumps(summary, indent=2))
-    rows = ["| run | steps/s | fresh fraction | LM latency p50 / p95 (s) | dropped stale | LM calls | wall (s) | "
-            "load after (1/5/15 min) |", "|---|---|---|---|---|---|---|---|"]
+    (res / "lm_guidance.md").write_text("")
+    rows = ["| run | steps/s | fresh fraction | fresh, last 20% | LM latency p50 / p95 (s) | dropped stale | LM calls | "
+            "wall (s) | load after (1/5/15 min) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         lat = f"{r['lm/latency_p50']:.2f} / {r['lm/latency_p95']:.2f}" if "lm/latency_p50" in r else "–"
         fresh_txt = f"{r['lm/fresh_fraction']:.3f}" if "lm/fresh_fraction" in r else "–"
-        rows.append(f"| {r['arm']}-s{r['seed']} | {r.get('sps') or 0:.0f} | {fresh_txt} | {lat} | "
+        late = f"{r['fresh_fraction_last20']:.3f}" if r.get("fresh_fraction_last20") is not None else "–"
+        rows.append(f"| {r['arm']}-s{r['seed']} | {r.get('sps') or 0:.0f} | {fresh_txt} | {late} | {lat} | "
                     f"{r.get('lm/dropped_stale', 0):.0f} | {r.get('lm/calls', 0):.0f} | {r['wall_s']:.0f} | "
                     f"{r['uptime_after'].split('load average:')[-1].strip()} |")
     sr, ff = summary["sps_ratio"], summary["fresh_fraction"]
@@ -168,10 +200,11 @@ def main() -> int:
         if sr is not None and ff is not None else "**incomplete** (see failed runs)", "",
         *[f"- {arm}: sps_ratio {v['sps_ratio'] or 0:.3f}, fresh_fraction {v['fresh_fraction'] or 0:.3f}"
           for arm, v in per_arm.items()], "",
-        *rows, "", f"Failed runs: {', '.join(failed) or 'none'}.  ONI labelled fraction on MiniHack: not measured.", ""])
+        *rows, "", f"Failed runs: {', '.join(failed) or 'none'}.  ONI labelled fraction on MiniHack: not measured.", "",
+        notes])
     (res / "lm_guidance.md").write_text(text)
     print(text)
-    return 1 if failed else 0
+    return failed
 
 
 if __name__ == "__main__":
