@@ -111,7 +111,8 @@ def main() -> int:
     from llmguide.report import interval_estimates
 
     grid = np.linspace(args.steps / 20, args.steps, 20)
-    summary: dict = {"task": f"{args.env_id} (ELLM text actions and rules), intrinsic-only pretraining",
+    rules = " and rules" if args.env_id == "crafter" else ""
+    summary: dict = {"task": f"{args.env_id} (ELLM text actions{rules}), intrinsic-only pretraining",
                      "budget_steps": args.steps, "metric": "ground-truth achievements unlocked per episode "
                      "(training episodes in the last 10% of the budget)", "higher_is_better": True, "arms": {}}
     rows = ["| arm | seeds | achievements / episode (mean, 95% CI) | per seed |", "|---|---|---|---|"]
@@ -142,7 +143,8 @@ def main() -> int:
     (res / f"{stem}.json").write_text(json.dumps(summary, indent=2))
     text = "\n".join([
         "# ELLM reproduction: achievements during intrinsic-only pretraining", "",
-        f"{args.env_id}, ELLM's 139 text actions{' and rules' if args.env_id == 'crafter' else ''}, PPO ({args.num_envs} envs, default agent settings), "
+        f"{args.env_id}, ELLM's 139 text actions{rules}, PPO ({args.num_envs} envs, default agent settings"
+        f"{' but `' + ' '.join(args.extra) + '`' if args.extra else ''}, the same for every arm), "
         f"{args.steps:,} env steps per run, episodes capped at {args.max_steps} steps, seeds 0..{args.seeds - 1}. "
         "Every arm but the labelled upper reference is trained on its intrinsic reward only.", "",
         *rows, "", f"Failed runs: {', '.join(failed) or 'none'}.", "", f"![curves]({stem}.png)", ""])
