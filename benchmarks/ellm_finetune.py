@@ -12,7 +12,7 @@ Same budget, env, network and rollout for every arm. Value per seed: success AUC
 training episodes over ``--bins`` equal step bins), 95% bootstrap CIs over seeds. Writes
 ``benchmarks/results/ellm_finetune_<env-id>.{md,json,png}`` in the format of DESIGN.md.
 
-    python benchmarks/ellm_finetune.py --env-id craftax --task make_wood_pickaxe --steps 60000 --seeds 3
+    python benchmarks/ellm_finetune.py --env-id craftax --task place_table --steps 60000 --seeds 3
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def overrides_for(arm: str, seed: int, args: argparse.Namespace) -> list[str]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env-id", default="craftax", help="env group the pretraining ran on: crafter or craftax")
-    p.add_argument("--task", default="make_wood_pickaxe", help="the downstream task (env.task)")
+    p.add_argument("--task", default="place_table", help="the downstream task (env.task)")
     p.add_argument("--steps", type=int, default=60_000)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--arms", default="ellm-oracle,novelty", help="pretrained arms (ellm_crafter.py labels)")
