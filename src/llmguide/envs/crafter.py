@@ -8,11 +8,13 @@ render is skipped entirely in symbolic mode.
 
 from __future__ import annotations
 
+import collections
 import re
 from collections.abc import Sequence
 from typing import Any
 
 import crafter
+import crafter.engine
 import gymnasium as gym
 import numpy as np
 from crafter import constants
@@ -31,10 +33,33 @@ SEMANTIC_NAMES: list[str | None] = [None, *constants.materials, *OBJECT_TYPES]  
 DIRECTIONS = [(-1, 0), (1, 0), (0, -1), (0, 1)]
 
 
+class _Chunk(dict):
+    """A chunk's objects in insertion order (crafter keeps a ``set``, whose order follows memory addresses)."""
+
+    def add(self, obj: Any) -> None:
+        self[obj] = None
+
+    def remove(self, obj: Any) -> None:
+        del self[obj]
+
+
+class _OrderedWorld(crafter.engine.World):
+    """Crafter's world with insertion-ordered chunks: its balancing picks a creature to despawn from a
+    chunk's objects, so with sets two envs of the same seed diverged once a chunk held two creatures."""
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self._chunks = collections.defaultdict(_Chunk)
+
+
 class _Core(crafter.Env):
-    """crafter.Env that renders only when pixels are requested."""
+    """crafter.Env that renders only when pixels are requested; reproducible per seed in one process."""
 
     render_pixels = False
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._world.__class__ = _OrderedWorld
 
     def _obs(self):
         return self.render() if self.render_pixels else None
