@@ -62,3 +62,13 @@ def test_redact_hides_secret_values_but_keeps_env_var_names():
     assert out["llm"]["api_key_env"] == "MY_KEY"
     assert out["password"] is None
     assert "sk-live-123" not in str(out)
+
+
+def test_recipe_rules_apply_only_to_their_recipe():
+    """ELLM's method.mode (pretrain|finetune|guided) and PTGM's (options|bc_finetune) do not collide."""
+    assert load_config(["env=crafter", "method=ellm", "method.mode=pretrain"]).method.mode == "pretrain"
+    assert load_config(["env=babyai", "method=ptgm", "method.mode=bc_finetune"]).method.mode == "bc_finetune"
+    with pytest.raises(ConfigError, match="method.mode"):
+        load_config(["env=crafter", "method=ellm", "method.mode=options"])
+    with pytest.raises(ConfigError, match="method.mode"):
+        load_config(["env=babyai", "method=ptgm", "method.mode=pretrain"])

@@ -177,14 +177,22 @@ def add_rule_provider(provider: Callable[[DictConfig], None]) -> None:
         RULE_PROVIDERS.append(provider)
 
 
-def register_rule(key: str, rule: Rule) -> None:
-    """Add a validation rule for a dotted config key."""
-    RULES[key] = rule
+# rules of one recipe's keys (``method.recipe``): two recipes may give the same key different meanings
+RECIPE_RULES: dict[str, dict[str, Rule]] = {}
+
+
+def register_rule(key: str, rule: Rule, recipe: str | None = None) -> None:
+    """Add a validation rule for a dotted config key (only for configs of ``recipe`` when given)."""
+    if recipe is None:
+        RULES[key] = rule
+    else:
+        RECIPE_RULES.setdefault(recipe, {})[key] = rule
 
 
 def validate(cfg: DictConfig) -> None:
     """Apply the value rules; raise ConfigError naming the first bad key."""
-    for key, rule in RULES.items():
+    recipe = OmegaConf.select(cfg, "method.recipe", default=None)
+    for key, rule in {**RULES, **RECIPE_RULES.get(str(recipe), {})}.items():
         value = OmegaConf.select(cfg, key, default=_MISSING)
         if value is _MISSING:
             continue

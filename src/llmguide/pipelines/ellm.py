@@ -50,7 +50,7 @@ for _key, _rule in {
     "method.finetune_intrinsic_coef": non_negative,
     "method.memo_size": positive,
 }.items():
-    register_rule(_key, _rule)
+    register_rule(_key, _rule, recipe="ellm")
 
 
 _EMBEDDERS: dict[str, Any] = {}

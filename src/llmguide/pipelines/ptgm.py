@@ -34,10 +34,10 @@ from llmguide.pipelines.runner import EVAL_SEED_OFFSET, Parts, Recipe, open_run
 
 log = logging.getLogger(__name__)
 
-register_rule("method.mode", one_of("options", "bc_finetune"))
-register_rule("method.codes", one_of("kmeans", "random"))
-register_rule("method.goal_source", one_of("medoid", "centroid"))
-register_rule("method.kl.direction", one_of("policy_prior", "prior_policy"))
+register_rule("method.mode", one_of("options", "bc_finetune"), recipe="ptgm")
+register_rule("method.codes", one_of("kmeans", "random"), recipe="ptgm")
+register_rule("method.goal_source", one_of("medoid", "centroid"), recipe="ptgm")
+register_rule("method.kl.direction", one_of("policy_prior", "prior_policy"), recipe="ptgm")
 
 
 def _dir(cfg: DictConfig, key: str, sub: str = "") -> Path:
