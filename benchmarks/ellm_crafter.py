@@ -153,7 +153,7 @@ def main() -> int:
     return 1 if failed else 0
 
 
-def plot(summary: dict, path: Path) -> None:
+def plot(summary: dict, path: Path, ylabel: str = "ground-truth achievements / episode") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -162,11 +162,11 @@ def plot(summary: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for arm, data in summary["arms"].items():
         c = data["curve"]
-        style = "--" if data["upper_reference"] else "-"
-        ax.plot(c["steps"], c["mean"], style, label=arm + (" (upper ref.)" if data["upper_reference"] else ""))
+        upper = data.get("upper_reference", False)
+        ax.plot(c["steps"], c["mean"], "--" if upper else "-", label=arm + (" (upper ref.)" if upper else ""))
         ax.fill_between(c["steps"], c["ci95_low"], c["ci95_high"], alpha=0.15)
     ax.set_xlabel("env steps")
-    ax.set_ylabel("ground-truth achievements / episode")
+    ax.set_ylabel(ylabel)
     ax.set_title(summary["task"], fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()

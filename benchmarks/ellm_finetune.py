@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bk import bootstrap_ci, success_curve  # the shared reproduction helpers (benchmarks/bk.py)
-from ellm_crafter import ARMS, COMMON, CRAFTER_ONLY
+from ellm_crafter import ARMS, COMMON, CRAFTER_ONLY, plot
 
 SCRATCH = ["method=none", "method.extrinsic_coef=1.0"]
 
@@ -99,7 +99,7 @@ def main() -> int:
                     f"{', '.join(f'{v:.3f}' for v in values)} |")
     stem = f"ellm_finetune_{args.env_id}"
     (res / f"{stem}.json").write_text(json.dumps(summary, indent=2))
-    plot(summary, res / f"{stem}.png")
+    plot(summary, res / f"{stem}.png", ylabel="training success rate")
     text = "\n".join([
         f"# ELLM downstream: fine-tuning on {args.task} ({args.env_id})", "",
         f"Each pretrained arm starts from its `{args.pretrained}/<arm>-s<seed>` checkpoint (intrinsic-only "
@@ -110,26 +110,6 @@ def main() -> int:
     (res / f"{stem}.md").write_text(text)
     print(text)
     return 1 if failed else 0
-
-
-def plot(summary: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for arm, data in summary["arms"].items():
-        c = data["curve"]
-        ax.plot(c["steps"], c["mean"], label=arm)
-        ax.fill_between(c["steps"], c["ci95_low"], c["ci95_high"], alpha=0.15)
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("training success rate")
-    ax.set_title(summary["task"], fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 if __name__ == "__main__":
