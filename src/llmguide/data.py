@@ -36,7 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 from llmguide.core.rundir import atomic_write_bytes, atomic_write_text
-from llmguide.envs.vector import env_info
+from llmguide.envs.vector import InfoRows
 
 log = logging.getLogger(__name__)
 
@@ -215,8 +215,9 @@ class EpisodeRecorder(gym.vector.VectorWrapper):
 
     def reset(self, *, seed: Any = None, options: dict | None = None):
         obs, infos = self.env.reset(seed=seed, options=options)
+        rows = InfoRows(infos, self.num_envs)
         for i in range(self.num_envs):
-            self._start(i, obs, env_info(infos, i))
+            self._start(i, obs, rows[i])
         return obs, infos
 
     def step(self, actions):
@@ -224,11 +225,13 @@ class EpisodeRecorder(gym.vector.VectorWrapper):
         self.env_steps += self.num_envs
         dones = np.logical_or(terminated, truncated)
         final_info = infos.get("final_info") if isinstance(infos.get("final_info"), dict) else None
+        rows = InfoRows(infos, self.num_envs)
+        finals = InfoRows(final_info, self.num_envs) if final_info is not None else None
         for i in range(self.num_envs):
             buf = self._buffers[i]
             if not buf.obs:  # the env was never reset through this wrapper
                 continue
-            info = env_info(final_info, i) if dones[i] and final_info is not None else env_info(infos, i)
+            info = finals[i] if dones[i] and finals is not None else rows[i]
             if dones[i] and "final_obs" in infos:
                 next_obs = {k: np.array(v, copy=True) for k, v in infos["final_obs"][i].items()}
             else:
@@ -240,7 +243,7 @@ class EpisodeRecorder(gym.vector.VectorWrapper):
             buf.events.append([str(e) for e in (info.get("events") or [])])
             if dones[i]:
                 self._finish(i, bool(terminated[i]), bool(truncated[i]), info)
-                self._start(i, obs, env_info(infos, i))
+                self._start(i, obs, rows[i])
         return obs, rewards, terminated, truncated, infos
 
     def _finish(self, i: int, terminated: bool, truncated: bool, info: dict[str, Any]) -> None:

@@ -53,33 +53,15 @@ def object_array(items: list) -> np.ndarray:
     return out
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def env_info(infos: dict, i: int) -> dict:
-    """The top-level info of env ``i`` from a Gymnasium aggregated info dict (masks ``_key`` respected;
-    ``final_info``/``final_obs`` left out: for a finished env this is its new episode's first info)."""
-    out = {}
-    for key, value in infos.items():
-        if key.startswith("_") or key in ("final_info", "final_obs"):
-            continue
-        mask = infos.get("_" + key)
-        if mask is not None and not bool(mask[i]):
-            continue
-        out[key] = env_info(value, i) if isinstance(value, dict) else _plain(value[i])
-    return out
-
-
 def _column(value: Any) -> list:
     """An aggregated info value as a plain list, one item per env (NumPy scalars → Python, in C)."""
     return value.tolist() if isinstance(value, np.ndarray) else list(value)
 
 
 class InfoRows(Sequence):
-    """``env_info(infos, i)`` for every env ``i``, built column by column on first access.
+    """The top-level info of every env ``i`` of a Gymnasium aggregated info dict (masks ``_key``
+    respected; ``final_info``/``final_obs`` left out: for a finished env this is its new episode's
+    first info), built column by column on first access.
 
     Converting each key once for all envs (``ndarray.tolist``) instead of once per env and key is
     what keeps 256 Craftax envs with 50 info keys off the hot path.
