@@ -17,14 +17,13 @@ ELLM's rule changes (``env.ellm_rules``) are Crafter-only: they patch Crafter's 
 from __future__ import annotations
 
 import numpy as np
+from crafter import constants
 
 from llmguide.envs.crafter import ACHIEVEMENTS, ITEMS, SEMANTIC_NAMES
 from llmguide.envs.crafter_actions import ACTION_STRINGS, FACED_ACTIONS, PRIMITIVE, VERB_ONLY
 
-# Crafter's primitive actions, in Craftax-Classic's ``Action`` order (the two orders are the same)
-PRIMITIVES = ["noop", "move_left", "move_right", "move_up", "move_down", "do", "sleep", "place_stone",
-              "place_table", "place_furnace", "place_plant", "make_wood_pickaxe", "make_stone_pickaxe",
-              "make_iron_pickaxe", "make_wood_sword", "make_stone_sword", "make_iron_sword"]
+# Crafter's primitive actions; Craftax-Classic's ``Action`` enum has the same order
+PRIMITIVES: list[str] = constants.actions
 _SEM = {name: i for i, name in enumerate(SEMANTIC_NAMES) if name}
 _ACHIEVEMENT_MASK = (1 << len(ACHIEVEMENTS)) - 1
 
