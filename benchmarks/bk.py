@@ -102,6 +102,24 @@ def success_curve(run: Path, steps: int, bins: int) -> np.ndarray:
     return np.where(np.isnan(out), np.nanmean(out) if np.isfinite(out).any() else 0.0, out)
 
 
+def run_stats(run: Path) -> dict[str, float]:
+    """Throughput and shaping scale of one run: final ``charts/sps``, wall-clock seconds of training,
+    and (BK arms) the mean normalisation factor applied to Φ and the mean |shaping reward| per rollout."""
+    from llmguide.core.rundir import read_metrics
+
+    recs = read_metrics(run)
+    sps = [r["charts/sps"] for r in recs if "charts/sps" in r]
+    times = [r["time"] for r in recs if "time" in r]
+    out = {"sps": round(float(sps[-1]), 1) if sps else float("nan"),
+           "train_seconds": round(float(times[-1] - times[0]), 1) if len(times) > 1 else float("nan")}
+    factors = [v for r in recs for k, v in r.items() if k.endswith("/phi_factor")]
+    shaping = [abs(v) for r in recs for k, v in r.items() if k.startswith("charts/intrinsic_reward/")]
+    if factors:
+        out["phi_factor_mean"] = float(np.mean(factors))
+        out["abs_rollout_mean_shaping"] = float(np.mean(shaping)) if shaping else float("nan")
+    return out
+
+
 def bootstrap_ci(x: np.ndarray, reps: int = 5000, seed: int = 0) -> tuple[float, float]:
     """95% percentile-bootstrap CI of the mean over seeds (axis 0), per column."""
     rng = np.random.default_rng(seed)
@@ -117,13 +135,13 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
     import matplotlib.pyplot as plt
 
     steps_axis = ((np.arange(args.bins) + 0.5) * args.steps / args.bins).tolist()
-    arms, rows = {}, []
+    arms, rows, run_minutes = {}, [], 0.0
     for arm in args.arms:
         info = labels.get(arm, {})
         if info.get("failed"):
             arms[arm] = {"failed": info["failed"], "seeds": [], "values": [],
                          "label_summary": {k: v for k, v in info.get("summary", {}).items() if not isinstance(v, dict)}}
-            rows.append(f"| {arm} | failed: {info['failed']} | | |")
+            rows.append(f"| {arm} | failed: {info['failed']} | | | | | | |")
             continue
         runs = [args.out / f"{arm}-s{s}" for s in args.seed_list]
         done = [(s, r) for s, r in zip(args.seed_list, runs, strict=True) if (r / "eval.json").exists()]
@@ -131,7 +149,7 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
             arms[arm] = {"failed": "not trained within the compute budget (labelling succeeded)", "seeds": [],
                          "values": [], "label_summary": {k: v for k, v in info.get("summary", {}).items()
                                                          if not isinstance(v, dict)}}
-            rows.append(f"| {arm} | not trained within the compute budget (labelling succeeded) | | |")
+            rows.append(f"| {arm} | not trained within the compute budget (labelling succeeded) | | | | | | |")
             continue
         curves = np.array([success_curve(r, args.steps, args.bins) for _, r in done])
         aucs = curves.mean(axis=1)
@@ -139,19 +157,24 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
         alo, ahi = bootstrap_ci(aucs[:, None])
         final = [float(np.mean(np.asarray(json.loads((r / "eval.json").read_text())["episode_returns"]) > 0))
                  for _, r in done]                      # greedy end-of-training eval (5 episodes)
+        stats = [run_stats(r) for _, r in done]
+        speed = {k: round(float(np.mean([st[k] for st in stats])), 6) for k in stats[0]}
+        run_minutes += sum(st["train_seconds"] for st in stats) / 60
         arms[arm] = {"seeds": [s for s, _ in done], "values": aucs.round(4).tolist(),
                      "auc_ci95": [round(float(alo[0]), 4), round(float(ahi[0]), 4)],
-                     "final_eval_success": final,
+                     "final_eval_success": final, "run_stats_mean": speed,
                      "curve": {"steps": steps_axis, "mean": curves.mean(0).round(4).tolist(),
                                "ci95_low": np.round(lo, 4).tolist(), "ci95_high": np.round(hi, 4).tolist()}}
         if arm != "ppo":
             arms[arm]["label_summary"] = {k: v for k, v in info.get("summary", {}).items() if not isinstance(v, dict)}
         rows.append(f"| {arm} | {aucs.mean():.3f} [{alo[0]:.3f}, {ahi[0]:.3f}] | {len(done)} | "
-                    f"{', '.join(f'{a:.3f}' for a in aucs)} |")
+                    f"{', '.join(f'{a:.3f}' for a in aucs)} | {speed['sps']:.0f} | {speed['train_seconds'] / 60:.1f} | "
+                    f"{speed.get('phi_factor_mean', float('nan')):.3g} | "
+                    f"{speed.get('abs_rollout_mean_shaping', float('nan')):.2g} |")
     result = {"task": args.task, "budget_steps": args.steps, "metric": "success AUC (mean training success rate "
               f"over {args.bins} step bins)", "higher_is_better": True, "arms": arms,
               "collect": {"task": args.collect_task, "steps": args.collect_steps},
-              "wall_clock_seconds": round(seconds)}
+              "train_run_minutes_total": round(run_minutes, 1), "driver_seconds": round(seconds)}
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "bk.json").write_text(json.dumps(result, indent=1) + "\n")
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -166,7 +189,8 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(args.results / "bk.png", dpi=100)
-    table = ["| arm | success AUC, mean [95% CI] | seeds | per seed |", "|---|---|---|---|", *rows]
+    table = ["| arm | success AUC, mean [95% CI] | seeds | per seed | steps/s | min/run | Φ factor | "
+             "mean \\|F\\| per rollout |", "|---|---|---|---|---|---|---|---|", *rows]
     labels_md = [f"- `{arm}`: " + json.dumps({k: v for k, v in a.get("label_summary", {}).items()
                                               if not str(k).startswith("parse/")}, default=str)
                  for arm, a in arms.items() if "label_summary" in a]
@@ -175,8 +199,11 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
           f"PPO lr 3e-4 constant, clip 0.1, extrinsic_coef 10 for every arm. Data: RND-driven PPO on "
           f"{args.collect_task} ({args.collect_steps} steps per collection seed). Value per seed: success AUC "
           f"(mean training success rate over {args.bins} equal step bins); 95% CIs: percentile bootstrap over "
-          f"seeds. Wall clock {seconds / 60:.0f} min.", "", *table, "", "![success](bk.png)", "",
+          f"seeds. Training compute: {run_minutes:.0f} run-minutes in total (2 runs at a time, niced, "
+          f"1 torch thread each, on a 2-core box shared with other sessions).", "", *table, "", "![success](bk.png)", "",
           "Labelling summaries:", "", *labels_md, ""]
+    if args.notes and args.notes.exists():
+        md += ["", args.notes.read_text().strip(), ""]
     (args.results / "bk.md").write_text("\n".join(md))
     print("\n".join(md))
 
@@ -200,6 +227,8 @@ def main() -> None:
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {ARMS}")
     p.add_argument("--train-arms", default=None, help="arms to train (default: --arms)")
     p.add_argument("--phase", default="all", choices=("all", "collect", "label", "train", "report"))
+    p.add_argument("--notes", type=Path, default=Path("benchmarks/results/bk_notes.md"),
+                   help="hand-written discussion appended to bk.md")
     p.add_argument("--out", type=Path, default=Path("runs/bench-bk"))
     p.add_argument("--results", type=Path, default=Path("benchmarks/results"))
     args = p.parse_args()
