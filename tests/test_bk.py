@@ -237,8 +237,12 @@ def test_goal_library_and_calibrated_potential(tmp_path, episodes):
     pot = bk.GoalPotential(lib, SentenceEmbedder(), ACTION_STRINGS, threshold=0.6)
     infos = [{"caption": "You see a red ball 1 step forward", "events": ["go to the red ball"]},
              {"caption": "You see a wall 2 steps forward", "events": []}]
+    misses = pot.metrics()["embed_misses"]
     phi = pot({}, infos, np.array([2, 0]))
     assert phi[0] > 0.6 and phi[1] == 0.0
+    assert pot.metrics()["embed_misses"] == misses + 4      # 2 captions + 2 transition texts, all new
+    assert np.array_equal(pot({}, infos, np.array([2, 0])), phi)
+    assert pot.metrics()["embed_misses"] == misses + 4 and pot.metrics()["embed_hit_rate"] > 0
     caps, texts = bk.dataset_transition_texts(episodes, ACTION_STRINGS, 200, np.random.default_rng(0))
     calib = bk.calibrate_threshold(pot, caps, texts, fire_rate=0.1, floor=0.0)
     assert 0.05 <= calib["fire_rate"] <= 0.2 + 1e-9

@@ -106,6 +106,14 @@ class GoalPotential:
             sims = np.where(mask, sims, -1.0)
         return sims.max(axis=1)
 
+    def metrics(self) -> dict[str, float]:
+        """Embedding cache of the potential (each distinct caption / transition text is encoded once;
+        the misses are what makes BK-Goal slower than the other variants)."""
+        stats = getattr(self.embedder, "cache_stats", None)
+        if not isinstance(stats, dict):
+            return {}
+        return {"embed_hit_rate": float(stats["hit_rate"]), "embed_misses": float(stats["misses"])}
+
     def __call__(self, obs: dict[str, np.ndarray], infos: list[dict], actions: np.ndarray) -> np.ndarray:
         captions = [str(i.get("caption", "")) for i in infos]
         texts = [transition_text(c, i.get("events") or [], action_name(a, self.action_names))
