@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bk import bootstrap_ci, cli  # noqa: E402  (the reproduction scripts' shared helpers)
 
 ARMS = {
-    "none": ["method=none", "method.extrinsic_coef=10.0"],
+    "none": ["method=none"],
     "oni_retrieval-oracle": ["method=oni_retrieval", "llm=oracle"],
     "oni_retrieval-embedded": ["method=oni_retrieval", "llm=embedded"],
     "oni_classification-oracle": ["method=oni_classification", "llm=oracle"],
@@ -50,9 +50,17 @@ ARMS = {
 }
 
 
+def extrinsic_coef(env_id: str) -> float:
+    """The reference's rule (ONI README): extrinsic coefficient 0.1 on NetHackScore, 10 on the sparse tasks."""
+    return 0.1 if "Score" in env_id else 10.0
+
+
 def common(args: argparse.Namespace, env_id: str) -> list[str]:
     family = "nethack" if env_id.startswith("NetHack") else "minihack"
-    return [f"env={family}", f"env.id={env_id}", "env.message_obs=true", "env.reward_clip=10.0",
+    coef = args.extrinsic_coef if args.extrinsic_coef is not None else extrinsic_coef(env_id)
+    nle = [f"env.action_set={args.actions}"] if family == "nethack" else []  # MiniHack tasks keep their own actions
+    return [f"env={family}", f"env.id={env_id}", "env.message_obs=true", "env.reward_clip=10.0", *nle,
+            f"method.extrinsic_coef={coef}",
             f"num_envs={args.num_envs}", "agent.recurrent=gru", f"agent.hidden={args.hidden}",
             f"agent.num_steps={args.num_steps}", f"agent.update_epochs={args.update_epochs}",
             "agent.torch_threads=1", "progress=false", "eval.episodes=0", f"run.dir={args.out}",
@@ -145,22 +153,62 @@ def run_seconds(run: Path) -> float:
     return (run / "eval.json").stat().st_mtime - (run / "config.yaml").stat().st_mtime
 
 
-def random_policy_success(env_id: str, episodes: int = 100, seed: int = 0) -> float:
-    """Success rate of a uniformly random policy (a reference point for the table)."""
+def metric_kind(args: argparse.Namespace) -> str:
+    """``success`` or ``return``; auto: return on *Score* tasks (they have no success), else success."""
+    if args.metric != "auto":
+        return args.metric
+    return "return" if "Score" in args.env_id else "success"
+
+
+def random_policy(args: argparse.Namespace, episodes: int = 100, seed: int = 0) -> dict[str, float]:
+    """Success rate and episodic return (the arms' ``charts/episodic_return``: the env reward after
+    scale and clip, before the extrinsic coefficient) of a uniformly random policy: a reference point."""
     from llmguide.envs import make_env
 
-    env = make_env({"name": "nethack" if env_id.startswith("NetHack") else "minihack", "id": env_id}, seed)
+    family = "nethack" if args.env_id.startswith("NetHack") else "minihack"
+    env = make_env({"name": family, "id": args.env_id, "reward_clip": 10.0,
+                    **({"action_set": args.actions} if family == "nethack" else {})}, seed)
     rng = np.random.default_rng(seed)
-    wins = 0
+    wins, rets = 0, []
     for ep in range(episodes):
         env.reset(seed=seed + ep)
-        done, info = False, {}
+        done, info, ret = False, {}, 0.0
         while not done:
-            _, _, term, trunc, info = env.step(int(rng.integers(env.action_space.n)))
+            _, r, term, trunc, info = env.step(int(rng.integers(env.action_space.n)))
+            ret += float(r)
             done = term or trunc
         wins += bool(info.get("success"))
+        rets.append(ret)
     env.close()
-    return wins / episodes
+    return {"episodes": episodes, "success": wins / episodes, "return": round(float(np.mean(rets)), 4)}
+
+
+def diagnostics(run: Path, steps: int) -> dict[str, float]:
+    """Per-rollout means of what reached the advantage: the intrinsic reward (all modules, after the
+    coefficient), the ONI module's raw r_int, the share of transitions with r_int != 0, and the labelled
+    fraction (share of non-empty message occurrences whose label had arrived when r_int was computed)."""
+    from llmguide.core.rundir import read_metrics
+
+    recs = [r for r in read_metrics(run) if "charts/intrinsic_reward" in r]
+    out: dict[str, float] = {}
+    if not recs:
+        return out
+    st = np.array([r["step"] for r in recs], float)
+    wanted = {"intrinsic_reward": "charts/intrinsic_reward", "extrinsic_reward": "charts/extrinsic_reward",
+              "r_int_nonzero": "/r_int_nonzero", "labelled_fraction": "/labelled_fraction",
+              "labelled_fraction_unique": "/labelled_fraction_unique"}
+    for name, key in wanted.items():
+        col = [next((v for k, v in r.items() if k == key or (key.startswith("/") and k.startswith("reward/")
+                                                                  and k.endswith(key))), np.nan) for r in recs]
+        col = np.array(col, float)
+        if np.isfinite(col).any():
+            out[f"{name}_mean"] = round(float(np.nanmean(col)), 6)
+            first, last = col[st <= 0.1 * steps], col[st > 0.9 * steps]
+            if np.isfinite(first).any():
+                out[f"{name}_first10pct"] = round(float(np.nanmean(first)), 6)
+            if np.isfinite(last).any():
+                out[f"{name}_last10pct"] = round(float(np.nanmean(last)), 6)
+    return out
 
 
 def summarise(args: argparse.Namespace, arm: str, steps: int, grid: np.ndarray) -> dict | None:
@@ -170,29 +218,37 @@ def summarise(args: argparse.Namespace, arm: str, steps: int, grid: np.ndarray) 
     done = [(s, r) for s, r in runs if (r / "eval.json").exists()]
     if not done:
         return None
-    succ, rets, values, lms = [], [], [], []
+    kind = metric_kind(args)
+    succ, rets, values, lms, diags = [], [], [], [], []
     for _, run in done:
         st, su, re = episodes(run)
         succ.append(binned_curve(st, su, grid))
         rets.append(binned_curve(st, re, grid))
-        late = su[st > 0.9 * steps]
+        late = (su if kind == "success" else re)[st > 0.9 * steps]
         values.append(float(late.mean()) if late.size else float("nan"))
         lms.append(last_lm(run))
+        diags.append(diagnostics(run, steps))
     succ_c, ret_c = np.nan_to_num(np.array(succ)), np.nan_to_num(np.array(rets))
     lo, hi = bootstrap_ci(succ_c)
     rlo, rhi = bootstrap_ci(ret_c)
     vals = np.array(values)
     vlo, vhi = bootstrap_ci(np.nan_to_num(vals)[:, None])
+    success_curve = {"steps": grid.tolist(), "mean": succ_c.mean(0).round(4).tolist(),
+                     "ci95_low": np.round(lo, 4).tolist(), "ci95_high": np.round(hi, 4).tolist()}
+    return_curve = {"steps": grid.tolist(), "mean": ret_c.mean(0).round(4).tolist(),
+                    "ci95_low": np.round(rlo, 4).tolist(), "ci95_high": np.round(rhi, 4).tolist()}
     out = {"seeds": [s for s, _ in done], "values": [round(v, 4) for v in values], "budget_steps": steps,
            "value_ci95": [round(float(vlo[0]), 4), round(float(vhi[0]), 4)],
-           "curve": {"steps": grid.tolist(), "mean": succ_c.mean(0).round(4).tolist(),
-                     "ci95_low": np.round(lo, 4).tolist(), "ci95_high": np.round(hi, 4).tolist()},
-           "return_curve": {"steps": grid.tolist(), "mean": ret_c.mean(0).round(4).tolist(),
-                            "ci95_low": np.round(rlo, 4).tolist(), "ci95_high": np.round(rhi, 4).tolist()},
-           "final_return": [round(float(r[-1]), 4) for r in ret_c]}
+           "curve": success_curve if kind == "success" else return_curve,
+           "success_curve": success_curve, "return_curve": return_curve,
+           "final_return": [round(float(r[-1]), 4) for r in ret_c], "diagnostics": diags}
     if any(lms):
         out["lm"] = lms
     return out
+
+
+def _fmt(x: float | None, spec: str = ".3f") -> str:
+    return "–" if x is None or not np.isfinite(x) else format(x, spec)
 
 
 def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
@@ -201,8 +257,10 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    kind = metric_kind(args)
+    coef = args.extrinsic_coef if args.extrinsic_coef is not None else extrinsic_coef(args.env_id)
     arms: dict[str, dict] = {}
-    rows = []
+    rows, diag_rows = [], []
     for arm in args.arms:
         steps = args.arm_steps.get(arm, args.steps)
         grid = np.linspace(steps / args.bins, steps, args.bins)
@@ -226,48 +284,83 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
             if lm and lm[0] else "–"
         lat = "/".join(f"{1e3 * x['latency_p50']:.1f}" if x.get("calls") else "–" for x in lm) if lm and lm[0] else "–"
         v = np.array(s["values"])
-        rows.append(f"| {arm} | {steps} | {np.nanmean(v):.3f} [{s['value_ci95'][0]:.3f}, {s['value_ci95'][1]:.3f}] | "
+        budget = f"{steps}" + (" (reduced)" if steps < args.steps else "")
+        rows.append(f"| {arm} | {budget} | {np.nanmean(v):.3f} [{s['value_ci95'][0]:.3f}, {s['value_ci95'][1]:.3f}] | "
                     f"{', '.join(f'{x:.3f}' for x in v)} | {np.mean(s['final_return']):+.3f} | {labelled} | {lat} |")
-    random_success = random_policy_success(args.env_id, episodes=100)
+        d = s["diagnostics"]
+
+        def mean_of(key: str, d: list = d) -> float | None:
+            xs = [x[key] for x in d if key in x]
+            return float(np.mean(xs)) if xs else None
+        ext = [mean_of(f"extrinsic_reward_{w}") for w in ("first10pct", "last10pct")]
+        ext_s = " / ".join(_fmt(coef * x if x is not None else None, "+.4f") for x in ext)
+        diag_rows.append(f"| {arm} | {ext_s} | {_fmt(mean_of('intrinsic_reward_first10pct'), '.4f')} | "
+                         f"{_fmt(mean_of('intrinsic_reward_last10pct'), '.4f')} | "
+                         f"{_fmt(mean_of('r_int_nonzero_first10pct'), '.4f')} | "
+                         f"{_fmt(mean_of('r_int_nonzero_last10pct'), '.4f')} | "
+                         f"{_fmt(mean_of('labelled_fraction_mean'))} | {_fmt(mean_of('labelled_fraction_unique_mean'))} |")
+    rand = random_policy(args, episodes=100)
     seconds = sum(sum(a.get("wall_seconds", [])) for a in arms.values()) + motif.get("seconds_collect", 0) + \
         motif.get("seconds_label", 0)
-    result = {"task": args.env_id, "budget_steps": args.steps, "metric": "training success rate over the last 10% "
-              "of the budget (episodes ending there)", "higher_is_better": True, "arms": arms,
+    metric = ("training success rate" if kind == "success" else "training episodic return (env reward after "
+              "scale 1 and clip ±10, before the extrinsic coefficient)") + \
+        " over the episodes that end in the last 10% of the budget"
+    result = {"task": args.env_id, "budget_steps": args.steps, "metric": metric, "higher_is_better": True,
+              "arms": arms,
               "setup": {"num_envs": args.num_envs, "rollout": args.num_steps, "update_epochs": args.update_epochs,
                         "hidden": args.hidden, "policy": "crop CNN + blstats MLP + message MLP -> GRU",
-                        "extrinsic_coef": 10.0, "reward_clip": 10.0, "intrinsic": "ONI 0.4, Motif 0.1, BoW 0.4; "
-                        "/ n_episode(message)^3"},
-              "random_policy_success": random_success, "wall_clock_seconds": round(seconds)}
-    prev = args.results / "oni.json"
-    if prev.exists() and "nethack" in (old := json.loads(prev.read_text())):
-        result["nethack"] = old["nethack"]
+                        "extrinsic_coef": coef, "reward_clip": 10.0, "reward_scale": 1.0,
+                        "action_set": args.actions if args.env_id.startswith("NetHack") else "task",
+                        "intrinsic": "ONI 0.4, Motif 0.1, BoW 0.4; / n_episode(message)^3"},
+              "random_policy": rand, "wall_clock_seconds": round(seconds)}
+    fractions = [x.get("labelled_fraction_mean") for a in arms.values() if isinstance(a, dict)
+                 for x in a.get("diagnostics", []) if "labelled_fraction_mean" in x]
+    result["oni_labelled_fraction"] = {
+        "definition": "share of the non-empty message occurrences of a rollout whose LM label had arrived when "
+                      "their intrinsic reward was computed (per-rollout mean over the run, mean over seeds)",
+        **{arm: round(float(np.mean([x["labelled_fraction_mean"] for x in a.get("diagnostics", [])
+                                     if "labelled_fraction_mean" in x])), 4)
+           for arm, a in arms.items() if any("labelled_fraction_mean" in x for x in a.get("diagnostics", []))}}
+    if not fractions:
+        result.pop("oni_labelled_fraction")
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "oni.json").write_text(json.dumps(result, indent=1) + "\n")
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for arm, a in arms.items():
-        for ax, key in zip(axes, ("curve", "return_curve"), strict=True):
+        for ax, key in zip(axes, ("success_curve", "return_curve"), strict=True):
             if key in a:
                 c = a[key]
                 ax.plot(c["steps"], c["mean"], label=arm)
                 ax.fill_between(c["steps"], c["ci95_low"], c["ci95_high"], alpha=0.15)
     axes[0].set_ylabel("training success rate (95% bootstrap CI over seeds)")
-    axes[1].set_ylabel("training episodic return")
+    axes[1].set_ylabel("training episodic return (95% bootstrap CI)")
     for ax in axes:
         ax.set_xlabel("env steps")
-    axes[0].legend(fontsize=8)
+    axes[1].legend(fontsize=8)
     fig.suptitle(f"ONI / Motif vs extrinsic-only PPO, {args.env_id}")
     fig.tight_layout()
     fig.savefig(args.results / "oni.png", dpi=100)
     emb = arms.get("oni_retrieval-embedded", {}).get("label_agreement_vs_oracle")
+    action_set = f"{args.actions} action set, " if args.env_id.startswith("NetHack") else ""
+    value_name = "success" if kind == "success" else "return"
     md = [f"# ONI and Motif vs extrinsic-only PPO on {args.env_id}", "",
           f"Seeds {args.seed_list}; {args.num_envs} envs × {args.num_steps}-step rollouts, PPO {args.update_epochs} "
           f"epochs, GRU {args.hidden}; policy = crop CNN + blstats MLP + message-byte MLP → GRU for every arm; "
-          "extrinsic reward ×10, clipped at ±10, for every arm (ONI's sparse-task setting). Value per seed: training "
-          "success rate over the last 10% of the arm's budget; 95% CI: percentile bootstrap over seeds. "
-          f"Wall clock {seconds / 60:.0f} min of runs (one at a time on a shared 2-core CPU). A uniformly random "
-          f"policy succeeds in {random_success:.3f} of 100 episodes (a reference, not an arm).", "",
-          "| arm | budget (steps) | success, last 10% [95% CI] | per seed | final return | labels known (LM requests),"
-          " per seed | LM latency p50 ms |", "|---|---|---|---|---|---|---|", *rows, "", "![curves](oni.png)", ""]
+          f"{action_set}env reward clipped at ±10 and × {coef} (the reference's extrinsic coefficient for this "
+          f"task) for every arm. Value per seed: {metric}; 95% CI: percentile bootstrap over seeds. Wall clock "
+          f"{seconds / 60:.0f} min of runs (at most two at a time on a shared 2-core CPU). A uniformly random "
+          f"policy: success {rand['success']:.3f}, return {rand['return']:+.3f} over {rand['episodes']} episodes "
+          "(a reference, not an arm).", "",
+          f"| arm | budget (steps) | {value_name}, last 10% [95% CI] | per seed | final return (last bin) | "
+          "labels known (LM requests), per seed | LM latency p50 ms |", "|---|---|---|---|---|---|---|", *rows, "",
+          "![curves](oni.png)", "",
+          "What reached the advantage (per-rollout means per transition, mean over seeds): the extrinsic reward "
+          "after its coefficient, the intrinsic reward after its coefficient "
+          "and the count division, the share of transitions with a non-zero intrinsic reward, and the labelled "
+          "fraction (share of non-empty message occurrences whose label had arrived when the reward was computed; "
+          "per occurrence and per distinct message).", "",
+          "| arm | extrinsic × coef, first / last 10% | r_int first 10% | r_int last 10% | nonzero first 10% | nonzero last 10% | labelled fraction | "
+          "labelled fraction (distinct) |", "|---|---|---|---|---|---|---|---|", *diag_rows, ""]
     if motif:
         md += [f"Motif dataset: {json.dumps({k: v for k, v in motif.items() if not isinstance(v, dict)})}", ""]
     if emb:
@@ -275,11 +368,8 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
                f"{emb.get('agreement', float('nan')):.2f} (LM yes/oracle yes {emb.get('lm_yes_oracle_yes')}, "
                f"LM yes/oracle no {emb.get('lm_yes_oracle_no')}, LM no/oracle yes {emb.get('lm_no_oracle_yes')}, "
                f"LM no/oracle no {emb.get('lm_no_oracle_no')}).", ""]
-    if "nethack" in result:
-        nh = result["nethack"]
-        md += [f"NetHack ({nh['task']}, {nh['budget_steps']} steps, seed 0, same recipe): " + ", ".join(
-            f"{arm} mean episodic return {a['mean_return']:+.2f} over {a['episodes']} episodes"
-            for arm, a in nh["arms"].items()), ""]
+    if args.notes and args.notes.exists():
+        md += [args.notes.read_text()]
     (args.results / "oni.md").write_text("\n".join(md))
     print("\n".join(md), flush=True)
 
@@ -289,7 +379,7 @@ def nethack(args: argparse.Namespace) -> None:
     env_id = "NetHackScore-v0"
     out: dict = {"task": env_id, "budget_steps": args.nethack_steps, "arms": {}}
     for arm in ("none", "oni_retrieval-oracle"):
-        method = [o for o in ARMS[arm] if not o.startswith("method.extrinsic_coef")] + ["method.extrinsic_coef=0.1"]
+        method = ARMS[arm]  # common(): extrinsic 0.1 on Score, as the reference
         name = f"nethack-{arm}-s0"
         if not (args.out / name / "eval.json").exists():
             code, secs = cli("train", [*common(args, env_id), *method, f"total_steps={args.nethack_steps}",
@@ -318,11 +408,19 @@ def main() -> None:
     p.add_argument("--num-steps", type=int, default=64, help="PPO rollout length per env")
     p.add_argument("--update-epochs", type=int, default=2)
     p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--extrinsic-coef", type=float, default=None,
+                   help="every arm's extrinsic coefficient (default: the reference's 0.1 on *Score*, else 10)")
+    p.add_argument("--actions", default="extended", choices=("task", "extended"),
+                   help="NetHack action set (extended: the reference's 28 actions); MiniHack keeps its own")
+    p.add_argument("--metric", default="auto", choices=("auto", "success", "return"),
+                   help="value per seed over the last 10%%: success rate, or episodic return (auto: return on "
+                        "*Score* tasks, which have no success, else success)")
     p.add_argument("--collect-steps", type=int, default=20_000, help="Motif: env steps of the RND collection agent")
     p.add_argument("--num-pairs", type=int, default=2000)
     p.add_argument("--bins", type=int, default=20)
     p.add_argument("--deadline-min", type=float, default=0.0, help="start no run that would end after this (0: none)")
     p.add_argument("--nethack-steps", type=int, default=20_000)
+    p.add_argument("--notes", type=Path, default=None, help="Markdown appended to oni.md (the reading of the result)")
     p.add_argument("--phase", default="all", choices=("all", "train", "report", "nethack"))
     p.add_argument("--out", type=Path, default=Path("runs/bench-oni"))
     p.add_argument("--results", type=Path, default=Path("benchmarks/results"))

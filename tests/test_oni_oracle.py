@@ -172,3 +172,34 @@ def test_nethack_score_runs_through_the_oni_recipe_with_oracle_labels(tmp_path):
     assert all(v == float(oracle.helpful(m)) for m, v in labels.items())
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["lm/annot_duplicate_requests"] == 0
+
+
+def test_extended_action_set_adds_the_reference_actions_on_nethack_only():
+    task = NetHackText("NetHackScore-v0", "nethack")
+    ext = NetHackText("NetHackScore-v0", "nethack", actions="extended")
+    assert task.action_space.n == 23 and ext.action_space.n == 28  # the reference's *ExtendedActions-v1
+    assert ext.action_strings[:23] == task.action_strings
+    assert {"cast", "quaff", "pray", "pickup", "pay"} == set(ext.action_strings[23:])
+    room = NetHackText("MiniHack-KeyRoom-Fixed-S5-v0", "minihack", actions="extended")
+    assert "pickup" in room.action_strings and room.action_space.n == 10  # MiniHack keeps its own actions
+    with pytest.raises(ValueError, match="action_set"):
+        NetHackText("NetHackScore-v0", "nethack", actions="all")
+    for env in (task, ext, room):
+        env.close()
+
+
+def test_labelled_fraction_counts_message_occurrences_whose_label_had_arrived(oracle_service):
+    from llmguide.rewards.base import TransitionBatch
+    from llmguide.rewards.oni import ONIRetrieval
+
+    _, service = oracle_service
+    module = ONIRetrieval(MessageAnnotator(service, cache=None), num_envs=2)
+    infos = [[{"caption": KEY}, {"caption": "It's a wall."}], [{"caption": "It's a wall."}, {"caption": ""}]]
+    batch = TransitionBatch(obs=None, actions=None, next_obs=None, rewards=np.zeros((2, 2), np.float32),
+                            terminated=np.zeros((2, 2), bool), truncated=np.zeros((2, 2), bool), infos=infos)
+    first = module.compute(batch)
+    assert module.last["labelled_fraction"] == 0.0 and not first.any()  # asked, not answered yet: pending = 0
+    assert module.annotator.wait(30)
+    module.compute(batch)
+    assert module.last["labelled_fraction"] == 1.0 == module.last["labelled_fraction_unique"]
+    module.close()

@@ -76,6 +76,16 @@ def _import_backend(name: str) -> None:
             import minihack  # noqa: F401  (registers MiniHack-*-v0)
 
 
+def extended_actions() -> tuple:
+    """NLE's 23 task actions plus cast, quaff, pray, pick up and pay: the ONI/Motif reference's 28
+    ``*ExtendedActions-v1`` action set (without its eat-prompt rewrite)."""
+    from nle import nethack
+    from nle.env.tasks import TASK_ACTIONS
+
+    C = nethack.Command
+    return (*TASK_ACTIONS, C.CAST, C.QUAFF, C.PRAY, C.PICKUP, C.PAY)
+
+
 def decode_message(raw: np.ndarray) -> str:
     """The NLE ``message`` bytes as text (latin-1, NULs stripped)."""
     if not raw[0]:  # most steps have no message
@@ -90,13 +100,19 @@ class NetHackText(gym.Env):
 
     def __init__(self, env_id: str, family: str = "nethack", max_steps: int | None = None,
                  blstats_deltas: bool = False, crop: int = 9, oracle_facts: bool = False,
-                 message_obs: bool = False, reward_scale: float = 1.0, reward_clip: float | None = None):
+                 message_obs: bool = False, reward_scale: float = 1.0, reward_clip: float | None = None,
+                 actions: str = "task"):
         _import_backend(family)
         if env_id not in gym.registry:
             known = sorted(k for k in gym.registry if k.startswith("MiniHack-" if family == "minihack"
                                                                    else "NetHack"))
             raise ValueError(f"env.id: unknown {family} id {env_id!r}; e.g. {known[:8]}")
-        self._env = gym.make(env_id, observation_keys=OBS_KEYS).unwrapped
+        if actions not in ("task", "extended"):
+            raise ValueError(f"env.action_set must be 'task' or 'extended', got {actions!r}")
+        kwargs: dict[str, Any] = {}
+        if actions == "extended" and family == "nethack":  # MiniHack tasks keep their own action sets
+            kwargs["actions"] = extended_actions()
+        self._env = gym.make(env_id, observation_keys=OBS_KEYS, **kwargs).unwrapped
         self.max_steps = int(max_steps) if max_steps else None  # None: the task's own limit
         self._t = 0
         self.env_id, self.family = env_id, family
@@ -268,7 +284,8 @@ def make_nethack(env_cfg: Any, seed: int | None = None) -> NetHackText:
                        oracle_facts=bool(cfg_get(env_cfg, "oracle_facts", False)),
                        message_obs=bool(cfg_get(env_cfg, "message_obs", False)),
                        reward_scale=float(cfg_get(env_cfg, "reward_scale", 1.0)),
-                       reward_clip=cfg_get(env_cfg, "reward_clip"))
+                       reward_clip=cfg_get(env_cfg, "reward_clip"),
+                       actions=str(cfg_get(env_cfg, "action_set", "task")))
 
 
 class NetHackOracle(Oracle):

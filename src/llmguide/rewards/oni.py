@@ -142,8 +142,14 @@ class MessageReward(RewardModule):
         table = dict(zip(nonempty, self.raw_rewards(nonempty), strict=True)) if nonempty else {}
         raw = np.array([[table.get(m, 0.0) for m in row] for row in msgs], dtype=np.float64)
         rewards = raw / np.power(counts, self.beta)
+        # labelled fraction: share of the rollout's non-empty message occurrences whose label had arrived
+        # when this reward was computed (the rest got the pending default / the classifier's guess)
+        known = {m: self.annotator.get(self.key(m)) is not None for m in nonempty}
+        occurrences = [m for m in flat if m]
         self.last = {"r_int_mean": float(rewards.mean()), "r_int_nonzero": float((rewards != 0).mean()),
-                     "unique_messages": float(len(nonempty))}
+                     "unique_messages": float(len(nonempty)),
+                     "labelled_fraction": float(np.mean([known[m] for m in occurrences])) if occurrences else 1.0,
+                     "labelled_fraction_unique": float(np.mean(list(known.values()))) if known else 1.0}
         return rewards.astype(np.float32)
 
     def update(self, batch: TransitionBatch) -> dict[str, float]:
