@@ -97,6 +97,7 @@ def success_curve(run: Path, steps: int, bins: int) -> np.ndarray:
     edges = np.linspace(0, steps, bins + 1)
     s = np.array([r["step"] for r in recs], dtype=float)
     v = np.array([r["charts/success"] for r in recs], dtype=float)
+    s, v = s[s <= steps], v[s <= steps]                 # a longer run is cut at ``steps``
     idx = np.clip(np.digitize(s, edges) - 1, 0, bins - 1)
     out = np.array([v[idx == b].mean() if (idx == b).any() else np.nan for b in range(bins)])
     return np.where(np.isnan(out), np.nanmean(out) if np.isfinite(out).any() else 0.0, out)
@@ -120,6 +121,13 @@ def run_stats(run: Path) -> dict[str, float]:
     return out
 
 
+def run_budget(run: Path) -> int:
+    """``total_steps`` the run was trained for (from its saved config)."""
+    from omegaconf import OmegaConf
+
+    return int(OmegaConf.load(run / "config.yaml").total_steps)
+
+
 def bootstrap_ci(x: np.ndarray, reps: int = 5000, seed: int = 0) -> tuple[float, float]:
     """95% percentile-bootstrap CI of the mean over seeds (axis 0), per column."""
     rng = np.random.default_rng(seed)
@@ -134,8 +142,7 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps_axis = ((np.arange(args.bins) + 0.5) * args.steps / args.bins).tolist()
-    arms, rows, run_minutes = {}, [], 0.0
+    arms, rows, run_minutes, short_runs = {}, [], 0.0, {}
     for arm in args.arms:
         info = labels.get(arm, {})
         if info.get("failed"):
@@ -151,7 +158,11 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
                                                          if not isinstance(v, dict)}}
             rows.append(f"| {arm} | not trained within the compute budget (labelling succeeded) | | | | | | |")
             continue
-        curves = np.array([success_curve(r, args.steps, args.bins) for _, r in done])
+        budget = min(run_budget(r) for _, r in done)
+        reduced = budget < args.steps
+        if reduced:
+            short_runs[arm] = [r for _, r in done]
+        curves = np.array([success_curve(r, min(budget, args.steps), args.bins) for _, r in done])
         aucs = curves.mean(axis=1)
         lo, hi = bootstrap_ci(curves)
         alo, ahi = bootstrap_ci(aucs[:, None])
@@ -163,14 +174,32 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
         arms[arm] = {"seeds": [s for s, _ in done], "values": aucs.round(4).tolist(),
                      "auc_ci95": [round(float(alo[0]), 4), round(float(ahi[0]), 4)],
                      "final_eval_success": final, "run_stats_mean": speed,
-                     "curve": {"steps": steps_axis, "mean": curves.mean(0).round(4).tolist(),
+                     "budget_steps": min(budget, args.steps), "reduced_budget": reduced,
+                     "late_success": curves[:, -max(1, args.bins // 5):].mean(1).round(4).tolist(),
+                     "curve": {"steps": ((np.arange(args.bins) + 0.5) * min(budget, args.steps) / args.bins).tolist(),
+                               "mean": curves.mean(0).round(4).tolist(),
                                "ci95_low": np.round(lo, 4).tolist(), "ci95_high": np.round(hi, 4).tolist()}}
         if arm != "ppo":
             arms[arm]["label_summary"] = {k: v for k, v in info.get("summary", {}).items() if not isinstance(v, dict)}
-        rows.append(f"| {arm} | {aucs.mean():.3f} [{alo[0]:.3f}, {ahi[0]:.3f}] | {len(done)} | "
+        rows.append(f"| {arm}{f' (reduced budget: {budget} steps)' if reduced else ''} | "
+                    f"{aucs.mean():.3f} [{alo[0]:.3f}, {ahi[0]:.3f}] | {len(done)} | "
                     f"{', '.join(f'{a:.3f}' for a in aucs)} | {speed['sps']:.0f} | {speed['train_seconds'] / 60:.1f} | "
                     f"{speed.get('phi_factor_mean', float('nan')):.3g} | "
                     f"{speed.get('abs_rollout_mean_shaping', float('nan')):.2g} |")
+    short_md = []
+    if short_runs:      # every arm on the window of the shortest budget, from the same runs
+        short = min(run_budget(rs[0]) for rs in short_runs.values())
+        short_md = [f"Success AUC over the first {short} steps of every run (the reduced-budget arms' whole "
+                    "budget; the other arms' same runs cut at that step):", "",
+                    "| arm | success AUC, mean [95% CI] | seeds |", "|---|---|---|"]
+        for arm, a in arms.items():
+            if a.get("seeds"):
+                runs = [args.out / f"{arm}-s{s}" for s in a["seeds"]]
+                au = np.array([success_curve(r, short, args.bins).mean() for r in runs])
+                lo_s, hi_s = bootstrap_ci(au[:, None])
+                a[f"values_first_{short}"] = au.round(4).tolist()
+                short_md.append(f"| {arm} | {au.mean():.3f} [{lo_s[0]:.3f}, {hi_s[0]:.3f}] | {len(au)} |")
+        short_md.append("")
     result = {"task": args.task, "budget_steps": args.steps, "metric": "success AUC (mean training success rate "
               f"over {args.bins} step bins)", "higher_is_better": True, "arms": arms,
               "collect": {"task": args.collect_task, "steps": args.collect_steps},
@@ -200,7 +229,7 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
           f"{args.collect_task} ({args.collect_steps} steps per collection seed). Value per seed: success AUC "
           f"(mean training success rate over {args.bins} equal step bins); 95% CIs: percentile bootstrap over "
           f"seeds. Training compute: {run_minutes:.0f} run-minutes in total (2 runs at a time, niced, "
-          f"1 torch thread each, on a 2-core box shared with other sessions).", "", *table, "", "![success](bk.png)", "",
+          f"1 torch thread each, on a 2-core box shared with other sessions).", "", *table, "", *short_md, "![success](bk.png)", "",
           "Labelling summaries:", "", *labels_md, ""]
     if args.notes and args.notes.exists():
         md += ["", args.notes.read_text().strip(), ""]
