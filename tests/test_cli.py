@@ -51,3 +51,23 @@ def test_print_config_redacts_appended_secret(capsys):
 def test_bench_unknown_name_is_a_clear_error(capsys):
     assert main(["bench", "does_not_exist"]) == 1
     assert "does_not_exist" in capsys.readouterr().err
+
+
+def _make_demo_trainings() -> list[list[str]]:
+    """The override lists of the ``llmguide train`` lines of ``make demo`` (``$(DEMO)`` expanded)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "Makefile").read_text().replace("\\\n", " ")
+    demo = next(line.split(":=", 1)[1].split() for line in text.splitlines() if line.startswith("DEMO :="))
+    lines = [line.split("train", 1)[1].split() for line in text.split("\ndemo:", 1)[1].split("\n\n")[0].splitlines()
+             if "llmguide train" in line]
+    return [[arg for part in line for arg in (demo if part == "$(DEMO)" else [part])] for line in lines]
+
+
+def test_make_demo_configs_validate(capsys):
+    runs = _make_demo_trainings()
+    assert len(runs) == 2, runs  # the LM-guided run and its no-reward control
+    for overrides in runs:
+        assert main(["train", "--print-config", *overrides]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "name: craftax" in out and "name: ellm" in out and "name: none" in out
