@@ -137,9 +137,16 @@ class _Program:
         ach = ((bits[:, None] >> jnp.arange(len(ACHIEVEMENTS))) & 1).astype(jnp.int32)
         counts = counts + ach
         final = jax.vmap(_view)(after)
-        # optimistic reset: k fresh worlds per step, the j-th finished env takes world j mod k
-        fresh = self._worlds(k_reset, self.k)
-        fresh_view = jax.vmap(_view)(fresh)
+        # optimistic reset: k fresh worlds per step, the j-th finished env takes world j mod k; they are
+        # generated only on steps where some env finished (else unused: zeros of the same shapes)
+        def generate(k):
+            worlds = self._worlds(k, self.k)
+            return worlds, jax.vmap(_view)(worlds)
+
+        shapes = jax.eval_shape(generate, k_reset)
+        fresh, fresh_view = jax.lax.cond(
+            done.any(), generate,
+            lambda _: jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes), k_reset)
         pick = (jnp.cumsum(done) - 1) % self.k
 
         def choose(a, b):
