@@ -71,3 +71,9 @@ def test_make_demo_configs_validate(capsys):
         assert main(["train", "--print-config", *overrides]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "name: craftax" in out and "name: ellm" in out and "name: none" in out
+
+
+def test_a_word_where_a_number_belongs_is_a_config_error(capsys):
+    assert main(["train", "num_envs=four"]) == 2
+    err = capsys.readouterr().err
+    assert "num_envs" in err and "four" in err and "Traceback" not in err

@@ -413,3 +413,15 @@ def test_make_llm_embedded_answers_repeat_calls_from_the_cache():
         lm.close()
     assert not first.cached and second.cached and second.text == first.text
     assert s1 == s2 and lm.stats["hits"] == 2
+
+
+def test_embedded_threads_auto_leave_the_learner_a_core_online(monkeypatch):
+    from llmguide.llm.factory import make_backend
+
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    cfg = {"backend": "embedded", "n_threads": "auto"}
+    assert make_backend(cfg, online=True).n_threads == 3   # beside a learner: every core but one
+    assert make_backend(cfg).n_threads == 4                # offline labelling: every core
+    assert make_backend({**cfg, "n_threads": 2}, online=True).n_threads == 2
+    with pytest.raises(ConfigError, match="llm.n_threads"):
+        make_backend({**cfg, "n_threads": "two"})

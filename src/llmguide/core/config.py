@@ -7,6 +7,7 @@ raises :class:`ConfigError` naming the offending key before any compute starts.
 
 from __future__ import annotations
 
+import numbers
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -120,12 +121,16 @@ def _check_types(cfg: Any, base: Any, prefix: str) -> None:
 Rule = Callable[[Any], str | None]
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def positive(value: Any) -> str | None:
-    return None if value is not None and value > 0 else f"must be > 0, got {value!r}"
+    return None if _number(value) and value > 0 else f"must be a number > 0, got {value!r}"
 
 
 def non_negative(value: Any) -> str | None:
-    return None if value is not None and value >= 0 else f"must be >= 0, got {value!r}"
+    return None if _number(value) and value >= 0 else f"must be a number >= 0, got {value!r}"
 
 
 def in_range(low: float, high: float) -> Rule:

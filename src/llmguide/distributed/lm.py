@@ -54,7 +54,7 @@ class LMActor:
         from llmguide.llm.service import LLMService
 
         cfg = {**llm_cfg, "actor": False}
-        self.lm = make_llm(cfg, env_family, template_version)
+        self.lm = make_llm(cfg, env_family, template_version, online=True)
         self.service = LLMService(self.lm, max_batch=int(cfg.get("max_batch") or 8),
                                   timeout=float(cfg.get("timeout") or 60.0))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,7 +34,7 @@ def _env_var_name(value: Any) -> str | None:
 LLM_RULES = {
     "llm.backend": one_of(*BACKENDS),
     "llm.n_ctx": positive,
-    "llm.n_threads": positive,
+    "llm.n_threads": lambda v: None if v == "auto" else positive(v),
     "llm.max_retries": non_negative,
     "llm.max_batch": positive,
     "llm.base_url": _url,
@@ -73,15 +74,24 @@ def _validate(cfg: Any) -> None:
             raise ConfigError(key, problem)
 
 
-def make_backend(llm_cfg: Any, env_family: str | None = None) -> LanguageModel:
-    """The uncached backend named by ``llm_cfg.backend``."""
+def lm_threads(value: Any, online: bool) -> int:
+    """``llm.n_threads``: a number, or ``auto`` = every core but one when the LM answers beside a learner
+    (``online``: the learner keeps a core of its own), every core when it labels offline."""
+    if value in (None, "auto"):
+        cores = os.cpu_count() or 1
+        return max(1, cores - 1) if online else cores
+    return int(value)
+
+
+def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = False) -> LanguageModel:
+    """The uncached backend named by ``llm_cfg.backend`` (``online``: it will answer beside a learner)."""
     _validate(llm_cfg)
     backend = _get(llm_cfg, "backend")
     if backend == "embedded":
         from llmguide.llm.embedded import EmbeddedLM
 
         return EmbeddedLM(model_path=_get(llm_cfg, "model_path"), n_ctx=int(_get(llm_cfg, "n_ctx", 2048)),
-                          n_threads=int(_get(llm_cfg, "n_threads", 2)), seed=int(_get(llm_cfg, "seed", 0)))
+                          n_threads=lm_threads(_get(llm_cfg, "n_threads"), online), seed=int(_get(llm_cfg, "seed", 0)))
     if backend == "http":
         from llmguide.llm.http import HTTPLM
 
@@ -111,8 +121,10 @@ def make_backend(llm_cfg: Any, env_family: str | None = None) -> LanguageModel:
     raise ConfigError("llm.backend", f"unknown backend {backend!r}; choose one of {list(BACKENDS)}")
 
 
-def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str | None = None) -> LanguageModel:
+def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str | None = None,
+             online: bool = False) -> LanguageModel:
     """Backend from ``llm_cfg`` (the ``llm`` config group), wrapped in the persistent cache when enabled.
+    ``online``: the LM answers during training, beside the learner (sets ``llm.n_threads=auto``).
 
     Cache file: ``llm_cfg.cache.path``, or ``default_cache_dir() / "llm_cache.sqlite"`` when null.
     ``llm.actor=true``: a client of the one Ray actor holding this LM and its cache (:mod:`llmguide.distributed.lm`).
@@ -121,7 +133,7 @@ def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str 
         from llmguide.distributed.lm import actor_lm
 
         return actor_lm(llm_cfg, env_family, template_version)
-    backend = make_backend(llm_cfg, env_family)
+    backend = make_backend(llm_cfg, env_family, online)
     cache_cfg = _get(llm_cfg, "cache", {})
     if not _get(cache_cfg, "enabled", False):
         return backend

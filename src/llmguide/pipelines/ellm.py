@@ -108,7 +108,7 @@ class ELLMRecipe(Recipe):
             from llmguide.llm.prompts import load_template
             from llmguide.llm.service import LLMService
 
-            lm = make_llm(cfg.llm, str(cfg.env.name))
+            lm = make_llm(cfg.llm, str(cfg.env.name), online=True)
             s = m.service
             service = LLMService(lm, max_batch=int(s.max_batch), max_queue=int(s.max_queue),
                                  timeout=float(s.timeout), max_retries=int(s.max_retries),

@@ -101,7 +101,7 @@ class ONIRecipe(Recipe):
         from llmguide.llm.factory import make_llm
         from llmguide.llm.service import LLMService
 
-        service = LLMService(make_llm(cfg.llm, str(cfg.env.name)), max_batch=int(cfg.method.service_batch),
+        service = LLMService(make_llm(cfg.llm, str(cfg.env.name), online=True), max_batch=int(cfg.method.service_batch),
                              timeout=float(cfg.method.get("service_timeout", 600.0)))
         module = build_oni_module(cfg.method, envs.num_envs, service, int(cfg.seed))
         self.module = module

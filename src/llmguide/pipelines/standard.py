@@ -24,7 +24,7 @@ class StandardRecipe(Recipe):
             from llmguide.llm.factory import make_llm
             from llmguide.llm.service import LLMService
 
-            service = LLMService(make_llm(cfg.llm, str(cfg.env.name)))
+            service = LLMService(make_llm(cfg.llm, str(cfg.env.name), online=True))
         modules = build_reward_modules(cfg.method, envs.single_observation_space, envs.single_action_space,
                                        envs.num_envs, device=str(cfg.device), seed=int(cfg.seed), service=service)
         parts = Parts(envs, modules, float(cfg.method.extrinsic_coef))
