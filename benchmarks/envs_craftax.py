@@ -1,4 +1,4 @@
-"""env=craftax throughput: raw Craftax-Classic vs our text vector env vs stock Crafter, and PPO on each.
+"""env=craftax throughput: raw Craftax-Classic vs our text vector env vs stock Crafter (PPO on both: craftax.py).
 
 Env steps/s (random actions, resets included, compile and warm-up excluded), measured in
 ``--rounds`` interleaved rounds on this shared machine (the table shows the median):
@@ -13,12 +13,10 @@ Env steps/s (random actions, resets included, compile and warm-up excluded), mea
 * ``crafter stock``: ``crafter.Env`` (renders 64x64 pixels), one env in a Python loop;
 * ``env=crafter``: llmguide's symbolic Crafter as PPO gets it (sync vector env, 4 envs).
 
-PPO steps/s through the CLI (``llmguide train ... method=none agent=ppo``) on env=craftax and on
-env=crafter, from the metric records between the first and the last update (so JAX compile time
-is left out; the wall time with it is reported too). Scores are never compared here: Craftax-Classic
-is not Crafter.
+PPO end to end on both envs (same network, same rollout length) is ``benchmarks/craftax.py``. Scores are
+never compared here: Craftax-Classic is not Crafter.
 
-    python benchmarks/envs_craftax.py [--num-envs 256] [--steps 200] [--rounds 3] [--ppo-steps 131072]
+    python benchmarks/envs_craftax.py [--num-envs 256] [--steps 200] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -28,9 +26,7 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -166,24 +162,6 @@ def time_crafter(steps: int, seed: int) -> dict[str, float]:
     return {"crafter stock (crafter.Env, 1 env)": stock, "env=crafter (symbolic, 4 envs)": ours}
 
 
-def ppo_cli(env: str, num_envs: int, total_steps: int, seed: int, workdir: Path) -> dict[str, float]:
-    """Train through the CLI; steps/s between the first and the last logged update."""
-    name = f"bench-{env}-{num_envs}"
-    cmd = [str(Path(sys.executable).parent / "llmguide"), "train", f"env={env}", "method=none", "agent=ppo",
-           f"total_steps={total_steps}", f"num_envs={num_envs}", f"seed={seed}", "eval.episodes=0",
-           "progress=false", f"run.dir={workdir}", f"run.name={name}", "run.overwrite=true"]
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wall = time.perf_counter() - start
-    from llmguide.core.rundir import read_metrics
-
-    updates = [r for r in read_metrics(workdir / name) if "charts/sps" in r]
-    first, last = updates[0], updates[-1]
-    steady = (last["step"] - first["step"]) / max(last["time"] - first["time"], 1e-9)
-    return {"steps": int(last["step"]), "updates": len(updates), "steady steps/s": steady,
-            "wall s (with start-up, compile)": wall}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--num-envs", type=int, default=256)
@@ -191,9 +169,6 @@ def main() -> None:
     ap.add_argument("--scan", type=int, default=50)
     ap.add_argument("--crafter-steps", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--ppo-steps", type=int, default=131072, help="env=craftax PPO steps (0: skip PPO)")
-    ap.add_argument("--ppo-crafter-steps", type=int, default=8192)
-    ap.add_argument("--ppo-rounds", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
@@ -206,23 +181,9 @@ def main() -> None:
         rounds.append(row)
         print(f"round {r}: " + ", ".join(f"{k}={v:.0f}" for k, v in row.items()), flush=True)
     env_sps = {k: statistics.median(row[k] for row in rounds) for k in rounds[0]}
-    ppo: dict[str, dict] = {}
-    if args.ppo_steps > 0:
-        runs: dict[str, list[dict]] = {"env=craftax": [], "env=crafter": []}
-        with tempfile.TemporaryDirectory() as tmp:
-            for r in range(args.ppo_rounds):  # interleaved: craftax, crafter, craftax, ...
-                runs["env=craftax"].append({"num_envs": args.num_envs, **ppo_cli(
-                    "craftax", args.num_envs, args.ppo_steps, args.seed + r, Path(tmp))})
-                runs["env=crafter"].append({"num_envs": 4, **ppo_cli(
-                    "crafter", 4, args.ppo_crafter_steps, args.seed + r, Path(tmp))})
-                print(json.dumps({k: v[-1] for k, v in runs.items()}), flush=True)
-        for k, v in runs.items():
-            ppo[k] = {**v[0], "steady steps/s": statistics.median(x["steady steps/s"] for x in v),
-                      "wall s (with start-up, compile)": statistics.median(x["wall s (with start-up, compile)"]
-                                                                            for x in v), "rounds": v}
     load = os.getloadavg()
     result = {"num_envs": args.num_envs, "steps_per_round": args.steps, "rounds": args.rounds, "env_sps": env_sps,
-              "env_sps_rounds": rounds, "ppo": ppo, "load_average": load, "python": platform.python_version()}
+              "env_sps_rounds": rounds, "load_average": load, "python": platform.python_version()}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "envs_craftax.json").write_text(json.dumps(result, indent=2))
     lines = [
@@ -244,16 +205,6 @@ def main() -> None:
               f"Caption strings built per round (distinct caption keys): {env_sps['caption keys seen']:,.0f} "
               f"of {env_sps['caption lookups']:,.0f} captions handed out; env=craftax runs at "
               f"{vs_raw[ours_key]:.2f}× raw Craftax (1 call/step).", ""]
-    if ppo:
-        cx, cr = ppo["env=craftax"], ppo["env=crafter"]
-        lines += [f"PPO through the CLI (`llmguide train method=none agent=ppo`, default agent settings, "
-                  f"eval off), median of {args.ppo_rounds} interleaved runs; steady = between the first and the "
-                  "last update record (no compile); wall includes start-up and compile:", "",
-                  "| env | num_envs | steps | steady steps/s | wall s |", "|---|---|---|---|---|"]
-        for k, v in ppo.items():
-            lines.append(f"| {k} | {v['num_envs']} | {v['steps']:,} | {v['steady steps/s']:,.0f} | "
-                         f"{v['wall s (with start-up, compile)']:.0f} |")
-        lines += ["", f"PPO ratio env=craftax / env=crafter: {cx['steady steps/s'] / cr['steady steps/s']:.1f}×", ""]
     (args.out / "envs_craftax.md").write_text("\n".join(lines) + "\n")
     print((args.out / "envs_craftax.md").read_text())
 
