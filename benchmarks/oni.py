@@ -1,8 +1,9 @@
-"""ONI and Motif reduced-scale reproduction on a sparse MiniHack task, side by side with their controls.
+"""ONI and Motif reduced-scale reproduction, side by side with their controls, on any NetHack/MiniHack task.
 
 Arms (every one: PPO with the reference-style policy = glyph-crop CNN + blstats MLP + message-byte MLP
-→ GRU, the same env, budget, PPO config and ``extrinsic_coef`` 10 with the extrinsic reward clipped at
-±10, as ONI on its sparse tasks):
+→ GRU, the same env, budget and PPO config; the env reward clipped at ±10 and multiplied by the reference's
+extrinsic coefficient for the task: 0.1 on ``*Score*``, 10 on the sparse tasks, ``--extrinsic-coef`` to
+override; on NetHack the reference's 28-action ``extended`` set):
 
 - ``none``: extrinsic reward only (the control);
 - ``oni_retrieval-oracle`` / ``oni_classification-oracle`` / ``oni_ranking-oracle``: ONI with the
@@ -14,12 +15,16 @@ Arms (every one: PPO with the reference-style policy = glyph-crop CNN + blstats 
   pairs sampled over its observations, oracle preferences, Bradley-Terry reward model, then PPO;
 - ``ellm_bow``: the ONI paper's LM-free baseline (bag-of-words cosine to the goal sentence).
 
-Value per seed: success rate of the training episodes that end in the last 10% of the run's budget.
-Curves: success rate and return vs env steps, mean and 95% percentile-bootstrap CI over seeds.
-Runs one process at a time (a shared 2-core machine); ``--deadline-min`` stops starting runs that would
-not finish in time, and every arm's budget and seeds are written as run.
+Value per seed: success rate (``--metric``; return on ``*Score*`` tasks, which have no success) of the
+training episodes that end in the last 10% of the run's budget. Curves: success rate and return vs env
+steps, mean and 95% percentile-bootstrap CI over seeds. Per arm it also reports what reached the advantage
+(per-rollout extrinsic and intrinsic reward, share of non-zero r_int) and ONI's labelled fraction.
+Runs one process at a time (start several with disjoint ``--arms`` and one ``--out``, then ``--phase
+report``); ``--deadline-min`` stops starting runs that would not finish in time, and every arm's budget
+and seeds are written as run.
 
-    nice -n 5 .venv/bin/python benchmarks/oni.py --env-id MiniHack-KeyRoom-Fixed-S5-v0 --seeds 3 --steps 100000
+    nice -n 10 .venv/bin/python benchmarks/oni.py --env-id NetHackScore-v0 --seeds 3 --steps 300000
+    nice -n 10 .venv/bin/python benchmarks/oni.py --env-id MiniHack-KeyRoom-Fixed-S5-v0 --seeds 3 --steps 300000
     .venv/bin/python benchmarks/oni.py --phase nethack --nethack-steps 20000   # NetHackScore-v0, same recipe
 
 Writes ``<results>/oni.md``, ``oni.json`` (DESIGN.md format) and ``oni.png``.
@@ -42,7 +47,7 @@ from bk import bootstrap_ci, cli  # noqa: E402  (the reproduction scripts' share
 ARMS = {
     "none": ["method=none"],
     "oni_retrieval-oracle": ["method=oni_retrieval", "llm=oracle"],
-    "oni_retrieval-embedded": ["method=oni_retrieval", "llm=embedded"],
+    "oni_retrieval-embedded": ["method=oni_retrieval", "llm=embedded", "llm.n_threads=1"],  # one core per process
     "oni_classification-oracle": ["method=oni_classification", "llm=oracle"],
     "oni_ranking-oracle": ["method=oni_ranking", "llm=oracle"],
     "motif-oracle": ["method=motif", "llm=oracle"],
