@@ -48,6 +48,8 @@ ARMS = {
     "ellm-embedded": ["method=ellm", "llm=embedded", "method.suggester=score"],
     # the same with the LM worker at the learner's priority (method.service.worker_nice=0)
     "ellm-embedded-nice0": ["method=ellm", "llm=embedded", "method.suggester=score", "method.service.worker_nice=0"],
+    # the LM on every core (llm.n_threads=2 here) instead of the default auto (every core but the learner's)
+    "ellm-embedded-threads2": ["method=ellm", "llm=embedded", "method.suggester=score", "llm.n_threads=2"],
 }
 MAIN = "ellm-embedded"   # the arm behind sps_ratio / fresh_fraction
 LM_KEYS = ("lm/fresh_fraction", "lm/latency_p50", "lm/latency_p95", "lm/dropped_stale", "lm/queue_depth",

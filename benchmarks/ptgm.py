@@ -83,6 +83,8 @@ def train_one(args: argparse.Namespace, arm: str, seed: int) -> None:
     if arm == "ptgm":
         method.append(f"method.kl.coef={args.kl_coef}")
     rollout = 128 // args.option_steps if arm in OPTIONS_ARMS else 128
+    if arm in OPTIONS_ARMS:  # PTGM's high-level PPO has no entropy term: the KL to the prior regularises it
+        method.append(f"agent.ent_coef={args.options_ent_coef}")
     code, secs = cli("train", [*common(args), f"env.task={args.task}", *method, f"agent.num_steps={rollout}",
                                f"total_steps={args.steps}", f"seed={seed}", f"eval.episodes={args.eval_episodes}",
                                f"run.name={name}"], args.out / f"{name}.log")
@@ -137,6 +139,7 @@ def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
               f"over {args.bins} env-step bins)", "higher_is_better": True, "arms": arms,
               "pretraining": {"collect_episodes": args.collect_episodes, "samples": manifest.get("samples"),
                               "k": args.k, "option_steps": args.option_steps, "kl_coef": args.kl_coef,
+                              "options_ent_coef": args.options_ent_coef,
                               "lowlevel_last_epoch": ll, "prior_val_acc": pri},
               "wall_clock_seconds": round(seconds)}
     args.results.mkdir(parents=True, exist_ok=True)
@@ -161,7 +164,8 @@ def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
           f"per env (options arms: {128 // args.option_steps} options of L={args.option_steps}). "
           f"Data: {args.collect_episodes} BabyAI-bot episodes over the `method.collect.tasks` missions "
           f"({manifest.get('samples')} steps); codebook k={args.k} (PCA 32 + scikit-learn KMeans); KL coef "
-          f"{args.kl_coef}, direction KL(π_high ‖ π_prior). Low-level BC last epoch: {json.dumps(ll)}; prior val "
+          f"{args.kl_coef}, direction KL(π_high ‖ π_prior); high-level entropy coefficient {args.options_ent_coef} "
+          f"(PTGM's high level has no entropy term; the flat arms keep PPO's). Low-level BC last epoch: {json.dumps(ll)}; prior val "
           f"accuracy {json.dumps(pri)}. Value per seed: success AUC (mean training success over {args.bins} "
           f"equal env-step bins); 95% CIs: percentile bootstrap over seeds. Final eval: "
           f"{args.eval_episodes} greedy episodes. Wall clock {seconds / 60:.0f} min.", "", *table, "",
@@ -180,6 +184,8 @@ def main() -> None:
     p.add_argument("--k", type=int, default=32)
     p.add_argument("--option-steps", type=int, default=8)
     p.add_argument("--kl-coef", type=float, default=0.05)
+    p.add_argument("--options-ent-coef", type=float, default=0.0,
+                   help="entropy coefficient of the high-level PPO (options arms); PTGM's has none (0)")
     p.add_argument("--ll-epochs", type=int, default=8, help="BC epochs of the low level and the priors")
     p.add_argument("--image-encoder", default="flat", choices=("flat", "cnn"))
     p.add_argument("--eval-episodes", type=int, default=20)
