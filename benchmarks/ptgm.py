@@ -29,10 +29,10 @@ import numpy as np
 
 from bk import bootstrap_ci, success_curve  # the shared reproduction helpers (benchmarks/bk.py)
 
-ARMS = ("ppo", "bc-finetune", "ptgm", "ptgm-no-kl", "ptgm-random-codes")
+ARMS = ("ppo", "bc-finetune", "ptgm", "ptgm-no-kl", "ptgm-random-codes", "ptgm-kl-loss")
 METHOD = {"ppo": "none", "bc-finetune": "ptgm_bc_finetune", "ptgm": "ptgm", "ptgm-no-kl": "ptgm_no_kl",
-          "ptgm-random-codes": "ptgm_random_codes"}
-OPTIONS_ARMS = ("ptgm", "ptgm-no-kl", "ptgm-random-codes")
+          "ptgm-random-codes": "ptgm_random_codes", "ptgm-kl-loss": "ptgm"}
+OPTIONS_ARMS = ("ptgm", "ptgm-no-kl", "ptgm-random-codes", "ptgm-kl-loss")
 
 
 def common(args: argparse.Namespace) -> list[str]:
@@ -80,8 +80,10 @@ def train_one(args: argparse.Namespace, arm: str, seed: int) -> None:
     method = [f"method={METHOD[arm]}"]
     if arm != "ppo":
         method += [f"method.pretrained={args.out / 'pre'}", *ptgm_keys(args)]
-    if arm == "ptgm":
+    if arm in ("ptgm", "ptgm-kl-loss"):
         method.append(f"method.kl.coef={args.kl_coef}")
+    if arm == "ptgm-kl-loss":   # our variant: α·KL(π ‖ prior) in the PPO loss instead of PTGM's per-step reward
+        method.append("method.kl.mode=loss")
     rollout = 128 // args.option_steps if arm in OPTIONS_ARMS else 128
     if arm in OPTIONS_ARMS:  # PTGM's high-level PPO has no entropy term: the KL to the prior regularises it
         method.append(f"agent.ent_coef={args.options_ent_coef}")

@@ -207,6 +207,27 @@ def test_kl_to_prior_module_direction_and_reward_sign():
         KLToPrior(_Fixed(prior), "sideways")
 
 
+def test_kl_loss_mode_is_differentiable_in_the_policy_and_pulls_it_to_the_prior():
+    class Learnable(_Fixed):
+        def __init__(self, logits):
+            super().__init__(logits)
+            self.param = torch.nn.Parameter(self.logits.clone())
+            self.actor = lambda h: self.param.expand(h.shape[0], -1)
+
+    prior = np.log([0.7, 0.2, 0.1]).tolist()
+    module = KLToPrior(_Fixed(prior), "policy_prior")
+    module.policy = Learnable([2.0, 0.0, -2.0])
+    obs = {"image": torch.zeros(4, 3, 1, 1), "vector": torch.zeros(4, 5)}
+    opt = torch.optim.SGD([module.policy.param], lr=0.5)
+    first = module.loss(obs).item()
+    assert first == pytest.approx(float(categorical_kl(torch.tensor([[2.0, 0.0, -2.0]]), torch.tensor([prior]))[0]))
+    for _ in range(200):
+        opt.zero_grad()
+        module.loss(obs).backward()
+        opt.step()
+    assert module.loss(obs).item() < 0.01 * first   # the KL term moves π(·|s) itself toward the prior
+
+
 def test_prior_labels_are_the_nearest_code_of_the_hindsight_goal_and_are_learnable():
     # goals: 2 clusters; the state image tells which cluster the future goal is in
     x, truth, _ = _blobs(k=2, n=60, d=4, seed=3)
@@ -252,13 +273,21 @@ def test_cli_pipeline_end_to_end(tmp_path):
     assert main(["codebook", *base, "method=ptgm", *small, f"method.data={tmp_path / 'data'}", "run.name=codes"]) == 0
     assert main(["pretrain", *base, "method=ptgm", *small, f"method.data={tmp_path / 'data'}",
                  f"method.codebook.run={tmp_path / 'codes'}", "run.name=pre"]) == 0
-    for method in ("ptgm", "ptgm_no_kl", "ptgm_random_codes", "ptgm_bc_finetune"):
+    runs = {m: [m] for m in ("ptgm", "ptgm_no_kl", "ptgm_random_codes", "ptgm_bc_finetune")}
+    runs["ptgm_kl_loss"] = ["ptgm", "method.kl.mode=loss"]
+    for name, (method, *extra) in runs.items():
         steps = "agent.num_steps=4" if method != "ptgm_bc_finetune" else "agent.num_steps=32"
-        assert main(["train", *base, "env.task=BabyAI-UnlockPickup-v0", f"method={method}", *small, steps,
+        assert main(["train", *base, "env.task=BabyAI-UnlockPickup-v0", f"method={method}", *small, steps, *extra,
                      f"method.pretrained={tmp_path / 'pre'}", "total_steps=200", "eval.episodes=1",
-                     f"run.name={method}"]) == 0
-        result = json.loads((tmp_path / method / "eval.json").read_text())
+                     f"run.name={name}"]) == 0
+        result = json.loads((tmp_path / name / "eval.json").read_text())
         assert result["step"] >= 200 and "success_rate" in result
-        assert main(["eval", str(tmp_path / method), "eval.episodes=1"]) == 0   # llmguide eval reloads the run
+        assert main(["eval", str(tmp_path / name), "eval.episodes=1"]) == 0   # llmguide eval reloads the run
+    from llmguide.core.rundir import read_metrics
+
+    for name, in_loss in (("ptgm", False), ("ptgm_kl_loss", True)):   # kl.mode=loss: α·KL is in the PPO loss
+        records = read_metrics(tmp_path / name)
+        assert any("losses/policy_penalty" in r for r in records) == in_loss
+        assert any("charts/intrinsic_reward/kl_prior" in r for r in records)   # the KL is logged in both modes
     codebook = json.loads((tmp_path / "codes" / "ptgm" / "codebook.json").read_text())
     assert codebook["k"] == 8 and codebook["seed"] == 0 and len(codebook["kmeans"]["cluster_sizes"]) == 8

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -98,6 +98,8 @@ class PPO:
         self.vf_coef = float(c("vf_coef", 0.5))
         self.max_grad_norm = float(c("max_grad_norm", 0.5))
         self.target_kl = c("target_kl", None)
+        # an extra loss term on each minibatch's observations, e.g. PTGM's KL to a prior (kl.mode=loss)
+        self.policy_penalty: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None
         self.two_value_heads = bool(c("two_value_heads", False))
         self.int_gamma = float(c("int_gamma", 0.99))
         self.int_episodic = bool(c("int_episodic", True))
@@ -282,7 +284,7 @@ class PPO:
         units = N if recurrent else T * N
         per_mb = max(1, units // n_mb)
         clipfracs, approx_kl, old_approx_kl = [], torch.tensor(0.0), torch.tensor(0.0)
-        pg_loss = v_loss = entropy_loss = torch.tensor(0.0)
+        pg_loss = v_loss = entropy_loss = penalty = torch.tensor(0.0)
         for _ in range(self.update_epochs):
             order = self.rng.permutation(units)
             for start in range(0, units, per_mb):
@@ -296,8 +298,8 @@ class PPO:
                         mb_obs, state, b_starts[rows], b_actions[rows])
                 else:
                     rows = ids
-                    _, newlogprob, entropy, newvalue, _ = net.get_action_and_value(
-                        {k: v[rows] for k, v in b_obs.items()}, action=b_actions[rows])
+                    mb_obs = {k: v[rows] for k, v in b_obs.items()}
+                    _, newlogprob, entropy, newvalue, _ = net.get_action_and_value(mb_obs, action=b_actions[rows])
                 logratio = newlogprob - b_logprobs[rows]
                 ratio = logratio.exp()
                 with torch.no_grad():
@@ -317,6 +319,9 @@ class PPO:
                     v_loss = 0.5 * ((newvalue - mb_ret) ** 2).mean(0).sum()
                 entropy_loss = entropy.mean()
                 loss = pg_loss - self.ent_coef * entropy_loss + self.vf_coef * v_loss
+                if self.policy_penalty is not None:
+                    penalty = self.policy_penalty(mb_obs)
+                    loss = loss + penalty
                 self.optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(net.parameters(), self.max_grad_norm)
@@ -326,8 +331,9 @@ class PPO:
         y_pred, y_true = values[..., 0].reshape(-1), returns[..., 0].reshape(-1)
         var_y = np.var(y_true)
         explained_var = float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
+        extra = {} if self.policy_penalty is None else {"losses/policy_penalty": penalty.item()}
         return {
-            "losses/value_loss": v_loss.item(), "losses/policy_loss": pg_loss.item(),
+            **extra, "losses/value_loss": v_loss.item(), "losses/policy_loss": pg_loss.item(),
             "losses/entropy": entropy_loss.item(), "losses/old_approx_kl": old_approx_kl.item(),
             "losses/approx_kl": approx_kl.item(), "losses/clipfrac": float(np.mean(clipfracs)),
             "losses/explained_variance": explained_var,

@@ -222,6 +222,16 @@ class KLToPrior(RewardModule):
         kl = categorical_kl(pi, prior) if self.direction == "policy_prior" else categorical_kl(prior, pi)
         return kl.numpy()
 
+    def loss(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Mean KL over a minibatch, differentiable in the policy (``kl.mode=loss``; the prior is frozen)."""
+        if self.policy is None:
+            raise RuntimeError("KLToPrior.policy is not set")
+        with torch.no_grad():
+            prior = self.prior(obs)
+        pi = _logits(self.policy, obs)
+        kl = categorical_kl(pi, prior) if self.direction == "policy_prior" else categorical_kl(prior, pi)
+        return kl.mean()
+
     def compute(self, batch: TransitionBatch) -> np.ndarray:
         T, N = batch.rewards.shape
         flat = {k: np.asarray(v).reshape(T * N, *np.asarray(v).shape[2:]) for k, v in batch.obs.items()}

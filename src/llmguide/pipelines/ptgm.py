@@ -38,6 +38,7 @@ register_rule("method.mode", one_of("options", "bc_finetune"), recipe="ptgm")
 register_rule("method.codes", one_of("kmeans", "random"), recipe="ptgm")
 register_rule("method.goal_source", one_of("medoid", "centroid"), recipe="ptgm")
 register_rule("method.kl.direction", one_of("policy_prior", "prior_policy"), recipe="ptgm")
+register_rule("method.kl.mode", one_of("reward", "loss"), recipe="ptgm")
 
 
 def _dir(cfg: DictConfig, key: str, sub: str = "") -> Path:
@@ -321,7 +322,9 @@ class PTGMRecipe(Recipe):
         parts = Parts(venv, extrinsic_coef=float(m.extrinsic_coef), closers=[venv.close])
         if str(m.mode) == "options":
             self.kl = KLToPrior(self.prior, str(m.kl.direction))
-            parts.modules = [(-float(m.kl.coef), self.kl)]       # reward = r_env − α·KL
+            # kl.mode=reward: reward = r_env − α·KL (PTGM's code); loss: α·KL is a loss term, the KL is only logged
+            coef = -float(m.kl.coef) if str(m.kl.get("mode", "reward")) == "reward" else 0.0
+            parts.modules = [(coef, self.kl)]
             parts.metrics = lambda: {f"reward/kl_prior/{k}": v for k, v in self.kl.metrics().items()}
         return parts
 
@@ -336,6 +339,9 @@ class PTGMRecipe(Recipe):
             agent = OptionPPO(parts.envs, cfg.agent, **kwargs)
             if getattr(self, "kl", None) is not None:
                 self.kl.policy = agent.net
+                if str(cfg.method.kl.get("mode", "reward")) == "loss":
+                    coef, kl = float(cfg.method.kl.coef), self.kl
+                    agent.policy_penalty = lambda obs: coef * kl.loss(obs)
             return agent
         agent = PPO(parts.envs, cfg.agent, **kwargs)
         state = {k: v for k, v in self.lowlevel.state_dict().items() if not k.startswith("critic.")}
