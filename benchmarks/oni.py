@@ -47,7 +47,7 @@ from bk import bootstrap_ci, cli  # noqa: E402  (the reproduction scripts' share
 ARMS = {
     "none": ["method=none"],
     "oni_retrieval-oracle": ["method=oni_retrieval", "llm=oracle"],
-    "oni_retrieval-embedded": ["method=oni_retrieval", "llm=embedded", "llm.n_threads=1"],  # one core per process
+    "oni_retrieval-embedded": ["method=oni_retrieval", "llm=embedded"],
     "oni_classification-oracle": ["method=oni_classification", "llm=oracle"],
     "oni_ranking-oracle": ["method=oni_ranking", "llm=oracle"],
     "motif-oracle": ["method=motif", "llm=oracle"],
