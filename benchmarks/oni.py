@@ -224,13 +224,16 @@ def summarise(args: argparse.Namespace, arm: str, steps: int, grid: np.ndarray) 
     if not done:
         return None
     kind = metric_kind(args)
-    succ, rets, values, lms, diags = [], [], [], [], []
+    succ, rets, values, values30, lms, diags = [], [], [], [], [], []
     for _, run in done:
         st, su, re = episodes(run)
         succ.append(binned_curve(st, su, grid))
         rets.append(binned_curve(st, re, grid))
-        late = (su if kind == "success" else re)[st > 0.9 * steps]
+        metric = su if kind == "success" else re
+        late, late30 = metric[st > 0.9 * steps], metric[st > 0.7 * steps]
         values.append(float(late.mean()) if late.size else float("nan"))
+        values30.append((round(float(late30.mean()), 4) if late30.size else float("nan"), int(late.size),
+                         int(late30.size)))
         lms.append(last_lm(run))
         diags.append(diagnostics(run, steps))
     succ_c, ret_c = np.nan_to_num(np.array(succ)), np.nan_to_num(np.array(rets))
@@ -238,12 +241,17 @@ def summarise(args: argparse.Namespace, arm: str, steps: int, grid: np.ndarray) 
     rlo, rhi = bootstrap_ci(ret_c)
     vals = np.array(values)
     vlo, vhi = bootstrap_ci(np.nan_to_num(vals)[:, None])
+    v30 = np.array([v for v, _, _ in values30])
+    v30lo, v30hi = bootstrap_ci(np.nan_to_num(v30)[:, None])
     success_curve = {"steps": grid.tolist(), "mean": succ_c.mean(0).round(4).tolist(),
                      "ci95_low": np.round(lo, 4).tolist(), "ci95_high": np.round(hi, 4).tolist()}
     return_curve = {"steps": grid.tolist(), "mean": ret_c.mean(0).round(4).tolist(),
                     "ci95_low": np.round(rlo, 4).tolist(), "ci95_high": np.round(rhi, 4).tolist()}
     out = {"seeds": [s for s, _ in done], "values": [round(v, 4) for v in values], "budget_steps": steps,
            "value_ci95": [round(float(vlo[0]), 4), round(float(vhi[0]), 4)],
+           "episodes_last10pct": [n for _, n, _ in values30],
+           "values_last30pct": [v for v, _, _ in values30], "episodes_last30pct": [n for _, _, n in values30],
+           "value_last30pct_ci95": [round(float(v30lo[0]), 4), round(float(v30hi[0]), 4)],
            "curve": success_curve if kind == "success" else return_curve,
            "success_curve": success_curve, "return_curve": return_curve,
            "final_return": [round(float(r[-1]), 4) for r in ret_c], "diagnostics": diags}
@@ -273,7 +281,7 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
         if s is None:
             arms[arm] = {"failed": "not run within the compute budget", "seeds": [], "values": [],
                          "budget_steps": steps}
-            rows.append(f"| {arm} | {steps} | not run within the compute budget | | | | |")
+            rows.append(f"| {arm} | {steps} | not run within the compute budget | | | | | |")
             continue
         if arm == "motif-oracle":
             s["dataset"] = motif
@@ -291,7 +299,9 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
         v = np.array(s["values"])
         budget = f"{steps}" + (" (reduced)" if steps < args.steps else "")
         rows.append(f"| {arm} | {budget} | {np.nanmean(v):.3f} [{s['value_ci95'][0]:.3f}, {s['value_ci95'][1]:.3f}] | "
-                    f"{', '.join(f'{x:.3f}' for x in v)} | {np.mean(s['final_return']):+.3f} | {labelled} | {lat} |")
+                    f"{', '.join(f'{x:.3f}' for x in v)} | {', '.join(str(n) for n in s['episodes_last10pct'])} | "
+                    f"{np.nanmean(s['values_last30pct']):.3f} [{s['value_last30pct_ci95'][0]:.3f}, "
+                    f"{s['value_last30pct_ci95'][1]:.3f}] | {labelled} | {lat} |")
         d = s["diagnostics"]
 
         def mean_of(key: str, d: list = d) -> float | None:
@@ -356,8 +366,9 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
           f"{seconds / 60:.0f} min of runs (at most two at a time on a shared 2-core CPU). A uniformly random "
           f"policy: success {rand['success']:.3f}, return {rand['return']:+.3f} over {rand['episodes']} episodes "
           "(a reference, not an arm).", "",
-          f"| arm | budget (steps) | {value_name}, last 10% [95% CI] | per seed | final return (last bin) | "
-          "labels known (LM requests), per seed | LM latency p50 ms |", "|---|---|---|---|---|---|---|", *rows, "",
+          f"| arm | budget (steps) | {value_name}, last 10% [95% CI] | per seed | episodes in it, per seed | "
+          f"{value_name}, last 30% [95% CI] | labels known (LM requests), per seed | LM latency p50 ms |",
+          "|---|---|---|---|---|---|---|---|", *rows, "",
           "![curves](oni.png)", "",
           "What reached the advantage (per-rollout means per transition, mean over seeds): the extrinsic reward "
           "after its coefficient, the intrinsic reward after its coefficient "
