@@ -336,6 +336,18 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
         **{arm: round(float(np.mean([x["labelled_fraction_mean"] for x in a.get("diagnostics", [])
                                      if "labelled_fraction_mean" in x])), 4)
            for arm, a in arms.items() if any("labelled_fraction_mean" in x for x in a.get("diagnostics", []))}}
+    for run in args.labelled_fraction_run:  # e.g. a cold-cache embedded run on another task
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.load(run / "config.yaml")
+        d = diagnostics(run, int(cfg.total_steps))
+        if "labelled_fraction_mean" in d:
+            fractions.append(d["labelled_fraction_mean"])
+            result["oni_labelled_fraction"][f"{cfg.env.id}:{run.name}"] = {
+                "steps": int(cfg.total_steps), "llm": str(cfg.llm.backend), "method": str(cfg.method.name),
+                "labelled_fraction": d["labelled_fraction_mean"],
+                "labelled_fraction_first10pct": d.get("labelled_fraction_first10pct"),
+                "labelled_fraction_unique": d.get("labelled_fraction_unique_mean")}
     if not fractions:
         result.pop("oni_labelled_fraction")
     args.results.mkdir(parents=True, exist_ok=True)
@@ -436,6 +448,8 @@ def main() -> None:
     p.add_argument("--bins", type=int, default=20)
     p.add_argument("--deadline-min", type=float, default=0.0, help="start no run that would end after this (0: none)")
     p.add_argument("--nethack-steps", type=int, default=20_000)
+    p.add_argument("--labelled-fraction-run", type=Path, action="append", default=[],
+                   help="also report the ONI labelled fraction of this run directory (e.g. a cold-cache LM run)")
     p.add_argument("--notes", type=Path, default=None, help="Markdown appended to oni.md (the reading of the result)")
     p.add_argument("--phase", default="all", choices=("all", "train", "report", "nethack"))
     p.add_argument("--out", type=Path, default=Path("runs/bench-oni"))
