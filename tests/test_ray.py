@@ -236,3 +236,6 @@ def test_two_runner_training_run_logs_the_same_metrics_as_the_local_run(tmp_path
     assert pick[0] == pick[1]      # the same envs, seeds and actions: identical episodes, losses, RND rewards
     assert json.loads((tmp_path / "ray" / "eval.json").read_text())["step"] == 256
     assert max(r["step"] for r in b) == 256
+    # env-runner restarts are logged with the run's metrics (none here); a local run has no such key
+    assert [r["env/runner_restarts"] for r in b if "env/runner_restarts" in r][-1] == 0
+    assert not any("env/runner_restarts" in r for r in a)

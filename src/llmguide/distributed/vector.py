@@ -182,6 +182,10 @@ class RayVectorEnv(VectorEnv):
                     raise LLMGuideError(f"env-runner actor {k} did not come back after a crash: {again}") from None
                 time.sleep(0.5)
 
+    def metrics(self) -> dict[str, float]:
+        """Logged with the run's metrics (``env/runner_restarts``)."""
+        return {"env/runner_restarts": float(self.runner_restarts)}
+
     def close_extras(self, **kwargs: Any) -> None:
         for actor in getattr(self, "actors", []):
             try:

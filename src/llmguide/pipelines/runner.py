@@ -158,7 +158,7 @@ def train(cfg: DictConfig, recipe: Recipe) -> int:
                     log.warning("run.resume=true but %s has no checkpoint: starting from step 0", run.path)
                 recipe.prepare(agent, run)
             if recipe.learns():
-                agent.learn(int(cfg.total_steps), callback=_callbacks(cfg, recipe, parts, run),
+                agent.learn(int(cfg.total_steps), callback=_callbacks(cfg, recipe, parts, run, envs),
                             progress=bool(cfg.progress))
             recipe.finish(parts, run)
             run.save_checkpoint({"agent": agent.state_dict()}, int(agent.global_step))
@@ -175,14 +175,17 @@ def train(cfg: DictConfig, recipe: Recipe) -> int:
     return 0
 
 
-def _callbacks(cfg: DictConfig, recipe: Recipe, parts: Parts, run: RunDir) -> list[Callback]:
+def _callbacks(cfg: DictConfig, recipe: Recipe, parts: Parts, run: RunDir, envs: Any) -> list[Callback]:
     callbacks: list[Callback] = [CheckpointCallback(run, int(cfg.checkpoint_every))]
     if int(cfg.eval.every) > 0 and int(cfg.eval.episodes) > 0:
         callbacks.append(EvalCallback(run, int(cfg.eval.every),
                                       lambda agent: recipe.evaluate(agent, int(cfg.eval.episodes),
                                                                     bool(cfg.eval.greedy))))
-    if parts.metrics is not None:
-        callbacks.append(MetricsCallback(run, int(cfg.log_every), parts.metrics, parts.progress))
+    # the recipe's metrics and the vector env's own (e.g. Ray env-runner restarts), logged together
+    sources = [f for f in (parts.metrics, getattr(envs, "metrics", None)) if callable(f)]
+    if sources:
+        callbacks.append(MetricsCallback(run, int(cfg.log_every),
+                                         lambda: {k: v for f in sources for k, v in f().items()}, parts.progress))
     return callbacks
 
 
