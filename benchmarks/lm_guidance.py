@@ -5,7 +5,7 @@ seed, in alternating order** (seed 0: no-LM first, seed 1: ELLM first, ...), so 
 machine load; the load (``uptime``) before and after each run is recorded.  Every ELLM run starts
 with a **cold LM cache** (its own empty temporary cache directory; nothing is warm-started).
 
-Arms (ELLM's text action space and rules, PPO, intrinsic-only like ``benchmarks/ellm_crafter.py``):
+Arms (ELLM's text action space, and ELLM's rules on Crafter; PPO, intrinsic-only like ``benchmarks/ellm_crafter.py``):
 
 * ``no-lm``         — ``method=none`` (PPO, no reward, no LM): the unguided speed
 * ``ellm-embedded`` — ``method=ellm llm=embedded method.suggester=score`` (Gemma 3 270M in-process; the LM
@@ -41,8 +41,8 @@ import numpy as np
 
 from llmguide.core.rundir import read_metrics
 
-COMMON = ["env.actions=text", "env.ellm_rules=true", "agent=ppo", "eval.episodes=0", "progress=false",
-          "method.extrinsic_coef=0.0"]
+COMMON = ["env.actions=text", "agent=ppo", "eval.episodes=0", "progress=false", "method.extrinsic_coef=0.0"]
+CRAFTER_ONLY = ["env.ellm_rules=true"]   # ELLM's rule changes patch Crafter's game logic (refused on craftax)
 ARMS = {
     "no-lm": ["method=none"],
     "ellm-embedded": ["method=ellm", "llm=embedded", "method.suggester=score"],
@@ -66,7 +66,8 @@ def uptime() -> str:
 
 def run_arm(label: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
     name = f"{label}-s{seed}"
-    overrides = [*ARMS[label], *COMMON, f"env={args.env_id}", f"seed={seed}", f"total_steps={args.steps}",
+    rules = CRAFTER_ONLY if args.env_id == "crafter" else []
+    overrides = [*ARMS[label], *COMMON, *rules, f"env={args.env_id}", f"seed={seed}", f"total_steps={args.steps}",
                  f"num_envs={args.num_envs}", f"env.max_steps={args.max_steps}", f"run.dir={out}",
                  f"run.name={name}", "run.overwrite=true", f"log_every={max(args.steps // 20, 500)}", *args.extra]
     cache = Path(tempfile.mkdtemp(prefix="lm_guidance_cache_"))   # cold: an empty cache per run
