@@ -148,7 +148,7 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
         if info.get("failed"):
             arms[arm] = {"failed": info["failed"], "seeds": [], "values": [],
                          "label_summary": {k: v for k, v in info.get("summary", {}).items() if not isinstance(v, dict)}}
-            rows.append(f"| {arm} | failed: {info['failed']} | | | | | | |")
+            rows.append(f"| {arm} | failed: {info['failed']} | | | | | | | |")
             continue
         runs = [args.out / f"{arm}-s{s}" for s in args.seed_list]
         done = [(s, r) for s, r in zip(args.seed_list, runs, strict=True) if (r / "eval.json").exists()]
@@ -156,7 +156,7 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
             arms[arm] = {"failed": "not trained within the compute budget (labelling succeeded)", "seeds": [],
                          "values": [], "label_summary": {k: v for k, v in info.get("summary", {}).items()
                                                          if not isinstance(v, dict)}}
-            rows.append(f"| {arm} | not trained within the compute budget (labelling succeeded) | | | | | | |")
+            rows.append(f"| {arm} | not trained within the compute budget (labelling succeeded) | | | | | | | |")
             continue
         budget = min(run_budget(r) for _, r in done)
         reduced = budget < args.steps
@@ -168,6 +168,8 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
         alo, ahi = bootstrap_ci(aucs[:, None])
         final = [float(np.mean(np.asarray(json.loads((r / "eval.json").read_text())["episode_returns"]) > 0))
                  for _, r in done]                      # greedy end-of-training eval (5 episodes)
+        width = min(budget, args.steps) / args.bins      # first bin whose training success reaches 0.8 (its end)
+        reach = [next((int((b + 1) * width) for b, v in enumerate(c) if v >= 0.8), None) for c in curves]
         stats = [run_stats(r) for _, r in done]
         speed = {k: round(float(np.mean([st[k] for st in stats])), 6) for k in stats[0]}
         run_minutes += sum(st["train_seconds"] for st in stats) / 60
@@ -175,6 +177,7 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
                      "auc_ci95": [round(float(alo[0]), 4), round(float(ahi[0]), 4)],
                      "final_eval_success": final, "run_stats_mean": speed,
                      "budget_steps": min(budget, args.steps), "reduced_budget": reduced,
+                     "steps_to_success_0.8": reach,
                      "late_success": curves[:, -max(1, args.bins // 5):].mean(1).round(4).tolist(),
                      "curve": {"steps": ((np.arange(args.bins) + 0.5) * min(budget, args.steps) / args.bins).tolist(),
                                "mean": curves.mean(0).round(4).tolist(),
@@ -185,7 +188,8 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
                     f"{aucs.mean():.3f} [{alo[0]:.3f}, {ahi[0]:.3f}] | {len(done)} | "
                     f"{', '.join(f'{a:.3f}' for a in aucs)} | {speed['sps']:.0f} | {speed['train_seconds'] / 60:.1f} | "
                     f"{speed.get('phi_factor_mean', float('nan')):.3g} | "
-                    f"{speed.get('abs_rollout_mean_shaping', float('nan')):.2g} |")
+                    f"{speed.get('abs_rollout_mean_shaping', float('nan')):.2g} | "
+                    f"{', '.join('—' if x is None else f'{x // 1000}k' for x in reach)} |")
     short_md = []
     if short_runs:      # every arm on the window of the shortest budget, from the same runs
         short = min(run_budget(rs[0]) for rs in short_runs.values())
@@ -219,7 +223,7 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
     fig.tight_layout()
     fig.savefig(args.results / "bk.png", dpi=100)
     table = ["| arm | success AUC, mean [95% CI] | seeds | per seed | steps/s | min/run | Φ factor | "
-             "mean \\|F\\| per rollout |", "|---|---|---|---|---|---|---|---|", *rows]
+             "mean \\|F\\| per rollout | steps to 0.8 success, per seed |", "|---|---|---|---|---|---|---|---|---|", *rows]
     labels_md = [f"- `{arm}`: " + json.dumps({k: v for k, v in a.get("label_summary", {}).items()
                                               if not str(k).startswith("parse/")}, default=str)
                  for arm, a in arms.items() if "label_summary" in a]
