@@ -1,0 +1,70 @@
+"""Sampled rollouts of finished ONI-benchmark runs: action shares, oracle-helpful messages per episode, return.
+
+    .venv/bin/python benchmarks/oni_rollouts.py runs/bench-oni-score/none-s0 runs/bench-oni-score/oni_retrieval-oracle-s0
+
+Each run's final checkpoint acts (sampled, not greedy) on ``--episodes`` held-out seeds (500, 501, ...);
+a message is counted as helpful by :class:`~llmguide.envs.nethack.NetHackOracle` (the ``llm=oracle`` ground
+truth), grouped by its first three words.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import warnings
+
+import numpy as np
+import torch
+
+
+def rollouts(run: str, episodes: int, seed: int = 500) -> dict:
+    from omegaconf import OmegaConf
+
+    from llmguide.envs import make_env
+    from llmguide.envs.nethack import NetHackOracle
+    from llmguide.pipelines import recipe_class
+
+    cfg = OmegaConf.load(f"{run}/config.yaml")
+    state = torch.load(f"{run}/checkpoints/latest.pt", map_location="cpu", weights_only=False)["agent"]
+    agent = recipe_class(cfg)(cfg).load_for_eval(state)
+    env = make_env(cfg.env, seed)
+    names, oracle = env.unwrapped.action_strings, NetHackOracle()
+    acts: collections.Counter[str] = collections.Counter()
+    helpful: collections.Counter[str] = collections.Counter()
+    rets, lens = [], []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + ep)
+        agent.reset_act_state()
+        done, ret, n = False, 0.0, 0
+        while not done:
+            a = int(agent.act({k: v[None] for k, v in obs.items()}, greedy=False)[0])
+            obs, r, term, trunc, info = env.step(a)
+            ret, n = ret + float(r), n + 1
+            acts[names[a]] += 1
+            if oracle.helpful(info["message"]):
+                helpful[" ".join(info["message"].split()[:3])] += 1
+            done = term or trunc
+        rets.append(round(ret, 1))
+        lens.append(n)
+    env.close()
+    total = sum(acts.values())
+    return {"run": run, "returns": rets, "lengths": lens, "helpful_per_episode": sum(helpful.values()) / episodes,
+            "helpful": helpful.most_common(12), "actions": [(k, round(v / total, 3)) for k, v in acts.most_common(10)]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--episodes", type=int, default=4)
+    args = p.parse_args()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    for run in args.runs:
+        out = rollouts(run, args.episodes)
+        print(out["run"], "return", out["returns"], "mean", np.mean(out["returns"]).round(1), "len", out["lengths"])
+        print("  helpful/episode", out["helpful_per_episode"], out["helpful"])
+        print("  actions", out["actions"], flush=True)
+
+
+if __name__ == "__main__":
+    main()
