@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # the main job: ELLM with the embedded LM vs the same agent with no reward, both intrinsic-only, on
-# Craftax-Classic (JAX) with ELLM's text actions; ~1 min each on a quiet 2-core box
+# Craftax-Classic (JAX) with ELLM's text actions; 102 s + 50 s on a 2-core box at load 6
 DEMO := env=craftax env.actions=text env.max_steps=400 agent=ppo agent.image_encoder=flat agent.num_steps=32 \
         num_envs=64 total_steps=60000 method.extrinsic_coef=0 eval.episodes=0 run.overwrite=true
 demo: setup
