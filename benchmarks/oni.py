@@ -352,18 +352,21 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
         result.pop("oni_labelled_fraction")
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "oni.json").write_text(json.dumps(result, indent=1) + "\n")
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    keys = ("success_curve", "return_curve") if kind == "success" else ("return_curve",)  # Score: no success
+    fig, axes = plt.subplots(1, len(keys), figsize=(6 * len(keys), 4.5), squeeze=False)
+    axes = list(axes[0])
     for arm, a in arms.items():
-        for ax, key in zip(axes, ("success_curve", "return_curve"), strict=True):
+        for ax, key in zip(axes, keys, strict=True):
             if key in a:
                 c = a[key]
                 ax.plot(c["steps"], c["mean"], label=arm)
                 ax.fill_between(c["steps"], c["ci95_low"], c["ci95_high"], alpha=0.15)
-    axes[0].set_ylabel("training success rate (95% bootstrap CI over seeds)")
-    axes[1].set_ylabel("training episodic return (95% bootstrap CI)")
+    for ax, key in zip(axes, keys, strict=True):
+        ax.set_ylabel("training success rate (95% bootstrap CI over seeds)" if key == "success_curve"
+                      else "training episodic return (95% bootstrap CI over seeds)")
     for ax in axes:
         ax.set_xlabel("env steps")
-    axes[1].legend(fontsize=8)
+    axes[-1].legend(fontsize=8)
     fig.suptitle(f"ONI / Motif vs extrinsic-only PPO, {args.env_id}")
     fig.tight_layout()
     fig.savefig(args.results / "oni.png", dpi=100)
