@@ -323,8 +323,8 @@ class PTGMRecipe(Recipe):
         if str(m.mode) == "options":
             self.kl = KLToPrior(self.prior, str(m.kl.direction))
             # kl.mode=reward: reward = r_env − α·KL (PTGM's code); loss: α·KL is a loss term, the KL is only logged
-            coef = -float(m.kl.coef) if str(m.kl.get("mode", "reward")) == "reward" else 0.0
-            parts.modules = [(coef, self.kl)]
+            self.kl_in_loss = str(m.kl.get("mode", "reward")) == "loss"
+            parts.modules = [(0.0 if self.kl_in_loss else -float(m.kl.coef), self.kl)]
             parts.metrics = lambda: {f"reward/kl_prior/{k}": v for k, v in self.kl.metrics().items()}
         return parts
 
@@ -339,7 +339,7 @@ class PTGMRecipe(Recipe):
             agent = OptionPPO(parts.envs, cfg.agent, **kwargs)
             if getattr(self, "kl", None) is not None:
                 self.kl.policy = agent.net
-                if str(cfg.method.kl.get("mode", "reward")) == "loss":
+                if self.kl_in_loss:
                     coef, kl = float(cfg.method.kl.coef), self.kl
                     agent.policy_penalty = lambda obs: coef * kl.loss(obs)
             return agent
