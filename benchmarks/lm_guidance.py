@@ -39,10 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ellm_crafter import CRAFTER_ONLY  # ELLM's Crafter-only rule changes (refused on craftax)
 from llmguide.core.rundir import read_metrics
 
 COMMON = ["env.actions=text", "agent=ppo", "eval.episodes=0", "progress=false", "method.extrinsic_coef=0.0"]
-CRAFTER_ONLY = ["env.ellm_rules=true"]   # ELLM's rule changes patch Crafter's game logic (refused on craftax)
 ARMS = {
     "no-lm": ["method=none"],
     "ellm-embedded": ["method=ellm", "llm=embedded", "method.suggester=score"],
