@@ -250,6 +250,43 @@ def test_goal_library_and_calibrated_potential(tmp_path, episodes):
     assert not empty({}, infos, np.array([0, 0])).any()
 
 
+def test_goal_template_example_names_no_babyai_target_and_echoes_are_dropped(tmp_path, episodes):
+    """BK-Goal's worked example must come from outside the benchmark (the v1 template's example,
+    "go to the red ball", was GoToLocal-RedBall-S20's own target: the LM copied it into the library)."""
+    import re
+
+    from minigrid.core.constants import COLOR_NAMES
+
+    from llmguide.envs import make_env
+    from llmguide.envs.babyai_tasks import PAPER_TASKS, mission_target
+    from llmguide.llm.prompts import load_template
+    from llmguide.rewards.bk_goal import example_goals
+
+    template = load_template("bk_goal")
+    assert template.number >= 3
+    static = template.render(window="", goals="").lower()
+    targets = []
+    for task in (t for t in PAPER_TASKS if t.startswith("GoToLocal")):
+        env = make_env({"name": "babyai", "task": task}, 0)
+        try:
+            targets.append(mission_target(env.reset(seed=0)[1]["mission"]))
+        finally:
+            env.close()
+    assert targets == ["red ball", "purple ball", "red key", "purple key"]
+    words = set(re.findall(r"[a-z]+", static))
+    assert not any(t in static for t in targets)
+    assert not words & {*COLOR_NAMES, "ball", "key", "box", "door"}          # no BabyAI object at all
+    from llmguide.envs.crafter import ACHIEVEMENTS
+
+    assert not words & {w for a in ACHIEVEMENTS for w in a.split("_")[1:]}   # nor a Crafter target
+    examples = example_goals(template.body)
+    assert examples == {"reach the sink", "reach the fridge", "open the cupboard"}
+    answers = ["- reach the fridge\n- Reach the sink.\n- go to the green box", "- open the cupboard"]
+    lib = bk.build_goal_library(ReplayLM(answers), episodes, tmp_path, iterations=2, action_names=ACTION_STRINGS)
+    assert lib["goals"] == ["go to the green box"]
+    assert lib["echoed_example"] == 3 and lib["failed_answers"] == 1 and lib["prompt_version"] == template.version
+
+
 # --- pipeline config errors -------------------------------------------------------------------------
 def test_pipeline_steps_name_missing_inputs(tmp_path):
     from llmguide.pipelines import bk as pipe

@@ -85,7 +85,10 @@ def _label_goal(cfg, bk, lm, episodes, out, names, rng) -> tuple[dict[str, Any],
     calib = bk.calibrate_threshold(potential, caps, texts, float(k.fire_rate), float(k.min_threshold))
     library.update(calib)
     atomic_write_text(out / "library.json", json.dumps(library, indent=2))
-    return {"goals": len(library["goals"]), "keys": len(library["keys"]), **calib}, [library["prompt_version"]], None
+    quality = {k: library[k] for k in ("iterations", "failed_answers", "echoed_example") if k in library}
+    quality["malformed_rate"] = library.get("parse/malformed_rate", 0.0)
+    return ({"goals": len(library["goals"]), "keys": len(library["keys"]), **quality, **calib},
+            [library["prompt_version"]], None)
 
 
 def label(cfg: DictConfig) -> int:

@@ -28,13 +28,21 @@ def _normalize_goal(goal: str) -> str:
     return re.sub(r"\s+", " ", goal.strip().strip(".").lower())
 
 
+def example_goals(body: str) -> set[str]:
+    """The goals of the template's own worked example (its literal ``- goal`` lines): an answer that
+    repeats them copies the prompt, not knowledge about the window, so they are dropped."""
+    return {_normalize_goal(m.group(1)) for m in re.finditer(r"^- ([^$\n]+)$", body, re.MULTILINE)}
+
+
 def build_goal_library(lm: LanguageModel, episodes: Sequence[Episode], out_dir: str | Path, iterations: int = 20,
                        window: int = 3, max_goals: int = 30, action_names: Sequence[str] | None = None,
                        max_tokens: int = 128, temperature: float = 0.5, seed: int = 0) -> dict[str, Any]:
     """Grow a goal list: each iteration shows one captioned window and the current list and asks for
     an improved markdown list.  Each window caption (a retrieval key) maps to the goals answered for it.
 
-    Saves ``answers.jsonl`` (raw answers) and ``library.json`` (goals, keys, key → goal ids).
+    Goals that only repeat the template's worked example (:func:`example_goals`) are dropped and
+    counted (``echoed_example``).  Saves ``answers.jsonl`` (raw answers) and ``library.json`` (goals,
+    keys, key → goal ids).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -44,7 +52,8 @@ def build_goal_library(lm: LanguageModel, episodes: Sequence[Episode], out_dir: 
     goals: list[str] = []
     keys: list[str] = []
     key_goals: list[list[int]] = []
-    failures = 0
+    failures = echoed = 0
+    copied = example_goals(template.body)
     with open(out / "answers.jsonl", "w", encoding="utf-8") as f:
         for it in range(iterations):
             seg = sample_segment(episodes, window, rng)
@@ -55,6 +64,8 @@ def build_goal_library(lm: LanguageModel, episodes: Sequence[Episode], out_dir: 
                                temperature=temperature, seed=seed + it)[0]
             parsed = [] if comp.error else [_normalize_goal(g) for g in parse_bullets(comp.text, stats)]
             parsed = [g for g in dict.fromkeys(parsed) if 2 <= len(g) <= 120]
+            echoed += sum(g in copied for g in parsed)
+            parsed = [g for g in parsed if g not in copied]
             if not parsed:
                 failures += 1
             ids = []
@@ -69,7 +80,8 @@ def build_goal_library(lm: LanguageModel, episodes: Sequence[Episode], out_dir: 
             f.write(json.dumps({"iteration": it, "window": text, "answer": comp.text, "error": comp.error,
                                 "goals": parsed, "prompt_version": template.version}) + "\n")
     library = {"goals": goals, "keys": keys, "key_goals": key_goals, "iterations": iterations,
-               "failed_answers": failures, "prompt_version": template.version, **stats.as_dict()}
+               "failed_answers": failures, "echoed_example": echoed, "prompt_version": template.version,
+               **stats.as_dict()}
     atomic_write_text(out / "library.json", json.dumps(library, indent=2))
     if not goals:
         log.warning("BK-Goal: the LM produced no goal in %d iterations; Φ = 0 (see %s)", iterations,
