@@ -63,7 +63,7 @@ def label_one(args: argparse.Namespace, variant: str, lm: str) -> dict:
     manifest = args.out / name / "bk" / "manifest.json"
     if not manifest.exists():
         extra = [e.format(**{**vars(args), "pairs": args.pairs if lm != "oracle" else args.oracle_pairs})
-                 for e in LABEL_EXTRA[variant]]
+                 for e in LABEL_EXTRA[variant]] + ([f"llm.n_threads={args.llm_threads}"] if lm != "oracle" else [])
         code, secs = cli("label", [*common(args), f"env.task={args.task}", f"method={variant}", f"llm={lm}",
                                    f"method.data={args.out / 'data'}", f"run.name={name}", "run.overwrite=true",
                                    *extra], args.out / f"{name}.log")
@@ -191,13 +191,12 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
                     f"{speed.get('abs_rollout_mean_shaping', float('nan')):.2g} | "
                     f"{', '.join('—' if x is None else f'{x // 1000}k' for x in reach)} |")
     short_md = []
-    if short_runs:      # every arm on the window of the shortest budget, from the same runs
-        short = min(run_budget(rs[0]) for rs in short_runs.values())
-        short_md = [f"Success AUC over the first {short} steps of every run (the reduced-budget arms' whole "
-                    "budget; the other arms' same runs cut at that step):", "",
-                    "| arm | success AUC, mean [95% CI] | seeds |", "|---|---|---|"]
+    for short in sorted({arms[a]["budget_steps"] for a in short_runs}):   # each reduced budget's window
+        short_md += [f"Success AUC over the first {short} steps of every run (the reduced-budget arms' whole "
+                     "budget; the other arms' same runs cut at that step):", "",
+                     "| arm | success AUC, mean [95% CI] | seeds |", "|---|---|---|"]
         for arm, a in arms.items():
-            if a.get("seeds"):
+            if a.get("seeds") and a["budget_steps"] >= short:
                 runs = [args.out / f"{arm}-s{s}" for s in a["seeds"]]
                 au = np.array([success_curve(r, short, args.bins).mean() for r in runs])
                 lo_s, hi_s = bootstrap_ci(au[:, None])
@@ -255,6 +254,7 @@ def main() -> None:
     p.add_argument("--code-iters", type=int, default=5)
     p.add_argument("--fix-retries", type=int, default=2, help="BK-Code fix attempts (with the error) per iteration")
     p.add_argument("--code-tokens", type=int, default=384)
+    p.add_argument("--llm-threads", default="auto", help="llm.n_threads of the embedded LM while labelling")
     p.add_argument("--bins", type=int, default=20)
     p.add_argument("--jobs", type=int, default=2, help="train runs at a time")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {ARMS}")
