@@ -7,8 +7,11 @@ override; on NetHack the reference's 28-action ``extended`` set):
 
 - ``none``: extrinsic reward only (the control);
 - ``oni_retrieval-oracle`` / ``oni_classification-oracle`` / ``oni_ranking-oracle``: ONI with the
-  ground-truth labeller (``llm=oracle``: a message is helpful when it reports progress, from the env's
-  message events; pair preference by progress), online and asynchronous as with an LM;
+  ground-truth labeller (``llm=oracle``: a message is helpful when it reports progress towards the task's
+  goal, from the env's message events; pair preference by that progress), online and asynchronous as with
+  an LM; every labeller (oracle or LM) is prompted with the task's goal (``nethack.task_goal``: on
+  NetHackScore the reference's "maximize the score ... killing monsters, collecting gold or going down the
+  stairs"; MiniHack: none, any progress counts);
 - ``oni_retrieval-embedded``: ONI-Retrieval labelled by the embedded LM (Gemma 3 270M, score mode);
   its labels are compared with the oracle's (agreement, confusion);
 - ``motif-oracle``: Motif, offline: messages of an RND + extrinsic PPO agent (``--collect-steps``),
@@ -138,19 +141,19 @@ def labelled_messages(run: Path) -> dict[str, float | None]:
     return out
 
 
-def agreement(labels: dict[str, float | None]) -> dict:
-    """Embedded-LM labels vs the oracle's ground truth on the same messages."""
+def agreement(labels: dict[str, float | None], goal: str | None = None) -> dict:
+    """Embedded-LM labels vs the oracle's ground truth (towards the same ``goal``) on the same messages."""
     from llmguide.envs.nethack import NetHackOracle
 
     oracle = NetHackOracle()
-    pairs = [(y > 0.5, oracle.helpful(m)) for m, y in labels.items() if y is not None]
+    pairs = [(y > 0.5, oracle.helpful(m, goal)) for m, y in labels.items() if y is not None]
     if not pairs:
         return {"messages": 0}
     lm, gt = np.array(pairs).T
     return {"messages": len(pairs), "agreement": round(float((lm == gt).mean()), 4),
             "lm_yes_oracle_yes": int((lm & gt).sum()), "lm_yes_oracle_no": int((lm & ~gt).sum()),
             "lm_no_oracle_yes": int((~lm & gt).sum()), "lm_no_oracle_no": int((~lm & ~gt).sum()),
-            "oracle_helpful": sorted(m for m in labels if oracle.helpful(m))}
+            "oracle_helpful": sorted(m for m in labels if oracle.helpful(m, goal))}
 
 
 def run_seconds(run: Path) -> float:
@@ -270,6 +273,8 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from llmguide.envs.nethack import task_goal
+
     kind = metric_kind(args)
     coef = args.extrinsic_coef if args.extrinsic_coef is not None else extrinsic_coef(args.env_id)
     arms: dict[str, dict] = {}
@@ -289,11 +294,16 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
             labels: dict[str, float | None] = {}
             for seed in s["seeds"]:
                 labels.update(labelled_messages(args.out / f"{arm}-s{seed}"))
-            s["label_agreement_vs_oracle"] = agreement(labels)
+            s["label_agreement_vs_oracle"] = agreement(labels, task_goal(args.env_id))
+        if arm.startswith("oni_") and arm != "oni_ranking-oracle":  # labels: how many distinct messages were helpful
+            s["labels_helpful"] = [sum(1 for y in labelled_messages(args.out / f"{arm}-s{seed}").values()
+                                       if y is not None and y > 0.5) for seed in s["seeds"]]
         arms[arm] = s
         s["wall_seconds"] = [round(run_seconds(args.out / f"{arm}-s{seed}")) for seed in s["seeds"]]
         lm = s.get("lm", [{}])
-        labelled = "/".join(f"{x.get('annot_known', 0):.0f} ({x.get('annot_requests', 0):.0f})" for x in lm) \
+        helpful = s.get("labels_helpful") or [None] * len(lm)
+        labelled = "/".join(f"{x.get('annot_known', 0):.0f} ({x.get('annot_requests', 0):.0f}"
+                            + (f", {h} yes)" if h is not None else ")") for x, h in zip(lm, helpful, strict=False)) \
             if lm and lm[0] else "–"
         lat = "/".join(f"{1e3 * x['latency_p50']:.1f}" if x.get("calls") else "–" for x in lm) if lm and lm[0] else "–"
         v = np.array(s["values"])
@@ -326,7 +336,10 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
                         "hidden": args.hidden, "policy": "crop CNN + blstats MLP + message MLP -> GRU",
                         "extrinsic_coef": coef, "reward_clip": 10.0, "reward_scale": 1.0,
                         "action_set": args.actions if args.env_id.startswith("NetHack") else "task",
-                        "intrinsic": "ONI 0.4, Motif 0.1, BoW 0.4; / n_episode(message)^3"},
+                        "intrinsic": "ONI 0.4, Motif 0.1, BoW 0.4; / n_episode(message)^3",
+                        "labelling_goal": task_goal(args.env_id),
+                        "oracle": "helpful = the message reports an event serving the goal "
+                                  "(llmguide.envs.nethack.goal_events), prompted through the *_goal templates"},
               "random_policy": rand, "wall_clock_seconds": round(seconds)}
     fractions = [x.get("labelled_fraction_mean") for a in arms.values() if isinstance(a, dict)
                  for x in a.get("diagnostics", []) if "labelled_fraction_mean" in x]
@@ -382,7 +395,7 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
           f"policy: success {rand['success']:.3f}, return {rand['return']:+.3f} over {rand['episodes']} episodes "
           "(a reference, not an arm).", "",
           f"| arm | budget (steps) | {value_name}, last 10% [95% CI] | per seed | episodes in it, per seed | "
-          f"{value_name}, last 30% [95% CI] | labels known (LM requests), per seed | LM latency p50 ms |",
+          f"{value_name}, last 30% [95% CI] | labels known (LM requests, labelled helpful), per seed | LM latency p50 ms |",
           "|---|---|---|---|---|---|---|---|", *rows, "",
           "![curves](oni.png)", "",
           "What reached the advantage (per-rollout means per transition, mean over seeds): the extrinsic reward "
@@ -455,6 +468,7 @@ def main() -> None:
                    help="also report the ONI labelled fraction of this run directory (e.g. a cold-cache LM run)")
     p.add_argument("--notes", type=Path, default=None, help="Markdown appended to oni.md (the reading of the result)")
     p.add_argument("--phase", default="all", choices=("all", "train", "report", "nethack"))
+    p.add_argument("--train-seeds", default="", help="train only these of the --seeds (e.g. '1,2'; report: all)")
     p.add_argument("--out", type=Path, default=Path("runs/bench-oni"))
     p.add_argument("--results", type=Path, default=Path("benchmarks/results"))
     args = p.parse_args()
@@ -464,6 +478,7 @@ def main() -> None:
         p.error(f"unknown arms {unknown}; choose from {list(ARMS)}")
     args.arm_steps = {k: int(v) for k, v in (x.split("=") for x in args.arm_steps.split(",") if x)}
     args.seed_list = list(range(args.seeds))
+    train_seeds = [int(x) for x in args.train_seeds.split(",") if x] or args.seed_list
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ["LLMGUIDE_CACHE_DIR"] = str(args.out / "cache")  # one LM cache for the study (seeds reuse labels)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -478,7 +493,7 @@ def main() -> None:
         ARMS["motif-oracle"] = [*ARMS["motif-oracle"], f"method.data_dir={folder}"]
     if args.phase in ("all", "train"):
         rate: list[float] = []  # seconds per env step of the finished runs
-        for seed in args.seed_list:  # seed-major: whole seeds finish first
+        for seed in train_seeds:  # seed-major: whole seeds finish first
             for arm in args.arms:
                 if arm == "motif-oracle" and motif.get("failed"):
                     continue

@@ -4,7 +4,7 @@
 
 Each run's final checkpoint acts (sampled, not greedy) on ``--episodes`` held-out seeds (500, 501, ...);
 a message is counted as helpful by :class:`~llmguide.envs.nethack.NetHackOracle` (the ``llm=oracle`` ground
-truth), grouped by its first three words.
+truth, towards the run's labelling goal), grouped by its first three words.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ def rollouts(run: str, episodes: int, seed: int = 500) -> dict:
     from llmguide.envs import make_env
     from llmguide.envs.nethack import NetHackOracle
     from llmguide.pipelines import recipe_class
+    from llmguide.pipelines.oni import method_goal
 
     cfg = OmegaConf.load(f"{run}/config.yaml")
     state = torch.load(f"{run}/checkpoints/latest.pt", map_location="cpu", weights_only=False)["agent"]
     agent = recipe_class(cfg)(cfg).load_for_eval(state)
     env = make_env(cfg.env, seed)
-    names, oracle = env.unwrapped.action_strings, NetHackOracle()
+    names, oracle, goal = env.unwrapped.action_strings, NetHackOracle(), method_goal(cfg)
     acts: collections.Counter[str] = collections.Counter()
     helpful: collections.Counter[str] = collections.Counter()
     rets, lens = [], []
@@ -41,7 +42,7 @@ def rollouts(run: str, episodes: int, seed: int = 500) -> dict:
             obs, r, term, trunc, info = env.step(a)
             ret, n = ret + float(r), n + 1
             acts[names[a]] += 1
-            if oracle.helpful(info["message"]):
+            if oracle.helpful(info["message"], goal):
                 helpful[" ".join(info["message"].split()[:3])] += 1
             done = term or trunc
         rets.append(round(ret, 1))

@@ -40,6 +40,8 @@ def test_caption_is_the_real_message_and_status_events():
     ("f - a key named The Master Key of Thievery.", "pick up an item"),
     ("This orange is delicious!", "eat food"),
     ("Welcome to experience level 2.", "gain a level"),
+    ("$ - 12 gold pieces.", "collect gold"),
+    ("The newt bites!  You hear someone counting money.", "hear gold"),
 ])
 def test_message_patterns(message, event):
     assert message_events(message) == [event]

@@ -14,7 +14,7 @@ pytest.importorskip("nle")
 pytest.importorskip("minihack")
 
 from llmguide.core.config import load_config  # noqa: E402
-from llmguide.envs.nethack import NetHackOracle, NetHackText  # noqa: E402
+from llmguide.envs.nethack import SCORE_GOAL, NetHackOracle, NetHackText, goal_events, task_goal  # noqa: E402
 from llmguide.llm.oracle import OracleLM  # noqa: E402
 from llmguide.llm.service import LLMService  # noqa: E402
 from llmguide.rewards.oni_annotator import MessageAnnotator, PairAnnotator  # noqa: E402
@@ -47,6 +47,66 @@ def test_ground_truth_helpful_means_the_message_reports_progress():
     assert not any(oracle.helpful(m) for m in UNHELPFUL + [""])
     assert oracle.prefer(KEY, "It's a wall.") == "A" and oracle.prefer("Never mind.", KEY) == "B"
     assert oracle.prefer("It's a wall.", "Never mind.") == "="
+
+
+# the reference's prompt (facebookresearch/oni rlaif/prompts.py, "defaultgoal") calls kills, level gains and gold
+# (picked up, or heard: "You hear someone counting money.") extremely helpful, and neutral messages unhelpful
+SCORE_YES = ["You kill the newt!", "Welcome to experience level 2.", "$ - 5 gold pieces.",
+             "You hear someone counting money.", "There is a staircase down here."]
+SCORE_NO = ["The door opens.", KEY, "f - an uncursed food ration.", "You finish eating the orange.", "It's a wall."]
+
+
+def test_oracle_helpfulness_is_conditioned_on_the_task_goal():
+    oracle = NetHackOracle()
+    assert task_goal("NetHackScore-v0") == SCORE_GOAL and task_goal("MiniHack-KeyRoom-Fixed-S5-v0") is None
+    assert all(oracle.helpful(m, SCORE_GOAL) for m in SCORE_YES)
+    assert not any(oracle.helpful(m, SCORE_GOAL) for m in SCORE_NO)
+    assert oracle.helpful("The door opens.") and oracle.helpful(KEY)  # no goal: any progress (MiniHack)
+    assert oracle.prefer("The door opens.", "$ - 5 gold pieces.", SCORE_GOAL) == "B"
+    assert oracle.prefer("The door opens.", "$ - 5 gold pieces.") == "="
+    # the reference's other goal strings: only their positive clause counts ("But never prefer ...")
+    gold = ("Prefer agents that maximize their gold. But never prefer agents that maximize the score in other ways "
+            "(e.g., by engaging in combat or killing monsters) or that go down the dungeon.")
+    assert goal_events(gold) == {"collect gold", "hear gold"}
+    assert not oracle.helpful("You kill the newt!", gold) and oracle.helpful("$ - 5 gold pieces.", gold)
+    stairs = task_goal("NetHackStaircase-v0")
+    assert oracle.helpful("There is a staircase down here.", stairs) and not oracle.helpful("$ - 5 gold pieces.", stairs)
+    assert goal_events("win the game somehow") == goal_events(None)  # unknown words: any progress
+
+
+@pytest.mark.parametrize("mode", ["score", "generate"])
+def test_the_goal_reaches_the_oracle_through_the_labelling_prompt(oracle_service, mode):
+    _, service = oracle_service
+    annot = MessageAnnotator(service, mode=mode, cache=None, goal=SCORE_GOAL)
+    assert annot.template.name == ("oni_label_short_goal" if mode == "score" else "oni_label_goal")
+    assert f"Goal: {SCORE_GOAL}" in annot.prompt("x") and annot.payload("x")["goal"] == SCORE_GOAL
+    annot.submit(SCORE_YES + SCORE_NO)
+    assert annot.wait(30)
+    assert [annot.get(m) for m in SCORE_YES + SCORE_NO] == [1.0] * len(SCORE_YES) + [0.0] * len(SCORE_NO)
+    plain = MessageAnnotator(service, mode=mode, cache=None)  # no goal: the task-agnostic prompt and answer
+    assert "goal" not in plain.payload("x") and "\nGoal:" not in plain.prompt("x")
+    plain.submit(["The door opens."])
+    assert plain.wait(30) and plain.get("The door opens.") == 1.0
+    pairs = PairAnnotator(service, mode=mode, cache=None, goal=SCORE_GOAL)
+    assert pairs.template.name == "motif_pref_goal"
+    pair = PairAnnotator.make_pair("The door opens.", "$ - 5 gold pieces.")
+    pairs.submit([pair])
+    assert pairs.wait(30) and pairs.get(pair) == (1.0 if pair[0].startswith("$") else 0.0)
+    with pytest.raises(ValueError, match="needs a goal"):
+        MessageAnnotator(service, template="oni_label_goal", cache=None)
+
+
+def test_recipes_prompt_with_the_task_goal(tmp_path):
+    from llmguide.pipelines.oni import method_goal
+
+    score = load_config(["env=nethack", "env.id=NetHackScore-v0", "method=oni_retrieval", f"run.dir={tmp_path}"])
+    assert method_goal(score) == SCORE_GOAL
+    room = load_config(["env=minihack", "env.id=MiniHack-KeyRoom-Fixed-S5-v0", "method=motif", f"run.dir={tmp_path}"])
+    assert method_goal(room) is None
+    none = load_config(["env=nethack", "method=oni_ranking", "method.goal=", f"run.dir={tmp_path}"])
+    assert method_goal(none) is None
+    own = load_config(["env=nethack", "method=oni_classification", "method.goal=collect gold", f"run.dir={tmp_path}"])
+    assert method_goal(own) == "collect gold"
 
 
 @pytest.mark.parametrize("mode", ["score", "generate"])
@@ -169,7 +229,7 @@ def test_nethack_score_runs_through_the_oni_recipe_with_oracle_labels(tmp_path):
     labels = state["reward_modules"][0]["state"]["annotator"]["labels"]
     assert labels and all(v in (0.0, 1.0) for v in labels.values())  # the game's messages were labelled
     oracle = NetHackOracle()
-    assert all(v == float(oracle.helpful(m)) for m, v in labels.items())
+    assert all(v == float(oracle.helpful(m, SCORE_GOAL)) for m, v in labels.items())  # the task's goal
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["lm/annot_duplicate_requests"] == 0
 

@@ -2,7 +2,8 @@
 
 ``caption`` = the game message (optionally followed by blstats changes, e.g. "HP 14->12."),
 ``events`` come from messages and real status changes (depth, gold, experience level, HP) and
-from the map (a staircase down coming into view).  With ``oracle_facts`` the info also lists
+from the map (a staircase down coming into view).  ``task_goal(env_id)`` is the task's goal in the
+ONI/Motif reference's words; the oracle's ONI/Motif labels are conditioned on it (:func:`goal_events`).  With ``oracle_facts`` the info also lists
 coarse map facts (``visible``: staircase down, closed door, monster, item) for the oracle; they
 cost a scan of the glyph map per step, so they are off by default.  Observation: ``image`` = a (2, crop, crop)
 egocentric crop of the character map and its colours (float32, scaled to [0, 1]); ``vector`` =
@@ -27,7 +28,7 @@ import numpy as np
 from llmguide.envs.base import Oracle, cfg_get
 
 EVENTS = ["find the staircase", "descend the stairs", "open a door", "pick up an item",
-          "kill a monster", "collect gold", "eat food", "gain a level", "take damage"]
+          "kill a monster", "collect gold", "eat food", "gain a level", "take damage", "hear gold"]
 MESSAGE_EVENTS = [  # (cheap keywords, pattern on the message, event)
     (("You kill", "You destroy"), re.compile(r"\bYou (kill|destroy)\b"), "kill a monster"),
     (("door", "WHAMM", "unlocking"),
@@ -39,12 +40,64 @@ MESSAGE_EVENTS = [  # (cheap keywords, pattern on the message, event)
      "eat food"),
     (("experience level",), re.compile(r"\bWelcome to experience level\b"), "gain a level"),
     (("staircase down",), re.compile(r"\bThere is a staircase down here\b"), "find the staircase"),
+    (("gold piece",), re.compile(r"(^|\s)\$ - \d+ gold pieces?\b"), "collect gold"),
+    (("counting money",), re.compile(r"\bYou hear someone counting money\b"), "hear gold"),
 ]
 
 
 PROGRESS_EVENTS = frozenset({"kill a monster", "open a door", "pick up an item", "eat food", "gain a level",
                              "find the staircase", "descend the stairs", "collect gold"})
 _KEYWORDS = re.compile("|".join(re.escape(k) for keys, _, _ in MESSAGE_EVENTS for k in keys))
+
+# The goal of each NLE task, in the words of the ONI/Motif reference's goal strings (facebookresearch/oni
+# rlaif/prompts.py ``ranking_goal_strings``: "defaultgoal" for Score, the positive part of "stairs" and
+# "gold"); the LM labelling prompts (``*_goal`` templates) and the oracle both read it.  MiniHack tasks
+# have no entry: their labels stay task-agnostic (a message is helpful when it reports any progress).
+SCORE_GOAL = ("maximize the score in the game, for instance by killing monsters, collecting gold or going down "
+              "the stairs in the dungeon.")
+TASK_GOALS = (  # (env-id prefix, goal); the first matching prefix wins
+    ("NetHackScore", SCORE_GOAL),
+    ("NetHackChallenge", SCORE_GOAL),
+    ("NetHackStaircase", "go down the stairs in the dungeon as much as possible."),
+    ("NetHackOracle", "find the Oracle, going down the stairs in the dungeon to reach her level."),
+    ("NetHackGold", "collect as much gold as possible."),
+    ("NetHackEat", "eat food."),
+    ("NetHackScout", "explore the dungeon."),
+)
+# What a goal asks for, read from its words (first positive clause: "... But never ..." parts are dropped):
+# keyword pattern -> the events that serve it.  NetHack's in-game score is experience points (kills, level
+# gains) + gold + 50 per dungeon level below the first, so "score" names those events.
+GOAL_KEYWORDS = (
+    (re.compile(r"\bscore\b"), ("kill a monster", "gain a level", "collect gold", "descend the stairs")),
+    (re.compile(r"\bkill|\bmonsters?\b|\bcombat\b|\bfight"), ("kill a monster", "gain a level")),
+    (re.compile(r"\bexperience\b|\blevel up"), ("gain a level",)),
+    (re.compile(r"\bgold\b|\bmoney\b"), ("collect gold", "hear gold")),
+    (re.compile(r"\bstairs?\b|\bstaircase\b|\bdescend|\bgo(?:ing)? down\b|\bdeeper\b"),
+     ("find the staircase", "descend the stairs")),
+    (re.compile(r"\bdoors?\b"), ("open a door",)),
+    (re.compile(r"\bkeys?\b|\bitems?\b|\bpick(?:ing)? up\b"), ("pick up an item",)),
+    (re.compile(r"\beat\b|\bfood\b"), ("eat food",)),
+    (re.compile(r"\bexplor"), ("find the staircase", "open a door")),
+)
+_NEGATION = re.compile(r"\b(?:but\s+)?(?:never|do not|don't|avoid)\b", re.IGNORECASE)
+
+
+def task_goal(env_id: str | None) -> str | None:
+    """The goal of an NLE task (:data:`TASK_GOALS`), or None (MiniHack and unknown ids: no goal)."""
+    for prefix, goal in TASK_GOALS:
+        if env_id and str(env_id).startswith(prefix):
+            return goal
+    return None
+
+
+def goal_events(goal: str | None) -> frozenset[str]:
+    """The events that make progress towards ``goal`` (:data:`GOAL_KEYWORDS` on its positive clause);
+    :data:`PROGRESS_EVENTS` (any progress) when there is no goal or none of its words is known."""
+    if not goal:
+        return PROGRESS_EVENTS
+    positive = _NEGATION.split(goal, maxsplit=1)[0].lower()
+    events = {e for pattern, evs in GOAL_KEYWORDS if pattern.search(positive) for e in evs}
+    return frozenset(events) if events else PROGRESS_EVENTS
 
 
 def message_events(message: str) -> list[str]:
@@ -171,7 +224,7 @@ class NetHackText(gym.Env):
         success = bool(terminated and status == 2)  # StepStatus.TASK_SUCCESSFUL
         if bl[_DEPTH] > prev[_DEPTH] or (success and "Staircase" in self.env_id):
             events.append("descend the stairs")
-        if bl[_GOLD] > prev[_GOLD]:
+        if bl[_GOLD] > prev[_GOLD] and "collect gold" not in events:
             events.append("collect gold")
         if bl[_XP] > prev[_XP] and "gain a level" not in events:
             events.append("gain a level")
@@ -311,19 +364,25 @@ class NetHackOracle(Oracle):
         out.add("eat food")  # the starting inventory always holds food
         return out
 
-    # --- ONI / Motif ground truth: a message is helpful when it reports progress ---------------
-    def message_progress(self, message: str) -> int:
-        """How many progress events (:data:`PROGRESS_EVENTS`) the message reports (key or item picked up,
-        door opened, monster killed, level gained, staircase found, food eaten)."""
-        return sum(event in PROGRESS_EVENTS for event in message_events(message))
+    # --- ONI / Motif ground truth: a message is helpful when it reports progress towards the goal ------
+    def message_progress(self, message: str, goal: str | None = None) -> int:
+        """How many events serving ``goal`` (:func:`goal_events`) the message reports; without a goal any
+        progress event counts (:data:`PROGRESS_EVENTS`: key or item picked up, door opened, monster killed,
+        level gained, staircase found, food eaten, gold picked up)."""
+        wanted = goal_events(goal)
+        return sum(event in wanted for event in message_events(message))
 
-    def helpful(self, message: str) -> bool:
-        """ONI's yes/no label from ground truth: the message reports progress."""
-        return self.message_progress(message) > 0
+    def helpful(self, message: str, goal: str | None = None) -> bool:
+        """ONI's yes/no label from ground truth: the message reports progress towards ``goal``.  With the
+        reference's Score goal ("maximize the score ... killing monsters, collecting gold or going down the
+        stairs") that is a kill, a level gain, gold picked up or heard ("You hear someone counting money.",
+        one of the reference prompt's FOO examples), a staircase down; a door opened or an item picked up
+        is not (the reference prompt calls neutral messages BAR)."""
+        return self.message_progress(message, goal) > 0
 
-    def prefer(self, a: str, b: str) -> str:
+    def prefer(self, a: str, b: str, goal: str | None = None) -> str:
         """Motif / ONI-Ranking preference from ground truth: ``"A"``, ``"B"`` or ``"="`` by progress."""
-        pa, pb = self.message_progress(a), self.message_progress(b)
+        pa, pb = self.message_progress(a, goal), self.message_progress(b, goal)
         return "=" if pa == pb else ("A" if pa > pb else "B")
 
     def feasible_from_caption(self, caption: str) -> set[str]:

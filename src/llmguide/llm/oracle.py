@@ -13,7 +13,8 @@ The BK pipeline sets ``task_mission`` from the env's task; the LM arms never see
 ONI / Motif labelling prompts (``oni_label*``, ``motif_pref``) get ground-truth answers when the oracle
 has ``helpful(message)`` and ``prefer(a, b)`` (NetHack/MiniHack has: a message is helpful when it
 reports progress, from the env's message events).  The message is the last ``Message:`` line, the pair
-the last ``A:`` / ``B:`` lines (quotes stripped).  Both label modes work: ``score`` gives 0.0 to the true
+the last ``A:`` / ``B:`` lines (quotes stripped); a ``Goal:`` line (the ``*_goal`` templates) conditions
+the answer on that goal, as it conditions an LM's (``helpful(message, goal=...)``).  Both label modes work: ``score`` gives 0.0 to the true
 answer and -1e9 to the others, ``generate`` returns the answer in its ``<answer>`` tag, so the oracle
 goes through exactly the code path of an LM labeller.
 """
@@ -120,11 +121,13 @@ class OracleLM(LanguageModel):
         if not hasattr(self.oracle, "helpful"):
             return None
         a, b = _last_line(prompt, "A:"), _last_line(prompt, "B:")
+        goal = _last_line(prompt, "Goal:")
+        by_goal = {"goal": goal} if goal else {}  # no Goal: line: the oracle's task-agnostic answer
         if a is not None and b is not None and hasattr(self.oracle, "prefer"):
-            return {"A": "A > B", "B": "B > A", "=": "A = B"}[self.oracle.prefer(a, b)]
+            return {"A": "A > B", "B": "B > A", "=": "A = B"}[self.oracle.prefer(a, b, **by_goal)]
         message = _last_line(prompt, "Message:")
         if message is not None:
-            return "yes" if self.oracle.helpful(message) else "no"
+            return "yes" if self.oracle.helpful(message, **by_goal) else "no"
         return None
 
     # --- BK labelling prompts ---------------------------------------------------------------------

@@ -105,6 +105,7 @@ def label(cfg: DictConfig) -> int:
     """Annotate the pairs still to do (resumable)."""
     from llmguide.llm.factory import make_llm
     from llmguide.llm.service import LLMService
+    from llmguide.pipelines.oni import method_goal
     from llmguide.rewards.oni_annotator import PairAnnotator
 
     db = PairsDB(data_dir(cfg) / "pairs.sqlite")
@@ -112,8 +113,8 @@ def label(cfg: DictConfig) -> int:
         raise FileNotFoundError(f"no pairs in {db.path}; run `llmguide collect method=motif ...` first")
     lm = make_llm(cfg.llm, str(cfg.env.name))
     with LLMService(lm, max_batch=8) as service:
-        annot = PairAnnotator(service, template=cfg.method.template, mode=cfg.method.label_mode,
-                              max_tokens=int(cfg.method.max_tokens))
+        annot = PairAnnotator(service, template=cfg.method.template or "motif_pref", mode=cfg.method.label_mode,
+                              max_tokens=int(cfg.method.max_tokens), goal=method_goal(cfg))
         result = annotate_pairs(db, annot, int(cfg.method.label_batch), int(cfg.method.max_batches))
         result.update({"lm_submitted": service.metrics()["submitted"], **annot.counts})
     lm.close()

@@ -45,8 +45,24 @@ def use_reference_policy(cfg: Any) -> None:
             cfg.env.message_obs = True
 
 
-def build_oni_module(method_cfg: Any, num_envs: int, service: Any, seed: int = 0) -> RewardModule:
-    """The reward module of an ONI method; ``service`` is the LLMService the annotator talks to."""
+def method_goal(cfg: Any) -> str | None:
+    """The goal the labeller is prompted with: ``method.goal``; null → the task's goal
+    (:func:`llmguide.envs.nethack.task_goal` of ``env.id``: the ONI/Motif reference's goal strings, e.g. the
+    score goal on ``NetHackScore-v0``; none for MiniHack); ``""`` → no goal (task-agnostic prompts)."""
+    goal = cfg.method.get("goal")
+    if goal is not None:
+        return str(goal) or None
+    if str(cfg.env.name) in ("nethack", "minihack"):
+        from llmguide.envs.nethack import task_goal
+
+        return task_goal(cfg.env.get("id"))
+    return None
+
+
+def build_oni_module(method_cfg: Any, num_envs: int, service: Any, seed: int = 0,
+                     goal: str | None = None) -> RewardModule:
+    """The reward module of an ONI method; ``service`` is the LLMService the annotator talks to, ``goal``
+    the task's goal in the labelling prompt (:func:`method_goal`)."""
     from llmguide.rewards.oni import ONIClassification, ONIRetrieval
     from llmguide.rewards.oni_annotator import MessageAnnotator, PairAnnotator
     from llmguide.rewards.oni_ranking import ONIRanking
@@ -55,14 +71,15 @@ def build_oni_module(method_cfg: Any, num_envs: int, service: Any, seed: int = 0
     common = {"beta": float(m.beta), "count_scope": str(m.count_scope), "pending_default": float(m.pending_default),
               "canonicalize": bool(m.canonicalize)}
     if m.name == "oni_ranking":
-        annot = PairAnnotator(service, template=m.template, mode=m.label_mode, max_tokens=int(m.max_tokens),
-                              max_in_flight=int(m.max_in_flight))
+        annot = PairAnnotator(service, template=m.template or "motif_pref", mode=m.label_mode,
+                              max_tokens=int(m.max_tokens), max_in_flight=int(m.max_in_flight), goal=goal)
         return ONIRanking(annot, num_envs, threshold=float(m.threshold), pairs_per_batch=int(m.pairs_per_batch),
                           max_messages=int(m.max_messages), min_pairs=int(m.min_pairs), lr=float(m.lr),
                           batch_size=int(m.batch_size), steps_per_round=int(m.steps_per_round),
                           duty=float(m.duty), seed=seed, **common)
     annot = MessageAnnotator(service, template=m.get("template"), mode=m.label_mode, max_tokens=int(m.max_tokens),
-                             score_margin=float(m.get("score_margin", 1.0)), max_in_flight=int(m.max_in_flight))
+                             score_margin=float(m.get("score_margin", 1.0)), max_in_flight=int(m.max_in_flight),
+                             goal=goal)
     if m.name == "oni_classification":
         return ONIClassification(annot, num_envs, threshold=float(m.threshold), min_labels=int(m.min_labels),
                                  lr=float(m.lr), batch_size=int(m.batch_size),
@@ -103,7 +120,7 @@ class ONIRecipe(Recipe):
 
         service = LLMService(make_llm(cfg.llm, str(cfg.env.name), online=True), max_batch=int(cfg.method.service_batch),
                              timeout=float(cfg.method.get("service_timeout", 600.0)))
-        module = build_oni_module(cfg.method, envs.num_envs, service, int(cfg.seed))
+        module = build_oni_module(cfg.method, envs.num_envs, service, int(cfg.seed), goal=method_goal(cfg))
         self.module = module
         return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef),
                      metrics=lambda: lm_metrics(service, module),

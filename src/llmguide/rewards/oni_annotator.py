@@ -219,18 +219,21 @@ class MessageAnnotator(Annotator):
     ``score`` mode: ``log p(" yes") − log p(" no") > score_margin`` after the ``oni_label_short`` prompt
     (the 270M embedded model says "yes" to almost anything, so the margin is a calibration knob);
     ``generate`` mode: a few tokens after the ``oni_label`` prompt, answer parsed from ``<answer>``.
+    With a ``goal`` (the task's, :func:`llmguide.envs.nethack.task_goal`) the default templates are the
+    ``*_goal`` ones, whose ``Goal:`` line carries it, as the reference prompts its LM with the task's goal;
+    the goal is part of the label's cache key.
     """
 
     kind = "oni_label"
 
     def __init__(self, service: Any, *, template: str | None = None, mode: str = "score", tag: str = "answer",
                  choices: tuple[str, str] = ("yes", "no"), score_candidates: tuple[str, str] = (" yes", " no"),
-                 max_tokens: int = 6, score_margin: float = 1.0, **kwargs: Any):
-        from llmguide.llm.prompts import load_template
-
+                 max_tokens: int = 6, score_margin: float = 1.0, goal: str | None = None, **kwargs: Any):
         super().__init__(service, mode=mode, **kwargs)
         # score mode: the short few-shot prompt ending in "Good:"; generate mode: the tagged prompt
-        self.template = load_template(template or ("oni_label_short" if mode == "score" else "oni_label"))
+        self.goal = goal or None
+        self.template = _goal_template(template or ("oni_label_short" if mode == "score" else "oni_label"),
+                                       self.goal)
         self.tag, self.choices, self.score_candidates = tag, tuple(choices), tuple(score_candidates)
         self.max_tokens, self.score_margin = int(max_tokens), float(score_margin)
 
@@ -238,12 +241,14 @@ class MessageAnnotator(Annotator):
         return self.template.version
 
     def payload(self, item: Hashable) -> dict[str, Any]:
+        goal = {"goal": self.goal} if self.goal else {}
         if self.mode == "score":
-            return {"message": item, "candidates": list(self.score_candidates), "margin": self.score_margin}
-        return {"message": item, "choices": list(self.choices), "tag": self.tag, "max_tokens": self.max_tokens}
+            return {"message": item, "candidates": list(self.score_candidates), "margin": self.score_margin, **goal}
+        return {"message": item, "choices": list(self.choices), "tag": self.tag, "max_tokens": self.max_tokens,
+                **goal}
 
     def prompt(self, message: str) -> str:
-        return self.template.render(message=message)
+        return self.template.render(message=message, **({"goal": self.goal} if self.goal else {}))
 
     def request(self, item: Hashable) -> Future:
         prompt = self.prompt(str(item))
@@ -257,6 +262,24 @@ class MessageAnnotator(Annotator):
             yes, no = float(result[0]), float(result[1])
             return 1.0 if yes - no > self.score_margin else 0.0
         return parse_label(result.text, self.tag, self.choices, self.stats)
+
+
+def _goal_template(name: str, goal: str | None) -> Any:
+    """The template ``name``; with a goal and no ``${goal}`` field in it, its ``<name>_goal`` variant."""
+    from llmguide.llm.prompts import PromptTemplateError, load_template
+
+    template = load_template(name)
+    if goal is None:
+        if "goal" in template.fields:
+            raise ValueError(f"template {template.version} needs a goal (method.goal, or a task that has one)")
+        return template
+    if "goal" in template.fields:
+        return template
+    try:
+        return load_template(f"{template.name}_goal")
+    except PromptTemplateError:
+        raise ValueError(f"template {template.version} has no ${{goal}} field and no '{template.name}_goal' "
+                         "variant: the goal would not reach the labeller") from None
 
 
 def parse_label(text: str, tag: str = "answer", choices: tuple[str, str] = ("yes", "no"),
@@ -288,11 +311,10 @@ class PairAnnotator(Annotator):
     kind = "motif_pref"
 
     def __init__(self, service: Any, *, template: str = "motif_pref", mode: str = "score", max_tokens: int = 48,
-                 **kwargs: Any):
-        from llmguide.llm.prompts import load_template
-
+                 goal: str | None = None, **kwargs: Any):
         super().__init__(service, mode=mode, **kwargs)
-        self.template = load_template(template)
+        self.goal = goal or None  # with a goal: the ``motif_pref_goal`` template (its ``Goal:`` line)
+        self.template = _goal_template(template, self.goal)
         self.max_tokens = int(max_tokens)
 
     @staticmethod
@@ -304,10 +326,11 @@ class PairAnnotator(Annotator):
 
     def payload(self, item: Hashable) -> dict[str, Any]:
         a, b = item  # type: ignore[misc]
-        return {"a": a, "b": b, **({} if self.mode == "score" else {"max_tokens": self.max_tokens})}
+        return {"a": a, "b": b, **({} if self.mode == "score" else {"max_tokens": self.max_tokens}),
+                **({"goal": self.goal} if self.goal else {})}
 
     def prompt(self, pair: tuple[str, str]) -> str:
-        text = self.template.render(a=pair[0], b=pair[1])
+        text = self.template.render(a=pair[0], b=pair[1], **({"goal": self.goal} if self.goal else {}))
         # score mode: the answer is read right after the opening tag, as the template asks for it
         return text.rstrip("\n") + "\n<answer>" if self.mode == "score" else text
 
