@@ -72,6 +72,40 @@ def test_signature_ignores_facing_and_counts_beyond_the_cap():
 
 
 # --- reward ----------------------------------------------------------------------------------
+def test_reward_reads_a_vector_steps_infos_column_wise_as_row_by_row():
+    """The learner hands ELLMReward an EnvInfos (columns); the pay must equal that of plain per-env dicts,
+    incl. a finished env whose transition info is in final_info, for both matching modes."""
+    from llmguide.envs.vector import object_array, split_infos
+
+    aggregated = {
+        "events": object_array([["collect wood"], [], ["eat cow"]]), "_events": np.ones(3, bool),
+        "action_text": object_array(["collect wood", "noop", "eat cow"]), "_action_text": np.ones(3, bool),
+        "action_success": np.array([True, False, False]), "_action_success": np.ones(3, bool),
+        "ellm_goals": object_array([["collect wood"], ["place table"], ["eat cow"]]), "_ellm_goals": np.ones(3, bool),
+        "final_info": {"events": object_array([None, ["place table"], None]),
+                       "_events": np.array([False, True, False]),
+                       "action_text": object_array([None, "place table", None]),
+                       "_action_text": np.array([False, True, False]),
+                       "action_success": np.array([False, True, False]),
+                       "_action_success": np.array([False, True, False]),
+                       "ellm_goals": object_array([None, ["place table"], None]),   # as the wrapper writes it
+                       "_ellm_goals": np.array([False, True, False])},
+        "_final_info": np.array([False, True, False]),
+    }
+    dones = np.array([False, True, False])
+    for match_on in ("events", "action"):
+        columns = ELLMReward(GoalMatcher(match="exact"), num_envs=3, match_on=match_on)
+        rows = ELLMReward(GoalMatcher(match="exact"), num_envs=3, match_on=match_on)
+        infos = split_infos(aggregated, 3)
+        by_column = columns.pay(infos, dones)
+        by_row = rows.pay([dict(info) for info in split_infos(aggregated, 3)], dones)
+        assert by_column.tolist() == by_row.tolist(), match_on
+    # events: env 0 and 2 did what was suggested, env 1 (final info) too; action: env 2's action failed
+    assert ELLMReward(GoalMatcher(match="exact"), 3).pay(split_infos(aggregated, 3), dones).tolist() == [1, 1, 1]
+    assert ELLMReward(GoalMatcher(match="exact"), 3, match_on="action").pay(
+        split_infos(aggregated, 3), dones).tolist() == [1, 1, 0]
+
+
 def test_reward_pays_goals_suggested_before_the_action_once_per_episode():
     reward = ELLMReward(GoalMatcher(match="exact"), num_envs=2)
     # env 0: "collect wood" was suggested and happens; env 1: it happens but was not suggested

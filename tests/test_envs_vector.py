@@ -101,3 +101,51 @@ def test_flat_image_encoder_is_one_linear_layer():
     assert action.shape == (5,) and value.shape == (5, 1)
     with pytest.raises(ValueError, match="image_encoder"):
         ActorCritic(space, 17, image_encoder="resnet")
+
+
+def _aggregated_infos() -> dict:
+    """A Gymnasium-style aggregated info of 3 envs: env 1 finished (its transition is in final_info),
+    ``score`` only set for env 0 and 2, a nested dict column, and no ``caption`` for env 2."""
+    return {
+        "caption": np.array(["a", "b", None], dtype=object), "_caption": np.array([True, True, False]),
+        "events": np.array([["x"], [], ["y"]], dtype=object), "_events": np.array([True, True, True]),
+        "score": np.array([1.5, 0.0, 2.5]), "_score": np.array([True, False, True]),
+        "inv": {"wood": np.array([1, 2, 3]), "_wood": np.array([True, True, True])},
+        "_inv": np.array([True, True, True]),
+        "final_info": {"caption": np.array([None, "b-final", None], dtype=object),
+                       "_caption": np.array([False, True, False]),
+                       "events": np.array([None, ["done"], None], dtype=object),
+                       "_events": np.array([False, True, False])},
+        "_final_info": np.array([False, True, False]),
+    }
+
+
+def test_info_rows_are_lazy_views_equal_to_per_env_dicts():
+    from llmguide.envs.vector import InfoRows
+
+    rows = InfoRows(_aggregated_infos(), 3)
+    assert dict(rows[0]) == {"caption": "a", "events": ["x"], "score": 1.5, "inv": {"wood": 1}}
+    assert dict(rows[1]) == {"caption": "b", "events": [], "inv": {"wood": 2}}   # masked score left out
+    assert "score" not in rows[1] and rows[1].get("score", "none") == "none"
+    assert "caption" not in rows[2] and rows[-1]["score"] == 2.5
+    assert isinstance(rows[0]["inv"], dict)                 # nested columns come out as plain dicts
+    assert "final_info" not in rows[0] and "final_obs" not in rows[0]
+    assert rows.column("score", -1) == [1.5, -1, 2.5]
+    assert rows.column("inv") == [{"wood": 1}, {"wood": 2}, {"wood": 3}]
+    assert rows.column("missing", 0) == [0, 0, 0]
+    with pytest.raises(IndexError):
+        rows[3]
+
+
+def test_env_infos_column_matches_the_rows():
+    """A finished env's column value comes from final_info, text keys get the rows' defaults."""
+    from llmguide.envs.vector import split_infos
+
+    for key in ("caption", "events", "score", "inv", "mission", "missing"):
+        expected = [info.get(key) for info in split_infos(_aggregated_infos(), 3)]
+        assert split_infos(_aggregated_infos(), 3).column(key) == expected, key
+    infos = split_infos(_aggregated_infos(), 3)
+    assert infos.column("caption") == ["a", "b-final", ""]
+    assert infos.column("events") == [["x"], ["done"], ["y"]]
+    infos[0]["caption"] = "changed"        # a built row is what a reader saw: the column agrees with it
+    assert infos.column("caption")[0] == "changed"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -61,31 +61,46 @@ def _column(value: Any) -> list:
 class InfoRows(Sequence):
     """The top-level info of every env ``i`` of a Gymnasium aggregated info dict (masks ``_key``
     respected; ``final_info``/``final_obs`` left out: for a finished env this is its new episode's
-    first info), built column by column on first access.
+    first info).
 
-    Converting each key once for all envs (``ndarray.tolist``) instead of once per env and key is
-    what keeps 256 Craftax envs with 50 info keys off the hot path.
+    ``rows[i]`` is a read-only :class:`InfoRow` view and :meth:`column` one key for all envs; a key is
+    converted once for all envs (``ndarray.tolist``), on its first read.  Readers touch few keys (a
+    caption, the events), so 256 Craftax envs with 50 info keys never convert the other 48.
     """
 
     def __init__(self, infos: dict, num_envs: int):
         self._infos = infos
         self._n = num_envs
-        self._cols: dict[str, tuple[list | None, Any]] | None = None
-        self._rows: list[dict | None] = [None] * num_envs
+        self._keys = [k for k in infos if not k.startswith("_") and k not in ("final_info", "final_obs")]
+        self._cols: dict[str, tuple[list | None, Any]] = {}
 
     def __len__(self) -> int:
         return self._n
 
-    def _columns(self) -> dict[str, tuple[list | None, Any]]:
-        if self._cols is None:
-            self._cols = {}
-            for key, value in self._infos.items():
-                if key.startswith("_") or key in ("final_info", "final_obs"):
-                    continue
-                mask = self._infos.get("_" + key)
-                col = InfoRows(value, self._n) if isinstance(value, dict) else _column(value)
-                self._cols[key] = (None if mask is None else _column(mask), col)
-        return self._cols
+    def keys(self) -> list[str]:
+        """Every info key any env has (a row holds those its mask allows)."""
+        return list(self._keys)
+
+    def _col(self, key: str) -> tuple[list | None, Any]:
+        """(mask or None, values) of ``key``, converted on first use; KeyError if no env has it."""
+        col = self._cols.get(key)
+        if col is None:
+            if key not in self._infos or key.startswith("_") or key in ("final_info", "final_obs"):
+                raise KeyError(key)
+            value, mask = self._infos[key], self._infos.get("_" + key)
+            values = InfoRows(value, self._n) if isinstance(value, dict) else _column(value)
+            col = self._cols[key] = (None if mask is None else _column(mask), values)
+        return col
+
+    def column(self, key: str, default: Any = None) -> list:
+        """``[rows[i].get(key, default) for i in envs]``, without building any row."""
+        try:
+            mask, values = self._col(key)
+        except KeyError:
+            return [default] * self._n
+        if isinstance(values, InfoRows):
+            values = [dict(values[i]) for i in range(self._n)]
+        return values if mask is None else [v if m else default for v, m in zip(values, mask, strict=True)]
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -93,11 +108,39 @@ class InfoRows(Sequence):
         i = i + self._n if i < 0 else i
         if not 0 <= i < self._n:
             raise IndexError(f"env index {i} out of range for {self._n} envs")
-        row = self._rows[i]
-        if row is None:
-            row = self._rows[i] = {key: col[i] for key, (mask, col) in self._columns().items()
-                                   if mask is None or mask[i]}
-        return row
+        return InfoRow(self, i)
+
+
+class InfoRow(Mapping):
+    """Env ``i``'s info as a read-only mapping over :class:`InfoRows` (nested dicts come out as dicts)."""
+
+    __slots__ = ("_rows", "_i")
+
+    def __init__(self, rows: InfoRows, i: int):
+        self._rows, self._i = rows, i
+
+    def __getitem__(self, key: str) -> Any:
+        mask, values = self._rows._col(key)
+        if mask is not None and not mask[self._i]:
+            raise KeyError(key)
+        value = values[self._i]
+        return dict(value) if isinstance(value, InfoRow) else value
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in self._rows.keys() if k in self)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            mask, _ = self._rows._col(key)  # type: ignore[arg-type]
+        except KeyError:
+            return False
+        return mask is None or bool(mask[self._i])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"InfoRow({dict(self)!r})"
 
 
 class EnvInfos(Sequence):
@@ -130,6 +173,20 @@ class EnvInfos(Sequence):
             source = self._final if self._finished is not None and self._finished[i] else self._now
             info = self._built[i] = _with_text_defaults(dict(source[i]))
         return info
+
+    def column(self, key: str, default: Any = None) -> list:
+        """``[infos[i].get(key, default) for i in envs]`` without building the rows (text keys get
+        their defaults as in the rows: ``caption`` "", ``events`` [], ``mission`` "")."""
+        values = self._now.column(key, default)
+        if self._finished is not None and any(self._finished):
+            final = self._final.column(key, default)
+            values = [f if done else v for v, f, done in zip(values, final, self._finished, strict=True)]
+        if key in TEXT_DEFAULTS:
+            fill = TEXT_DEFAULTS[key]
+            values = [(list(fill) if isinstance(fill, list) else fill) if v is None else v for v in values]
+            if key == "events":
+                values = [list(v) for v in values]
+        return [v if b is None else b.get(key, default) for v, b in zip(values, self._built, strict=True)]
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)

@@ -235,9 +235,9 @@ class GoalSuggester:
             return
         self._fresh[i] = False  # keep the last known goals until the answer arrives
         self._waiting[i] = [*self._waiting[i][-255:], sig]
-        self._info[i] = info
+        self._info[i] = _grading_info(info)   # a copy: ``info`` may be a view of this step's infos
         self._visits[sig] = self._visits.get(sig, 0) + 1
-        self._ask(sig, info, i)
+        self._ask(sig, self._info[i], i)
 
     def poll(self) -> int:
         """Collect finished LM answers without waiting; return how many arrived."""
@@ -359,7 +359,7 @@ class GoalSuggester:
         if sig in self._inflight:   # another env asked already: join it, so it is not dropped while wanted
             self._submit(sig, i)
         elif len(self._inflight) < self.max_pending:
-            self._inflight[sig] = (self._submit(sig, i), _grading_info(info))
+            self._inflight[sig] = (self._submit(sig, i), info)   # observe() stored a copy
             self.stats.submitted += 1
 
     def _request(self, sig: StateSignature) -> tuple[str, dict[str, Any]]:

@@ -90,22 +90,22 @@ class ELLMReward(RewardModule):
     def pay(self, infos: Sequence[dict], dones: Sequence[bool]) -> np.ndarray:
         """(N,) rewards of one step; an env's record of paid goals restarts after its episode ends."""
         out = np.zeros(len(infos), dtype=np.float32)
-        for n, info in enumerate(infos):
-            out[n] = self._pay(n, self._done(info), list(info.get("ellm_goals") or []))
+        goals = _column(infos, "ellm_goals")
+        for n, done in enumerate(self._performed(infos)):
+            out[n] = self._pay(n, done, list(goals[n] or []))
             if dones[n]:
                 self.achieved[n] = set()
         return out
 
-    def _done(self, info: dict) -> list[str]:
-        """What the transition did: its events, or (the reference) the action string when it succeeded."""
+    def _performed(self, infos: Sequence[dict]) -> list[list[str]]:
+        """Per env, what the transition did: its events, or (the reference) the action string when it succeeded."""
         if self.match_on == "events":
-            return list(info.get("events") or [])
-        text = info.get("action_text")
-        if not text or (self.require_success and not info.get("action_success")):
-            return []
+            return [list(events or []) for events in _column(infos, "events")]
         from llmguide.envs.crafter_actions import canonical_action
 
-        return [canonical_action(str(text))]
+        success = _column(infos, "action_success") if self.require_success else [True] * len(infos)
+        return [[canonical_action(str(text))] if text and ok else []
+                for text, ok in zip(_column(infos, "action_text"), success, strict=True)]
 
     def watch(self, step: StepTransition) -> None:
         self._rows.append(self.pay(step.infos, step.dones))
@@ -160,3 +160,10 @@ def nearest_goal_map(matcher: GoalMatcher, vocabulary: Sequence[str], threshold:
         return vocabulary[j] if sim[j] >= threshold else None
 
     return lookup
+
+
+def _column(infos: Sequence[dict], key: str) -> list:
+    """``info.get(key)`` of every env, column-wise when ``infos`` can (a vector step's
+    :class:`~llmguide.envs.vector.EnvInfos`), else row by row."""
+    column = getattr(infos, "column", None)
+    return column(key) if column is not None else [info.get(key) for info in infos]

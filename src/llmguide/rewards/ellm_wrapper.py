@@ -60,6 +60,8 @@ class ELLMGoalWrapper(gym.vector.VectorWrapper):
         self.fixed_goal = fixed_goal
         self.rng = np.random.default_rng(seed)
         self.current_goal: list[str | None] = [None] * self.num_envs
+        self._embedded_goals: tuple[str | None, ...] | None = None   # what _embedding holds
+        self._embedding = np.zeros((self.num_envs, 0), dtype=np.float32)
         self.dim = int(self.embedder.embed(["collect wood"]).shape[1]) if goal_conditioned else 0
         if goal_conditioned:
             box = gym.spaces.Box(-1.0, 1.0, (self.dim,), np.float32)
@@ -127,11 +129,14 @@ class ELLMGoalWrapper(gym.vector.VectorWrapper):
 
     def goal_embeddings(self) -> np.ndarray:
         """(num_envs, dim) embedding of each env's current goal (zeros when it has none)."""
-        out = np.zeros((self.num_envs, self.dim), dtype=np.float32)
-        named = [(i, g) for i, g in enumerate(self.current_goal) if g]
-        if named:
-            out[[i for i, _ in named]] = self.embedder.embed([g for _, g in named])
-        return out
+        goals = tuple(self.current_goal)
+        if goals != self._embedded_goals:   # goals change far more rarely than every step
+            out = np.zeros((self.num_envs, self.dim), dtype=np.float32)
+            named = [(i, g) for i, g in enumerate(goals) if g]
+            if named:
+                out[[i for i, _ in named]] = self.embedder.embed([g for _, g in named])
+            self._embedded_goals, self._embedding = goals, out
+        return self._embedding.copy()
 
     def _with_goal(self, obs: Any) -> Any:
         if not self.goal_conditioned:
