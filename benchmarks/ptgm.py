@@ -14,6 +14,15 @@ mean success rate of finished training episodes over ``--bins`` equal env-step b
 Runs that exist are kept, so phases can be re-run (``--phase collect|pretrain|train|report``).
 
     nice -n 5 python benchmarks/ptgm.py --task BabyAI-UnlockPickup-v0 --seeds 3 --steps 100000
+
+Craftax (``--env-id craftax``; 64 envs): the data come from an exploring PPO+RND agent trained on RND
+only (``--collect-steps`` env steps; no task reward reaches the data), the goals are the future semantic
+view + inventory, and the arms train on Craftax-Classic's own reward (all 22 achievements; or one
+achievement with ``--craftax-task``).  The options arms use asynchronous options per env
+(``AsyncOptionPPO``).  Value per seed: achievements per episode of the training episodes, averaged over
+``--bins`` env-step bins (success AUC with ``--craftax-task``); results ``<results>/ptgm_craftax.*``.
+
+    nice -n 10 python benchmarks/ptgm.py --env-id craftax --seeds 3 --steps 200000 --arms ppo,ptgm,ptgm-no-kl
 """
 
 from __future__ import annotations
@@ -36,8 +45,23 @@ OPTIONS_ARMS = ("ptgm", "ptgm-no-kl", "ptgm-random-codes", "ptgm-kl-loss")
 
 
 def common(args: argparse.Namespace) -> list[str]:
-    return ["env=babyai", f"num_envs={args.num_envs}", f"agent.image_encoder={args.image_encoder}",
+    env = [f"env={args.family}"] + ([f"env.max_steps={args.max_steps}"] if args.max_steps else [])
+    return [*env, f"num_envs={args.num_envs}", f"agent.image_encoder={args.image_encoder}",
             "agent.torch_threads=1", "progress=false", f"run.dir={args.out}", "run.overwrite=true"]
+
+
+def collect_keys(args: argparse.Namespace) -> list[str]:
+    if args.family == "babyai":
+        return [f"method.collect.episodes={args.collect_episodes}"]
+    # the exploring agent: RND only (task-agnostic), PPO rollout `--rollout` steps per env
+    return [f"method.collect.agent_steps={args.collect_steps}", "method.collect.extrinsic_coef=0.0",
+            "method.collect.intrinsic_coef=1.0", f"agent.num_steps={args.rollout}"]
+
+
+def task_keys(args: argparse.Namespace) -> list[str]:
+    if args.family == "babyai":
+        return [f"env.task={args.task}"]
+    return [f"env.task={args.craftax_task}"] if args.craftax_task else []
 
 
 def ptgm_keys(args: argparse.Namespace) -> list[str]:
@@ -58,7 +82,7 @@ def cli(verb: str, overrides: list[str], log: Path) -> tuple[int, float]:
 def pretraining(args: argparse.Namespace) -> dict:
     """collect → codebook → pretrain (each skipped when its run exists); returns the pretrain manifest."""
     out = args.out
-    steps = [("collect", "data", "collect_summary.json", [f"method.collect.episodes={args.collect_episodes}"]),
+    steps = [("collect", "data", "collect_summary.json", collect_keys(args)),
              ("codebook", "codes", "ptgm/codebook.json", [f"method.data={out / 'data'}"]),
              ("pretrain", "pre", "ptgm/manifest.json", [f"method.data={out / 'data'}",
                                                         f"method.codebook.run={out / 'codes'}"])]
@@ -84,10 +108,10 @@ def train_one(args: argparse.Namespace, arm: str, seed: int) -> None:
         method.append(f"method.kl.coef={args.kl_coef}")
     if arm == "ptgm-kl-loss":   # our variant: α·KL(π ‖ prior) in the PPO loss instead of PTGM's per-step reward
         method.append("method.kl.mode=loss")
-    rollout = 128 // args.option_steps if arm in OPTIONS_ARMS else 128
+    rollout = max(1, args.rollout // args.option_steps) if arm in OPTIONS_ARMS else args.rollout
     if arm in OPTIONS_ARMS:  # PTGM's high-level PPO has no entropy term: the KL to the prior regularises it
         method.append(f"agent.ent_coef={args.options_ent_coef}")
-    code, secs = cli("train", [*common(args), f"env.task={args.task}", *method, f"agent.num_steps={rollout}",
+    code, secs = cli("train", [*common(args), *task_keys(args), *method, f"agent.num_steps={rollout}",
                                f"total_steps={args.steps}", f"seed={seed}", f"eval.episodes={args.eval_episodes}",
                                f"run.name={name}"], args.out / f"{name}.log")
     print(f"train {name}: exit {code}, {secs:.0f}s", flush=True)
@@ -105,6 +129,29 @@ def _kl_stats(run: Path) -> dict:
     return {"kl_first": round(float(kl[0]), 4), "kl_last": round(float(kl[-1]), 4)} if kl else {}
 
 
+def achievements_curve(run: Path, steps: int, bins: int) -> np.ndarray:
+    """Mean achievements per episode of the training episodes that finished in each of ``bins`` step bins."""
+    from llmguide.core.rundir import read_metrics
+
+    recs = [r for r in read_metrics(run) if "charts/achievements_per_episode" in r]
+    edges = np.linspace(0, steps, bins + 1)
+    s = np.array([r["step"] for r in recs], dtype=float)
+    v = np.array([r["charts/achievements_per_episode"] for r in recs], dtype=float)
+    s, v = s[s <= steps], v[s <= steps]
+    idx = np.clip(np.digitize(s, edges) - 1, 0, bins - 1)
+    out = np.array([v[idx == b].mean() if (idx == b).any() else np.nan for b in range(bins)])
+    return np.where(np.isnan(out), np.nanmean(out) if np.isfinite(out).any() else 0.0, out)
+
+
+def metric(args: argparse.Namespace) -> tuple[str, str, str]:
+    """(name, eval.json key, plot label) of the value per seed."""
+    if args.family == "craftax" and not args.craftax_task:
+        return (f"achievements-per-episode AUC (mean over {args.bins} env-step bins of the training episodes' unlocked "
+                "achievements)", "achievements_per_episode", "achievements / episode (training)")
+    return (f"success AUC (mean training success rate over {args.bins} env-step bins)", "success_rate",
+            "training success rate")
+
+
 def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
     import matplotlib
 
@@ -120,12 +167,13 @@ def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
             arms[arm] = {"failed": "not trained within the compute budget", "seeds": [], "values": []}
             rows.append(f"| {arm} | not trained within the compute budget | | | |")
             continue
-        curves = np.array([success_curve(r, args.steps, args.bins) for _, r in done])
+        fn = achievements_curve if metric(args)[1] == "achievements_per_episode" else success_curve
+        curves = np.array([fn(r, args.steps, args.bins) for _, r in done])
         aucs = curves.mean(axis=1)
         lo, hi = bootstrap_ci(curves)
         alo, ahi = bootstrap_ci(aucs[:, None])
         evals = [json.loads((r / "eval.json").read_text()) for _, r in done]
-        final = [float(e.get("success_rate", 0.0)) for e in evals]
+        final = [float(e.get(metric(args)[1], 0.0)) for e in evals]
         arms[arm] = {"seeds": [s for s, _ in done], "values": aucs.round(4).tolist(),
                      "auc_ci95": [round(float(alo[0]), 4), round(float(ahi[0]), 4)],
                      "final_eval_success": final, "env_steps": [int(e["step"]) for e in evals],
@@ -137,9 +185,12 @@ def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
                     f"{', '.join(f'{a:.3f}' for a in aucs)} |")
     ll = manifest.get("lowlevel", {}).get("history", [{}])[-1]
     pri = {k: manifest.get(f"prior_{k}", {}).get("history", [{}])[-1].get("val_acc") for k in ("kmeans", "random")}
-    result = {"task": args.task, "budget_steps": args.steps, "metric": "success AUC (mean training success rate "
-              f"over {args.bins} env-step bins)", "higher_is_better": True, "arms": arms,
-              "pretraining": {"collect_episodes": args.collect_episodes, "samples": manifest.get("samples"),
+    task = args.task if args.family == "babyai" else f"craftax ({args.craftax_task or 'all achievements'})"
+    result = {"task": task, "budget_steps": args.steps, "metric": metric(args)[0], "higher_is_better": True,
+              "arms": arms, "seeds": args.seed_list,
+              "pretraining": {"collect_episodes": args.collect_episodes if args.family == "babyai" else None,
+                              "collect_agent_steps": args.collect_steps if args.family != "babyai" else None,
+                              "samples": manifest.get("samples"),
                               "k": args.k, "option_steps": args.option_steps, "kl_coef": args.kl_coef,
                               "options_ent_coef": args.options_ent_coef,
                               "lowlevel_last_epoch": ll, "prior_val_acc": pri},
@@ -153,23 +204,32 @@ def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
             ax.plot(c["steps"], c["mean"], label=arm)
             ax.fill_between(c["steps"], c["ci95_low"], c["ci95_high"], alpha=0.15)
     ax.set_xlabel("env steps (low-level steps for the options arms)")
-    ax.set_ylabel("training success rate (95% bootstrap CI)")
-    ax.set_title(f"PTGM vs baselines, {args.task}")
+    ax.set_ylabel(f"{metric(args)[2]} (95% bootstrap CI)")
+    ax.set_title(f"PTGM vs baselines, {task}")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(args.results / f"{args.name}.png", dpi=100)
-    table = ["| arm | success AUC, mean [95% CI] | final greedy eval success | seeds | AUC per seed |",
+    value = "achievements/episode AUC" if metric(args)[1] == "achievements_per_episode" else "success AUC"
+    final_name = "achievements/episode" if metric(args)[1] == "achievements_per_episode" else "success"
+    table = [f"| arm | {value}, mean [95% CI] | final greedy eval {final_name} | seeds | AUC per seed |",
              "|---|---|---|---|---|", *rows]
-    md = [f"# PTGM vs baselines on {args.task}", "",
+    if args.family == "babyai":
+        data = (f"{args.collect_episodes} BabyAI-bot episodes over the `method.collect.tasks` missions "
+                f"({manifest.get('samples')} steps)")
+    else:
+        data = (f"the finished episodes of an exploring PPO agent trained on RND only for {args.collect_steps} env "
+                f"steps ({manifest.get('samples')} steps kept; no task reward); goals = future one-hot view + "
+                "inventory counts, hindsight 5-30 steps ahead; options asynchronous per env (AsyncOptionPPO, γ per option)")
+    md = [f"# PTGM vs baselines on {task}", "",
           f"Budget: {args.steps} env steps per run (options arms count low-level steps), seeds {args.seed_list}, "
-          f"{args.num_envs} envs, PPO defaults (agent=ppo, image_encoder={args.image_encoder}); rollout 128 env steps "
-          f"per env (options arms: {128 // args.option_steps} options of L={args.option_steps}). "
-          f"Data: {args.collect_episodes} BabyAI-bot episodes over the `method.collect.tasks` missions "
-          f"({manifest.get('samples')} steps); codebook k={args.k} (PCA 32 + scikit-learn KMeans); KL coef "
+          f"{args.num_envs} envs, PPO defaults (agent=ppo, image_encoder={args.image_encoder}); rollout {args.rollout} "
+          f"env steps per env (options arms: {max(1, args.rollout // args.option_steps)} options of L={args.option_steps} "
+          "per env). "
+          f"Data: {data}; codebook k={args.k} (PCA 32 + scikit-learn KMeans); KL coef "
           f"{args.kl_coef}, direction KL(π_high ‖ π_prior); high-level entropy coefficient {args.options_ent_coef} "
           f"(PTGM's high level has no entropy term; the flat arms keep PPO's). Low-level BC last epoch: {json.dumps(ll)}; prior val "
-          f"accuracy {json.dumps(pri)}. Value per seed: success AUC (mean training success over {args.bins} "
-          f"equal env-step bins); 95% CIs: percentile bootstrap over seeds. Final eval: "
+          f"accuracy {json.dumps(pri)}. Value per seed: {metric(args)[0]}; 95% CIs: percentile bootstrap over seeds. "
+          "Final eval: "
           f"{args.eval_episodes} greedy episodes. Wall clock {seconds / 60:.0f} min.", "", *table, "",
           f"![success]({args.name}.png)", ""]
     (args.results / f"{args.name}.md").write_text("\n".join(md))
@@ -181,8 +241,13 @@ def main() -> None:
     p.add_argument("--task", "--env-id", dest="task", default="BabyAI-UnlockPickup-v0")
     p.add_argument("--steps", type=int, default=100_000, help="env steps per run (low-level steps for options arms)")
     p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--num-envs", type=int, default=8)
-    p.add_argument("--collect-episodes", type=int, default=2400)
+    p.add_argument("--num-envs", type=int, default=None, help="default 8 (BabyAI), 64 (craftax)")
+    p.add_argument("--collect-episodes", type=int, default=2400, help="BabyAI: bot episodes")
+    p.add_argument("--collect-steps", type=int, default=200_000, help="craftax: env steps of the exploring agent")
+    p.add_argument("--craftax-task", default=None, help="craftax: one achievement as the task (default: all 22)")
+    p.add_argument("--max-steps", type=int, default=None, help="env.max_steps override (default: the env's)")
+    p.add_argument("--rollout", type=int, default=None,
+                   help="env steps per env per PPO update (default 128 BabyAI, 32 craftax); options arms: / L")
     p.add_argument("--k", type=int, default=32)
     p.add_argument("--option-steps", type=int, default=8)
     p.add_argument("--kl-coef", type=float, default=0.05)
@@ -196,8 +261,16 @@ def main() -> None:
     p.add_argument("--phase", default="all", choices=("all", "pretrain", "train", "report"))
     p.add_argument("--out", type=Path, default=Path("runs/bench-ptgm"))
     p.add_argument("--results", type=Path, default=Path("benchmarks/results"))
-    p.add_argument("--name", default="ptgm", help="results file stem: <results>/<name>.{md,json,png}")
+    p.add_argument("--name", default=None, help="results file stem: <results>/<name>.{md,json,png} "
+                                                 "(default ptgm; ptgm_craftax on craftax)")
     args = p.parse_args()
+    args.family = "craftax" if args.task.lower().startswith("craftax") else "babyai"
+    craftax = args.family == "craftax"
+    args.num_envs = args.num_envs or (64 if craftax else 8)
+    args.rollout = args.rollout or (32 if craftax else 128)
+    args.name = args.name or ("ptgm_craftax" if craftax else "ptgm")
+    if craftax and args.out == Path("runs/bench-ptgm"):
+        args.out = Path("runs/bench-ptgm-craftax")
     args.arms = [a for a in args.arms.split(",") if a]
     unknown = set(args.arms) - set(ARMS)
     if unknown:

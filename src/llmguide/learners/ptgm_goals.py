@@ -4,7 +4,8 @@ Goal space (BabyAI): a goal is a *future egocentric view* — the 7×7 one-hot g
 ``h`` steps later (object, colour and state planes), which also shows the carried item (minigrid
 draws it in the agent's own cell).  :func:`goal_features` flattens it; :class:`GoalCodebook`
 optionally projects it with PCA, and the projection is the *goal embedding* the low-level policy is
-conditioned on (PTGM's MineCLIP embedding).
+conditioned on (PTGM's MineCLIP embedding).  Crafter / Craftax (:func:`env_goal_features`): the future
+one-hot semantic view plus the future inventory counts.
 
 Hindsight relabelling (Steve-1 / PTGM): :func:`hindsight_indices` cuts an episode of ``T`` actions
 into segments of ``U[horizon_min, horizon_max]`` steps; every step ``t`` of a segment gets the goal
@@ -30,6 +31,36 @@ def goal_features(obs: dict[str, np.ndarray]) -> np.ndarray:
     """(B, D) float32 goal features of a batch of observations: the flattened egocentric image."""
     image = np.asarray(obs["image"])
     return image.reshape(image.shape[0], -1).astype(np.float32)
+
+
+# --- goal spaces per env family ------------------------------------------------------------------
+BABYAI_STATE_DIM = 4     # BabyAI's vector = [direction one-hot (4), mission BoW]: the mission is dropped
+CRAFTER_INVENTORY = 16   # Crafter / Craftax vector = [inventory / 9 (16), facing (4), sleeping, daylight]
+
+
+def state_dim(family: str, vector_dim: int) -> int:
+    """Leading entries of the env's ``vector`` the low level and the prior see (task-agnostic state):
+    BabyAI's direction (its mission BoW is dropped), the whole vector on Crafter / Craftax."""
+    return BABYAI_STATE_DIM if family == "babyai" else int(vector_dim)
+
+
+def env_goal_features(image: np.ndarray, vector: np.ndarray, family: str, vector_weight: float = 9.0) -> np.ndarray:
+    """(B, D) goal features of ``B`` (future) states of an env family.
+
+    * BabyAI: the flattened 7×7×3 egocentric view (uint8 kept; it shows the carried item).
+    * Crafter / Craftax: the flattened one-hot semantic view (19 classes × 7 × 9 = 1197) followed by the
+      inventory (health, food, drink, energy, sapling, wood, stone, coal, iron, diamond, the 3 pickaxes
+      and 3 swords) × ``vector_weight``; the observation holds counts / 9, so the default 9 gives raw
+      counts: one item more or less weighs 1 (squared distance), a changed view cell 2.  A goal is thus
+      "what is around me and what I hold" some steps ahead; achievements show in it through the
+      inventory (collect / make) and the view (place table, furnace, plant).
+    """
+    image = np.asarray(image)
+    flat = image.reshape(image.shape[0], -1)
+    if family == "babyai":
+        return flat
+    inv = np.asarray(vector, np.float32)[:, :CRAFTER_INVENTORY] * float(vector_weight)
+    return np.concatenate([flat.astype(np.float32), inv], axis=1)
 
 
 def hindsight_indices(T: int, rng: np.random.Generator, horizon_min: int, horizon_max: int) -> np.ndarray:

@@ -102,17 +102,19 @@ class LowLevelActor:
     :meth:`batch` acts for a batch of env observations and (B, E) goals (:class:`OptionsVectorEnv`).
     """
 
-    def __init__(self, net: ActorCritic, goal_dim: int, cfg_scale: float = 0.0, greedy: bool = False, seed: int = 0):
+    def __init__(self, net: ActorCritic, goal_dim: int, cfg_scale: float = 0.0, greedy: bool = False, seed: int = 0,
+                 state_dim: int = DIRECTION_DIM):
         self.net, self.goal_dim, self.cfg_scale, self.greedy = net.eval(), int(goal_dim), float(cfg_scale), greedy
+        self.state_dim = int(state_dim)
         self.gen = torch.Generator().manual_seed(int(seed))
 
     @torch.no_grad()
     def logits(self, obs: dict[str, np.ndarray], goals: np.ndarray) -> torch.Tensor:
         """(B, A) logits for a batch: (1 + s)·cond − s·uncond (one pass when s = 0)."""
-        cond = lowlevel_obs(obs, goals, self.goal_dim)
+        cond = lowlevel_obs(obs, goals, self.goal_dim, self.state_dim)
         if self.cfg_scale == 0.0:
             return _logits(self.net, obs_to_tensor(cond))
-        uncond = lowlevel_obs(obs, None, self.goal_dim)
+        uncond = lowlevel_obs(obs, None, self.goal_dim, self.state_dim)
         both = {k: np.concatenate([cond[k], uncond[k]]) for k in cond}
         out = _logits(self.net, obs_to_tensor(both))
         b = len(out) // 2
@@ -129,27 +131,30 @@ class LowLevelActor:
 
 
 # --- prior ----------------------------------------------------------------------------------
-def prior_space(env_space: spaces.Dict) -> spaces.Dict:
+def prior_space(env_space: spaces.Dict, state_dim: int = DIRECTION_DIM) -> spaces.Dict:
     return spaces.Dict({"image": env_space["image"],
-                        "vector": spaces.Box(0.0, 1.0, (DIRECTION_DIM,), np.float32)})
+                        "vector": spaces.Box(0.0, 1.0, (state_dim,), np.float32)})
 
 
-def prior_obs(obs: dict[str, Any]) -> dict[str, Any]:
-    """The prior's input (image + direction) from env observations (numpy or torch, any leading dims)."""
-    return {"image": obs["image"], "vector": obs["vector"][..., :DIRECTION_DIM]}
+def prior_obs(obs: dict[str, Any], state_dim: int = DIRECTION_DIM) -> dict[str, Any]:
+    """The prior's input (image + the first ``state_dim`` vector entries: BabyAI's direction, Craftax's
+    whole vector) from env observations (numpy or torch, any leading dims)."""
+    return {"image": obs["image"], "vector": obs["vector"][..., :state_dim]}
 
 
 class GoalPrior(nn.Module):
     """State → logits over the ``k`` codes (task-agnostic: no mission)."""
 
-    def __init__(self, env_space: spaces.Dict, k: int, hidden: int = 256, image_encoder: str = "cnn"):
+    def __init__(self, env_space: spaces.Dict, k: int, hidden: int = 256, image_encoder: str = "cnn",
+                 state_dim: int = DIRECTION_DIM):
         super().__init__()
-        self.encoder = DictEncoder(prior_space(env_space), hidden, image_encoder)
+        self.state_dim = int(state_dim)
+        self.encoder = DictEncoder(prior_space(env_space, self.state_dim), hidden, image_encoder)
         self.head = nn.Sequential(layer_init(nn.Linear(self.encoder.out_dim, hidden)), nn.ReLU(),
                                   layer_init(nn.Linear(hidden, k), std=0.01))
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        p = prior_obs(obs)
+        p = prior_obs(obs, self.state_dim)
         return self.head(self.encoder({"image": p["image"].float(), "vector": p["vector"].float()}))
 
 

@@ -1,5 +1,5 @@
-"""PTGM pipeline: ``collect`` (BabyAI bot, many missions) → ``codebook`` (hindsight goals + KMeans)
-→ ``pretrain`` (goal-conditioned BC low level + goal priors) → ``train`` (PPO over codebook options
+"""PTGM pipeline: ``collect`` (BabyAI bot, many missions; on Crafter / Craftax an exploring RND agent)
+→ ``codebook`` (hindsight goals + KMeans) → ``pretrain`` (goal-conditioned BC low level + goal priors) → ``train`` (PPO over codebook options
 with the KL-to-prior reward, through the Runner).  Each step reads and writes run directories::
 
     llmguide collect  env=babyai method=ptgm method.collect.episodes=3000 run.name=ptgm-data
@@ -12,6 +12,20 @@ codes: the no-clustering ablation) and ``ptgm_bc_finetune`` (the unconditioned l
 by flat PPO) train from the same ``pretrained`` run.  ``codebook`` writes ``<run>/ptgm/codebook.npz``
 and ``codebook_random.npz`` (same PCA goal space); ``pretrain`` copies both and writes
 ``lowlevel.pt``, ``prior_kmeans.pt``, ``prior_random.pt`` and ``manifest.json`` into ``<run>/ptgm/``.
+
+Craftax (``env=craftax``, one batched JAX env)::
+
+    llmguide collect  env=craftax num_envs=64 method=ptgm method.collect.agent_steps=200000 run.name=cx-data
+    llmguide codebook env=craftax method=ptgm method.data=runs/cx-data run.name=cx-codes
+    llmguide pretrain env=craftax method=ptgm method.data=runs/cx-data method.codebook.run=runs/cx-codes run.name=cx-pre
+    llmguide train    env=craftax num_envs=64 method=ptgm method.pretrained=runs/cx-pre agent.num_steps=4
+
+The data come from an exploring PPO+RND agent (:func:`collect_agent`); goals are the future semantic
+view + inventory (:func:`~llmguide.learners.ptgm_goals.env_goal_features`); the low level and the prior
+see the whole observation vector (no mission in it).  Training wraps the batched env in
+:class:`~llmguide.envs.options.AsyncOptionsVectorEnv` (each env runs its own option; they end at
+different times) and learns with :class:`~llmguide.learners.ptgm_smdp.AsyncOptionPPO`, which sees
+only the envs at decision points (``agent.num_steps`` = finished options per env per update).
 """
 
 from __future__ import annotations
@@ -55,14 +69,15 @@ def _dir(cfg: DictConfig, key: str, sub: str = "") -> Path:
 
 # --- collect --------------------------------------------------------------------------------------
 def collect(cfg: DictConfig) -> int:
-    """BabyAI bot episodes over ``method.collect.tasks`` (round robin) → ``<run>/dataset/`` (llmguide.data format)."""
+    """Task-agnostic episodes → ``<run>/dataset/`` (llmguide.data format): the BabyAI bot over
+    ``method.collect.tasks`` on env=babyai, an exploring PPO agent elsewhere (:func:`collect_agent`)."""
+    if str(cfg.env.name) != "babyai":
+        return collect_agent(cfg)
     from minigrid.utils.baby_ai_bot import BabyAIBot
 
     from llmguide.data import Episode, EpisodeDataset, EpisodeWriter
     from llmguide.envs.babyai_text import ACTION_STRINGS, BabyAIText
 
-    if str(cfg.env.name) != "babyai":
-        raise ConfigError("env", "PTGM's collect uses the BabyAI bot: env=babyai")
     c, seed = cfg.method.collect, int(cfg.seed)
     seed_everything(seed)
     tasks = [str(t) for t in c.tasks]
@@ -108,6 +123,50 @@ def collect(cfg: DictConfig) -> int:
     return 0
 
 
+def collect_agent(cfg: DictConfig) -> int:
+    """Crafter / Craftax: an exploring agent, PPO on ``extrinsic_coef · r_env + intrinsic_coef · RND`` for
+    ``method.collect.agent_steps`` env steps (``num_envs`` envs, ``agent`` settings); every finished
+    episode of its training is saved, so the data mix early (near-random) and later (exploring) play.
+    The default ``extrinsic_coef: 0`` is task-agnostic (RND only: no task reward ever reaches the data);
+    ``> 0`` with ``env.task`` null adds the game's own reward (all 22 achievements), i.e. general play."""
+    import uuid
+
+    from llmguide.data import EpisodeDataset, EpisodeRecorder, EpisodeWriter
+    from llmguide.envs import make_vector_env
+    from llmguide.learners.ppo import PPO
+    from llmguide.rewards.rnd import RND
+
+    c, seed = cfg.method.collect, int(cfg.seed)
+    seed_everything(seed)
+    with open_run(cfg) as run:
+        writer = EpisodeWriter(run.path / "dataset", writer=f"agent-s{seed}-{uuid.uuid4().hex[:6]}",
+                               meta={"env": str(cfg.env.name), "task": cfg.env.get("task"), "seed": seed,
+                                     "collector": "ppo+rnd"})
+        envs = EpisodeRecorder(make_vector_env(cfg.env, int(cfg.num_envs), seed, str(cfg.vector)), writer)
+        try:
+            modules = []
+            if float(c.intrinsic_coef) > 0:
+                modules.append((float(c.intrinsic_coef), RND(envs.single_observation_space, envs.num_envs,
+                                                              gamma=float(cfg.agent.gamma), seed=seed,
+                                                              device=str(cfg.device))))
+            agent = PPO(envs, cfg.agent, reward_modules=modules, extrinsic_coef=float(c.extrinsic_coef), run=run,
+                        seed=seed, device=str(cfg.device))
+            agent.learn(int(c.agent_steps), progress=bool(cfg.progress))
+        finally:
+            envs.close()
+        stats = EpisodeDataset(run.path / "dataset").stats()
+        ach = [e.get("charts/achievements_per_episode") for e in agent.episodes]
+        ach = [a for a in ach if a is not None]
+        summary = {**stats, "collector": "ppo+rnd", "agent_steps": int(agent.global_step),
+                   "saved_by_this_run": envs.saved, "finished_episodes": envs.finished,
+                   "achievements_per_episode_mean": float(np.mean(ach)) if ach else None,
+                   "achievements_per_episode_last10pct": float(np.mean(ach[-max(1, len(ach) // 10):])) if ach else None}
+        run.write_json("collect_summary.json", summary)
+        print(f"collected {envs.saved} agent episodes ({stats['transitions']} transitions) into {run.path / 'dataset'}; "
+              f"achievements/episode {summary['achievements_per_episode_mean']}")
+    return 0
+
+
 class _BotTimeout(Exception):
     pass
 
@@ -130,23 +189,28 @@ def _replan(bot, timeout: float) -> int:
 
 # --- hindsight goals (shared by codebook and pretrain: same seed, same goals) ----------------------
 def goal_data(cfg: DictConfig) -> dict[str, np.ndarray]:
-    """Per step of every episode: image, direction, action and the hindsight goal's features (uint8)."""
+    """Per step of every episode: image (uint8: BabyAI's codes, Craftax's one-hot), the task-agnostic state
+    vector (:func:`~llmguide.learners.ptgm_goals.state_dim`), action and the hindsight goal's features
+    (:func:`~llmguide.learners.ptgm_goals.env_goal_features`)."""
     from llmguide.data import EpisodeDataset
-    from llmguide.learners.ptgm_goals import hindsight_indices
+    from llmguide.learners.ptgm_goals import env_goal_features, hindsight_indices, state_dim
 
-    g = cfg.method.goals
+    g, family = cfg.method.goals, str(cfg.env.name)
     episodes = EpisodeDataset(_dir(cfg, "data")).episodes()
     if not episodes:
         raise ConfigError("method.data", "no readable episodes; run `llmguide collect method=ptgm` first")
     rng = np.random.default_rng(_codebook_seed(cfg))
-    parts: dict[str, list[np.ndarray]] = {"image": [], "direction": [], "action": [], "goal": []}
+    weight = float(g.get("vector_weight", 9.0))
+    parts: dict[str, list[np.ndarray]] = {"image": [], "state": [], "action": [], "goal": []}
     for ep in episodes:
         image = np.asarray(ep.obs["image"], np.uint8)
+        vector = np.asarray(ep.obs["vector"], np.float32)
+        sdim = state_dim(family, vector.shape[1])
         idx = hindsight_indices(len(ep), rng, int(g.horizon_min), int(g.horizon_max))
         parts["image"].append(image[:-1])
-        parts["direction"].append(np.asarray(ep.obs["vector"], np.float32)[:-1, :4])
+        parts["state"].append(vector[:-1, :sdim])
         parts["action"].append(np.asarray(ep.actions, np.int64))
-        parts["goal"].append(image[idx].reshape(len(idx), -1))
+        parts["goal"].append(env_goal_features(image[idx], vector[idx], family, weight))
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
@@ -200,8 +264,9 @@ def pretrain(cfg: DictConfig) -> int:
     data = goal_data(cfg)
     emb = _embed(books["kmeans"], data["goal"])
     probe = make_env(cfg.env, seed)
-    env_space = probe.observation_space
+    env_space, n_actions = probe.observation_space, int(probe.action_space.n)
     probe.close()
+    sdim = int(data["state"].shape[1])
     with open_run(cfg) as run:
         out = run.path / "ptgm"
         out.mkdir(parents=True, exist_ok=True)
@@ -209,24 +274,25 @@ def pretrain(cfg: DictConfig) -> int:
             shutil.copy(src / name, out / name)
         ll = m.lowlevel
         enc = str(cfg.agent.get("image_encoder", "cnn") or "cnn")
-        net = make_lowlevel(lowlevel_space(env_space, emb.shape[1]), 6, int(ll.hidden), enc)
-        bc = train_lowlevel(net, data["image"], data["direction"], emb, data["action"], p_uncond=float(ll.p_uncond),
+        net = make_lowlevel(lowlevel_space(env_space, emb.shape[1], sdim), n_actions, int(ll.hidden), enc)
+        bc = train_lowlevel(net, data["image"], data["state"], emb, data["action"], p_uncond=float(ll.p_uncond),
                             epochs=int(ll.epochs), batch_size=int(ll.batch_size), lr=float(ll.lr), seed=seed)
         atomic_torch_save({"net": net.state_dict(), "goal_dim": int(emb.shape[1]), "hidden": int(ll.hidden),
-                           "n_actions": 6, "image_encoder": enc}, out / "lowlevel.pt")
+                           "n_actions": n_actions, "image_encoder": enc, "state_dim": sdim}, out / "lowlevel.pt")
         summary: dict[str, Any] = {"samples": int(len(emb)), "goal_dim": int(emb.shape[1]), "lowlevel": bc}
         p = m.prior
         for kind, book in books.items():
             e = emb if kind == "kmeans" else _embed(book, data["goal"])
             targets = book.assign(e) if p.soft_temperature is None else book.soft_assign(e, float(p.soft_temperature))
-            prior = GoalPrior(env_space, book.k, int(p.hidden), enc)
-            summary[f"prior_{kind}"] = train_prior(prior, data["image"], data["direction"], targets,
+            prior = GoalPrior(env_space, book.k, int(p.hidden), enc, sdim)
+            summary[f"prior_{kind}"] = train_prior(prior, data["image"], data["state"], targets,
                                                    epochs=int(p.epochs), batch_size=int(p.batch_size),
                                                    lr=float(p.lr), seed=seed)
-            atomic_torch_save({"net": prior.state_dict(), "k": book.k, "hidden": int(p.hidden), "image_encoder": enc},
-                              out / f"prior_{kind}.pt")
+            atomic_torch_save({"net": prior.state_dict(), "k": book.k, "hidden": int(p.hidden), "image_encoder": enc,
+                               "state_dim": sdim}, out / f"prior_{kind}.pt")
         run.write_json("ptgm/manifest.json", {**summary, "data": str(_dir(cfg, "data")), "codebook": str(src.parent),
-                                              "seed": seed, "lowlevel_hidden": int(ll.hidden), "image_encoder": enc})
+                                              "seed": seed, "lowlevel_hidden": int(ll.hidden), "image_encoder": enc,
+                                              "env": str(cfg.env.name), "state_dim": sdim, "n_actions": n_actions})
         last = bc["history"][-1] if bc["history"] else {}
         print(f"pretrain: low level {json.dumps(last)}; priors "
               f"{ {k: summary[f'prior_{k}']['history'][-1] for k in books} } -> {out}")
@@ -257,6 +323,13 @@ class PTGMRecipe(Recipe):
             raise ConfigError("method.option_steps", f"must be >= 1, got {m.option_steps}")
 
     @property
+    def async_options(self) -> bool:
+        """Options per env on the batched env (``method.async_options``; null: env=craftax, whose envs all
+        step in one call) or synchronous options over per-env sub-envs (BabyAI)."""
+        value = self.cfg.method.get("async_options")
+        return str(self.cfg.env.name) == "craftax" if value is None else bool(value)
+
+    @property
     def pre(self) -> Path:
         """``<method.pretrained>/ptgm``, the pretrain run's files."""
         return _dir(self.cfg, "pretrained", "ptgm/manifest.json") / "ptgm"
@@ -264,7 +337,7 @@ class PTGMRecipe(Recipe):
     def _load(self, env_space) -> None:
         import torch
 
-        from llmguide.envs.options import lowlevel_space
+        from llmguide.envs.options import DIRECTION_DIM, lowlevel_space
         from llmguide.learners.ptgm_goals import GoalCodebook
         from llmguide.learners.ptgm_models import GoalPrior, make_lowlevel
 
@@ -275,12 +348,14 @@ class PTGMRecipe(Recipe):
         self.book = GoalCodebook.load(self.pre / ("codebook.npz" if kind == "kmeans" else "codebook_random.npz"))
         ll = torch.load(self.pre / "lowlevel.pt", map_location="cpu", weights_only=True)
         self.goal_dim = int(ll["goal_dim"])
-        self.lowlevel = make_lowlevel(lowlevel_space(env_space, self.goal_dim), int(ll["n_actions"]), int(ll["hidden"]),
-                                      str(ll["image_encoder"]))
+        self.state_dim = int(ll.get("state_dim", DIRECTION_DIM))
+        self.lowlevel = make_lowlevel(lowlevel_space(env_space, self.goal_dim, self.state_dim), int(ll["n_actions"]),
+                                      int(ll["hidden"]), str(ll["image_encoder"]))
         self.lowlevel.load_state_dict(ll["net"])
         self.lowlevel.eval()
         pr = torch.load(self.pre / f"prior_{kind}.pt", map_location="cpu", weights_only=True)
-        self.prior = GoalPrior(env_space, int(pr["k"]), int(pr["hidden"]), str(pr["image_encoder"]))
+        self.prior = GoalPrior(env_space, int(pr["k"]), int(pr["hidden"]), str(pr["image_encoder"]),
+                               int(pr.get("state_dim", DIRECTION_DIM)))
         self.prior.load_state_dict(pr["net"])
         self.prior.eval()
 
@@ -292,8 +367,9 @@ class PTGMRecipe(Recipe):
         self._load(env.observation_space)
         m = self.cfg.method
         if str(m.mode) == "bc_finetune":
-            return GoalObservation(env, self.goal_dim)
-        actor = LowLevelActor(self.lowlevel, self.goal_dim, float(m.lowlevel.cfg_scale), bool(m.lowlevel.greedy), seed)
+            return GoalObservation(env, self.goal_dim, state_dim=self.state_dim)
+        actor = LowLevelActor(self.lowlevel, self.goal_dim, float(m.lowlevel.cfg_scale), bool(m.lowlevel.greedy), seed,
+                              self.state_dim)
         return OptionsWrapper(env, actor, self.book.codes(str(m.goal_source)), int(m.option_steps))
 
     def _make(self, seed: int):
@@ -306,19 +382,36 @@ class PTGMRecipe(Recipe):
 
         from llmguide.envs import make_env
         from llmguide.envs.options import OptionsVectorEnv
-        from llmguide.learners.ptgm_models import KLToPrior, LowLevelActor
+        from llmguide.learners.ptgm_models import LowLevelActor
 
         cfg, m = self.cfg, self.cfg.method
         self._load(envs.single_observation_space)
+        if self.async_options:   # a batched env (Craftax): wrapped as it is, options per env (ends differ)
+            from llmguide.envs.options import AsyncOptionsVectorEnv, GoalObservationVector
+
+            if str(m.mode) == "options":
+                actor = LowLevelActor(self.lowlevel, self.goal_dim, float(m.lowlevel.cfg_scale),
+                                      bool(m.lowlevel.greedy), int(cfg.seed), self.state_dim)
+                venv = AsyncOptionsVectorEnv(envs, actor.batch, self.book.codes(str(m.goal_source)),
+                                             int(m.option_steps))
+            else:
+                venv = GoalObservationVector(envs, self.goal_dim, self.state_dim)
+            return self._parts(venv)
         envs.close()   # replaced by the method's envs (in-process: they share the frozen low level)
         seeds = [int(cfg.seed) + i for i in range(int(cfg.num_envs))]
         if str(m.mode) == "options":   # one batched low-level pass per env step over the N envs
             actor = LowLevelActor(self.lowlevel, self.goal_dim, float(m.lowlevel.cfg_scale), bool(m.lowlevel.greedy),
-                                  int(cfg.seed))
+                                  int(cfg.seed), self.state_dim)
             venv = OptionsVectorEnv([partial(make_env, cfg.env, s) for s in seeds], actor.batch,
                                     self.book.codes(str(m.goal_source)), int(m.option_steps))
         else:
             venv = SyncVectorEnv([partial(self._make, s) for s in seeds], autoreset_mode=AutoresetMode.SAME_STEP)
+        return self._parts(venv)
+
+    def _parts(self, venv: Any) -> Parts:
+        from llmguide.learners.ptgm_models import KLToPrior
+
+        m = self.cfg.method
         parts = Parts(venv, extrinsic_coef=float(m.extrinsic_coef), closers=[venv.close])
         if str(m.mode) == "options":
             self.kl = KLToPrior(self.prior, str(m.kl.direction))
@@ -336,7 +429,13 @@ class PTGMRecipe(Recipe):
         kwargs = dict(reward_modules=parts.modules, extrinsic_coef=parts.extrinsic_coef, run=run,
                       seed=int(cfg.seed), device=str(cfg.device))
         if str(cfg.method.mode) == "options":
-            agent = OptionPPO(parts.envs, cfg.agent, **kwargs)
+            if self.async_options:
+                from llmguide.learners.ptgm_smdp import AsyncOptionPPO
+
+                agent = AsyncOptionPPO(parts.envs, cfg.agent, option_discount=str(cfg.method.option_discount),
+                                       **kwargs)
+            else:
+                agent = OptionPPO(parts.envs, cfg.agent, **kwargs)
             if getattr(self, "kl", None) is not None:
                 self.kl.policy = agent.net
                 if self.kl_in_loss:
