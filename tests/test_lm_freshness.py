@@ -180,7 +180,29 @@ def test_fresh_fraction_counts_steps_whose_current_signature_has_an_answer():
     assert service.fresh == [3, 6]
     assert sug.metrics()["ellm/fresh_fraction"] == pytest.approx(0.5)
     # the memo hit released env 1's request for the water state (the service may drop it)
-    assert ("ellm", id(sug), 1) in service.released
+    assert ("ellm", id(sug), 1, 0) in service.released
+
+
+@pytest.mark.parametrize("keep_left", [0, 2])
+def test_states_an_env_left_stay_queued_only_with_keep_left(keep_left):
+    """One env walks A -> B -> C -> D while the LM is busy: with keep_left=0 the service drops the states it
+    left (only D, the one it is in, is answered); with keep_left=2 its 2 newest left states (B, C) stay
+    queued and are answered too, so a later return to them is fresh; the oldest (A) ages out."""
+    lm, service = _blocked_service(max_queue=64)
+    template = load_template("ellm_goal_score")
+    sug = GoalSuggester("score", 1, VOCAB, service=service, template=template, top_k=2, warm_start=False,
+                        keep_left=keep_left, max_pending=8)
+    captions = [f"You see {obj}. You face {obj}." for obj in ("tree", "water", "cow", "stone")]
+    for caption in captions:
+        sug.observe(0, {"caption": caption})
+        sug.poll()
+    lm.gate.set()
+    wait_until(lambda: sug.pending() == 0, poll_fn=sug.poll)
+    answered = [caption for caption in captions if state_signature(caption) in sug._memo]
+    expected = captions[3:] if keep_left == 0 else captions[1:]
+    assert answered == expected
+    assert sug.stats.dropped == 3 - len(expected) + 1
+    service.close()
 
 
 def test_the_suggester_passes_visit_counts_as_priority():

@@ -173,6 +173,7 @@ class GoalSuggester:
         parse_stats: Any = None,
         max_pending: int | None = None,
         warm_start: bool = True,
+        keep_left: int = 0,
     ):
         if mode not in SUGGESTERS:
             raise ValueError(f"suggester mode must be one of {SUGGESTERS}, got {mode!r}")
@@ -195,7 +196,13 @@ class GoalSuggester:
         self.parse_stats = parse_stats
         # at most this many states wait for an answer; newer states are asked when a slot frees,
         # so a slow LM works on the states the envs are in now, not on a backlog of old ones
-        self.max_pending = max_pending or 2 * num_envs
+        # keep_left: unanswered states an env has left that stay queued (its newest ones; 0: dropped at
+        # once). The LM then answers the most-visited states, not only those the envs are in right now.
+        if keep_left < 0:
+            raise ValueError(f"keep_left must be >= 0, got {keep_left}")
+        self.keep_left = int(keep_left)
+        self.max_pending = max_pending or (self.keep_left + 2) * num_envs
+        self._asked = [0] * num_envs   # requests env i has made: rotates its owner slot
         self.stats = SuggestionStats()
         self._memo: OrderedDict[StateSignature, list[str]] = OrderedDict()
         self._inflight: dict[StateSignature, tuple[Future, dict]] = {}
@@ -346,13 +353,15 @@ class GoalSuggester:
         self._flush_seen()
 
     # -- internals -----------------------------------------------------------------------
-    def _owner(self, i: int) -> tuple[str, int, int]:
-        return ("ellm", id(self), i)
+    def _owner(self, i: int, slot: int = 0) -> tuple[str, int, int, int]:
+        """Env ``i`` owns ``keep_left + 1`` queued requests, one per slot; a new one takes the oldest's slot."""
+        return ("ellm", id(self), i, slot)
 
     def _release(self, i: int) -> None:
-        """Env ``i`` no longer needs its queued request (the service drops it if no other env does)."""
+        """Env ``i`` left its unanswered state: with ``keep_left=0`` the service drops the request if no other
+        env wants it; otherwise it stays queued (and ages out of env ``i``'s slots)."""
         release = getattr(self.service, "release", None)
-        if release is not None:
+        if release is not None and self.keep_left == 0:
             release(self._owner(i))
 
     def _ask(self, sig: StateSignature, info: dict, i: int) -> None:
@@ -377,7 +386,8 @@ class GoalSuggester:
         kind, req = self._request(sig)
         extra: dict[str, Any] = {}
         if i is not None and hasattr(self.service, "release"):
-            extra = {"owner": self._owner(i), "priority": float(self._visits.get(sig, 1))}
+            slot, self._asked[i] = self._asked[i] % (self.keep_left + 1), self._asked[i] + 1
+            extra = {"owner": self._owner(i, slot), "priority": float(self._visits.get(sig, 1))}
         if kind == "generate":
             return self.service.submit_generate(req.pop("prompt"), **req, **extra)
         return self.service.submit_score(req["context"], req["candidates"], normalize=req["normalize"], **extra)
