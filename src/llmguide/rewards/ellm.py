@@ -123,6 +123,10 @@ def state_signature(caption: str, count_cap: int = COUNT_CAP) -> StateSignature:
     )
 
 
+# states an env is in now are answered before states all envs have left (``keep_left``)
+CURRENT_STATE_PRIORITY = 1e6
+
+
 # --- suggestion statistics -----------------------------------------------------------------
 @dataclass
 class SuggestionStats:
@@ -230,6 +234,7 @@ class GoalSuggester:
         sig = state_signature(str(info.get("caption", "")))
         if sig == self._sig[i]:
             return
+        self._leave(self._sig[i])
         self._sig[i] = sig
         self.stats.requests += 1
         if sig in self._memo:
@@ -286,7 +291,7 @@ class GoalSuggester:
             visits = self._visits[sig] = self._visits.get(sig, 0) + 1
             if sig in self._inflight:   # most-visited first: the priority follows the visit count
                 if hasattr(self.service, "reprioritize"):
-                    self.service.reprioritize(self._inflight[sig][0], visits)
+                    self.service.reprioritize(self._inflight[sig][0], CURRENT_STATE_PRIORITY + visits)
             else:
                 self._ask(sig, self._info[i], i)  # not asked yet (no free slot), dropped, or the request failed
             if self._goals[i]:
@@ -357,6 +362,14 @@ class GoalSuggester:
         """Env ``i`` owns ``keep_left + 1`` queued requests, one per slot; a new one takes the oldest's slot."""
         return ("ellm", id(self), i, slot)
 
+    def _leave(self, old: StateSignature | None) -> None:
+        """An env left ``old``: if it is still queued (``keep_left``) and no env is in it, it waits behind
+        every state an env is in now (priority: its visit count, without the current-state bonus)."""
+        if self.keep_left == 0 or old is None or old not in self._inflight:
+            return
+        if sum(1 for s in self._sig if s == old) <= 1 and hasattr(self.service, "reprioritize"):
+            self.service.reprioritize(self._inflight[old][0], float(self._visits.get(old, 1)))
+
     def _release(self, i: int) -> None:
         """Env ``i`` left its unanswered state: with ``keep_left=0`` the service drops the request if no other
         env wants it; otherwise it stays queued (and ages out of env ``i``'s slots)."""
@@ -387,7 +400,7 @@ class GoalSuggester:
         extra: dict[str, Any] = {}
         if i is not None and hasattr(self.service, "release"):
             slot, self._asked[i] = self._asked[i] % (self.keep_left + 1), self._asked[i] + 1
-            extra = {"owner": self._owner(i, slot), "priority": float(self._visits.get(sig, 1))}
+            extra = {"owner": self._owner(i, slot), "priority": CURRENT_STATE_PRIORITY + self._visits.get(sig, 1)}
         if kind == "generate":
             return self.service.submit_generate(req.pop("prompt"), **req, **extra)
         return self.service.submit_score(req["context"], req["candidates"], normalize=req["normalize"], **extra)
