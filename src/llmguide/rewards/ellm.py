@@ -198,10 +198,10 @@ class GoalSuggester:
         self.grade_map = grade_map or (lambda g: g if g in self.vocabulary else None)
         self.memo_size = memo_size
         self.parse_stats = parse_stats
-        # at most this many states wait for an answer; newer states are asked when a slot frees,
-        # so a slow LM works on the states the envs are in now, not on a backlog of old ones
         # keep_left: unanswered states an env has left that stay queued (its newest ones; 0: dropped at
-        # once). The LM then answers the most-visited states, not only those the envs are in right now.
+        # once). They wait behind every state an env is in now, so the LM spends only its idle time on
+        # them (recipes default to 4: fresh 0.83 vs 0.79 with 0, same steps/s, benchmarks/lm_guidance.py).
+        # At most max_pending states wait for an answer; newer ones are asked when a slot frees.
         if keep_left < 0:
             raise ValueError(f"keep_left must be >= 0, got {keep_left}")
         self.keep_left = int(keep_left)
