@@ -11,6 +11,15 @@ success rate of finished training episodes over ``--bins`` equal step bins) and 
 Phases can be run separately (``--phase collect|label|train|report``); runs that exist are kept.
 
     nice python benchmarks/bk.py --task GoToLocal-RedBall-S20 --seeds 3 --steps 300000 --jobs 2
+
+Crafter single tasks (``--env crafter`` or ``--env craftax``, Craftax-Classic in JAX): the data is
+RND-driven PPO on the env with all achievements (``env.task=null``), the arms train on ``--task``
+(e.g. ``place_table``; reward 1 and episode end on success), ``agent.image_encoder=flat``; results go
+to ``<results>/bk_<env>.{md,json,png}`` and runs to ``runs/bench-bk-<env>`` (the BabyAI default path
+and ``bk.json`` are unchanged)::
+
+    nice python benchmarks/bk.py --env craftax --task place_table --num-envs 64 --num-steps 64 \
+        --steps 300000 --arms ppo,bk_code-oracle,bk_pref-oracle,bk_goal-oracle
 """
 
 from __future__ import annotations
@@ -31,10 +40,19 @@ VARIANTS = ("bk_code", "bk_pref", "bk_goal")
 LMS = ("oracle", "embedded")
 ARMS = ("ppo", *(f"{v}-{lm}" for lm in LMS for v in VARIANTS))
 PPO = ["agent.lr=3e-4", "agent.anneal_lr=false", "agent.clip_coef=0.1", "agent.num_steps=128"]
+ENVS = ("babyai", "crafter", "craftax")
+CRAFTER_FAMILY = ("crafter", "craftax")
+# per env: task, collection task, extra overrides of every run (Crafter: the cheap flat encoder on the symbolic view)
+ENV_DEFAULTS = {"babyai": ("GoToLocal-RedBall-S20", "Pretraining-S20", []),
+                "crafter": ("place_table", "null", ["agent.image_encoder=flat"]),
+                "craftax": ("place_table", "null", ["agent.image_encoder=flat"])}
 
 
 def common(args: argparse.Namespace) -> list[str]:
-    return ["env=babyai", f"num_envs={args.num_envs}", *PPO, "progress=false", f"run.dir={args.out}"]
+    if args.env == "babyai":
+        return ["env=babyai", f"num_envs={args.num_envs}", *PPO, "progress=false", f"run.dir={args.out}"]
+    return [f"env={args.env}", f"num_envs={args.num_envs}", *PPO, f"agent.num_steps={args.num_steps}",
+            *ENV_DEFAULTS[args.env][2], "progress=false", f"run.dir={args.out}"]
 
 
 def cli(verb: str, overrides: list[str], log: Path) -> tuple[int, float]:
@@ -208,7 +226,8 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
               "collect": {"task": args.collect_task, "steps": args.collect_steps},
               "train_run_minutes_total": round(run_minutes, 1), "driver_seconds": round(seconds)}
     args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "bk.json").write_text(json.dumps(result, indent=1) + "\n")
+    result["env"] = args.env
+    (args.results / f"{args.stem}.json").write_text(json.dumps(result, indent=1) + "\n")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for arm, a in arms.items():
         if "curve" in a:
@@ -217,33 +236,39 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
             ax.fill_between(c["steps"], c["ci95_low"], c["ci95_high"], alpha=0.15)
     ax.set_xlabel("env steps")
     ax.set_ylabel("training success rate (95% bootstrap CI over seeds)")
-    ax.set_title(f"BK vs PPO, BabyAI-Text {args.task}")
+    ax.set_title(f"BK vs PPO, {args.env_label} {args.task}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(args.results / "bk.png", dpi=100)
+    fig.savefig(args.results / f"{args.stem}.png", dpi=100)
     table = ["| arm | success AUC, mean [95% CI] | seeds | per seed | steps/s | min/run | Φ factor | "
              "mean \\|F\\| per rollout | steps to 0.8 success, per seed |", "|---|---|---|---|---|---|---|---|---|", *rows]
     labels_md = [f"- `{arm}`: " + json.dumps({k: v for k, v in a.get("label_summary", {}).items()
                                               if not str(k).startswith("parse/")}, default=str)
                  for arm, a in arms.items() if "label_summary" in a]
-    md = [f"# BK vs PPO on BabyAI-Text {args.task}", "",
-          f"Budget: {args.steps} env steps per run, seeds {args.seed_list}, {args.num_envs} envs × 128 steps, "
+    md = [f"# BK vs PPO on {args.env_label} {args.task}", "",
+          f"Budget: {args.steps} env steps per run, seeds {args.seed_list}, {args.num_envs} envs × "
+          f"{args.num_steps if args.env != 'babyai' else 128} steps, "
           f"PPO lr 3e-4 constant, clip 0.1, extrinsic_coef 10 for every arm. Data: RND-driven PPO on "
           f"{args.collect_task} ({args.collect_steps} steps per collection seed). Value per seed: success AUC "
           f"(mean training success rate over {args.bins} equal step bins); 95% CIs: percentile bootstrap over "
           f"seeds. Training compute: {run_minutes:.0f} run-minutes in total (2 runs at a time, niced, "
-          f"1 torch thread each, on a 2-core box shared with other sessions).", "", *table, "", *short_md, "![success](bk.png)", "",
+          f"1 torch thread each, on a 2-core box shared with other sessions).", "", *table, "", *short_md, f"![success]({args.stem}.png)", "",
           "Labelling summaries:", "", *labels_md, ""]
     if args.notes and args.notes.exists():
         md += ["", args.notes.read_text().strip(), ""]
-    (args.results / "bk.md").write_text("\n".join(md))
+    (args.results / f"{args.stem}.md").write_text("\n".join(md))
     print("\n".join(md))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", "--env-id", dest="task", default="GoToLocal-RedBall-S20")
-    p.add_argument("--collect-task", default="Pretraining-S20")
+    p.add_argument("--env", default="babyai", choices=ENVS,
+                   help="env group: babyai (BabyAI-Text), crafter, or craftax (Craftax-Classic, JAX, batched)")
+    p.add_argument("--task", "--env-id", dest="task", default=None,
+                   help="training task (default: GoToLocal-RedBall-S20 on babyai, place_table on crafter/craftax)")
+    p.add_argument("--collect-task", default=None,
+                   help="collection task (default: Pretraining-S20 on babyai, null = all achievements on Crafter)")
+    p.add_argument("--num-steps", type=int, default=128, help="PPO rollout length per env (crafter/craftax)")
     p.add_argument("--steps", type=int, default=300_000, help="PPO env steps per run")
     p.add_argument("--collect-steps", type=int, default=65_536)
     p.add_argument("--seeds", type=int, default=3)
@@ -260,11 +285,18 @@ def main() -> None:
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {ARMS}")
     p.add_argument("--train-arms", default=None, help="arms to train (default: --arms)")
     p.add_argument("--phase", default="all", choices=("all", "collect", "label", "train", "report"))
-    p.add_argument("--notes", type=Path, default=Path("benchmarks/results/bk_notes.md"),
-                   help="hand-written discussion appended to bk.md")
-    p.add_argument("--out", type=Path, default=Path("runs/bench-bk"))
+    p.add_argument("--notes", type=Path, default=None,
+                   help="hand-written discussion appended to the .md (default: benchmarks/results/<stem>_notes.md)")
+    p.add_argument("--out", type=Path, default=None, help="runs directory (default: runs/bench-bk[-<env>])")
     p.add_argument("--results", type=Path, default=Path("benchmarks/results"))
     args = p.parse_args()
+    task, collect_task, _ = ENV_DEFAULTS[args.env]
+    args.task = args.task or task
+    args.collect_task = args.collect_task or collect_task
+    args.stem = "bk" if args.env == "babyai" else f"bk_{args.env}"     # results file names
+    args.env_label = {"babyai": "BabyAI-Text", "crafter": "Crafter", "craftax": "Craftax-Classic"}[args.env]
+    args.out = args.out or Path("runs/bench-bk" if args.env == "babyai" else f"runs/bench-bk-{args.env}")
+    args.notes = args.notes or Path(f"benchmarks/results/{args.stem}_notes.md")
     args.arms = [a for a in args.arms.split(",") if a]
     args.seed_list = list(range(args.seeds))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,7 @@ from llmguide.envs.crafter import (
     ITEMS,
     SEMANTIC_NAMES,
     CrafterOracle,
+    CrafterText,
     _prerequisites,
     _task_name,
 )
@@ -309,6 +310,8 @@ class CraftaxText(gym.Env):
         self.task = self._vec.task
         self.observation_space = self._vec.single_observation_space
         self.action_space = self._vec.single_action_space
+        # the action strings of the action space (Crafter's 17 primitive names: same order as Craftax's enum)
+        self.action_strings = list(getattr(self._vec, "action_strings", None) or CrafterText.action_strings)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

@@ -362,6 +362,23 @@ class CrafterOracle(Oracle):
         owned = {f"make {k.replace('_', ' ')}" for k in constants.make if have.get(k, 0) > 0}
         return [g for g in self.goals if g in feasible and g not in owned]
 
+    # BK oracle knowledge (llm=oracle answering BK's labelling prompts; see envs/crafter_bk.py), from
+    # ``requirements`` (so Craftax-Classic's oracle answers with its own recipe costs)
+    def bk_program(self, mission: str = "") -> str:
+        from llmguide.envs.crafter_bk import oracle_program
+
+        return oracle_program(mission, self)
+
+    def bk_progress(self, captions: list[str], mission: str) -> float:
+        from llmguide.envs.crafter_bk import window_progress
+
+        return window_progress(captions, mission, self)
+
+    def bk_goals(self, mission: str) -> list[str]:
+        from llmguide.envs.crafter_bk import oracle_goals
+
+        return oracle_goals(mission, self)
+
 
 def make_crafter(env_cfg: Any, seed: int | None = None) -> gym.Env:
     """Build :class:`CrafterText` from an ``env`` config (keys obs, task, max_steps, size), with ELLM's

@@ -5,7 +5,7 @@ is the rest of the **last line that starts with** ``Caption:``.  A prompt withou
 whole as the caption; that fallback is counted in ``stats["no_caption"]`` and logged.
 
 BK labelling prompts (``llm/prompts/bk_*.txt``) get ground-truth answers when the env family's oracle
-has BK knowledge (``bk_program``, ``bk_progress``, ``bk_goals``; BabyAI has): BK-Code gets the
+has BK knowledge (``bk_program``, ``bk_progress``, ``bk_goals``; BabyAI, Crafter and Craftax have): BK-Code gets the
 oracle program, BK-Pref ranks the two segments by ground-truth progress towards the target of
 ``task_mission`` (e.g. "go to the red ball"), BK-Goal gets the oracle goal library for it.
 The BK pipeline sets ``task_mission`` from the env's task; the LM arms never see it.
@@ -21,6 +21,7 @@ goes through exactly the code path of an LM labeller.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 from collections.abc import Sequence
@@ -134,7 +135,7 @@ class OracleLM(LanguageModel):
     def _bk_answer(self, prompt: str) -> str | None:
         """Ground-truth answer to a BK labelling prompt, or None if ``prompt`` is not one."""
         if "def potential(obs, caption)" in prompt and hasattr(self.oracle, "bk_program"):
-            return f"```python\n{self.oracle.bk_program()}```"
+            return f"```python\n{self._bk_program()}```"
         if "Segment A:" in prompt and "Segment B:" in prompt and hasattr(self.oracle, "bk_progress"):
             head, _, tail = prompt.partition("Segment B:")
             a, b = (self.oracle.bk_progress(_window_captions(part), self.task_mission or "")
@@ -144,6 +145,12 @@ class OracleLM(LanguageModel):
         if "Current goal list:" in prompt and hasattr(self.oracle, "bk_goals"):
             return "\n".join(f"- {g}" for g in self.oracle.bk_goals(self.task_mission or ""))
         return None
+
+    def _bk_program(self) -> str:
+        """The oracle's BK-Code program; an oracle whose ``bk_program`` takes the mission (Crafter's: the
+        program is written for the task) is given ``task_mission``."""
+        takes_mission = bool(inspect.signature(self.oracle.bk_program).parameters)
+        return self.oracle.bk_program(self.task_mission or "") if takes_mission else self.oracle.bk_program()
 
 
 _STEP = re.compile(r"^(?:Step \d+|Current observation): (.*?)(?:\. You choose the action: .*)?\.?$")

@@ -40,7 +40,7 @@ def task_mission(cfg: DictConfig) -> str:
 def _label_code(cfg, bk, lm, episodes, out, rng) -> tuple[dict[str, Any], list[str], str | None]:
     k = cfg.method.code
     states = bk.sample_states(episodes, int(_positive(cfg, "code.sample_states")), rng)
-    notes = bk.BABYAI_NOTES if str(cfg.env.name) == "babyai" else ""
+    notes = bk.env_notes(str(cfg.env.name))
     res = bk.write_potential_code(lm, states, make_sandbox(cfg, out / "scratch"), out, env_notes=notes,
                                   iterations=int(_positive(cfg, "code.iterations")),
                                   fix_retries=int(k.fix_retries), max_tokens=int(k.max_tokens),

@@ -17,12 +17,17 @@ discounted sum, as the reference.  A labelling step that yields nothing usable r
 
 from llmguide.rewards.bk_code import (  # noqa: F401
     BABYAI_NOTES,
+    BATCH_FUNCTION,
+    CRAFTER_NOTES,
     ZERO_PROGRAM,
     CodePotential,
     CodeResult,
+    check_batch_function,
     describe_obs,
+    env_notes,
     extract_code,
     sample_states,
+    stack_states,
     write_potential_code,
 )
 from llmguide.rewards.bk_common import (  # noqa: F401

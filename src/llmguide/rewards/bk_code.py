@@ -30,6 +30,7 @@ from llmguide.sandbox import Sandbox
 log = logging.getLogger(__name__)
 
 ZERO_PROGRAM = "def potential(obs, caption):\n    return 0.0\n"
+BATCH_FUNCTION = "potential_batch"     # optional vectorised form: potential_batch(obs_batch, captions) -> (B,)
 IMPORT_HEADER = "import math\nimport re\n\nimport numpy as np\n\n"   # as the reference's fixed header
 
 
@@ -64,6 +65,43 @@ def potential(obs, caption):
     return float(objects.sum()) / 10.0
 ```
 """
+
+CRAFTER_NOTES = """Notes on obs for this game (Crafter): obs['image'][c, row, col] is one-hot over 19 channels
+(what is on each tile of the 7x9 view): 0 unknown, 1 water, 2 grass, 3 stone, 4 path, 5 sand, 6 tree,
+7 lava, 8 coal, 9 iron, 10 diamond, 11 table, 12 furnace, 13 player, 14 cow, 15 zombie, 16 skeleton,
+17 arrow, 18 plant. The player is at row 3, column 4.
+obs['vector'][:16] * 9 is the inventory count of: health, food, drink, energy, sapling, wood, stone,
+coal, iron, diamond, wood_pickaxe, stone_pickaxe, iron_pickaxe, wood_sword, stone_sword, iron_sword;
+obs['vector'][16:20] the facing direction (one-hot), [20] sleeping, [21] daylight.
+
+Complete this skeleton (keep the signature; return a float):
+```python
+import numpy as np
+
+def potential(obs, caption):
+    image = np.asarray(obs["image"])      # shape (19, 7, 9)
+    inventory = np.rint(np.asarray(obs["vector"])[:16] * 9)
+    score = 0.0
+    # ... your idea of progress here ...
+    return float(score)
+```
+
+Example of a valid program (a different idea: prefer full vitals and water in view):
+```python
+import numpy as np
+
+def potential(obs, caption):
+    image = np.asarray(obs["image"])
+    vitals = np.asarray(obs["vector"])[:4]             # health, food, drink, energy (/9)
+    return float(vitals.mean()) + 0.1 * float(image[1].sum() > 0)
+```
+"""
+
+
+def env_notes(env_name: str) -> str:
+    """The obs notes, skeleton and few-shot example shown to the LM for an env family ("" if none)."""
+    return {"babyai": BABYAI_NOTES, "crafter": CRAFTER_NOTES, "craftax": CRAFTER_NOTES}.get(str(env_name), "")
+
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
 
@@ -148,6 +186,8 @@ def write_potential_code(lm: LanguageModel, states: Sequence[tuple[dict, str]], 
                     elif res.ok and len(states) > 1 and len(set(values)) == 1:
                         error = (f"the function returned the same value {values[0]} for all {len(states)} states; "
                                  "a constant potential is useless: make it depend on obs (see the example)")
+                    elif res.ok and f"def {BATCH_FUNCTION}" in code:
+                        error = check_batch_function(code, states, res.values, sandbox)
                     (out / f"code-{it}-{attempt}.py").write_text(code)
                 step = {"iteration": it, "attempt": attempt, "prompt_version": version, "answer": completion.text,
                         "code": code, "ok": error is None, "error": error, "values": values}
@@ -185,8 +225,34 @@ def write_potential_code(lm: LanguageModel, states: Sequence[tuple[dict, str]], 
     return result
 
 
+def stack_states(states: Sequence[tuple[dict, str]]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """``(obs, caption)`` states as batch columns: stacked observation arrays and the captions."""
+    keys = list(states[0][0]) if states else []
+    return {k: np.stack([np.asarray(o[k]) for o, _ in states]) for k in keys}, [str(c) for _, c in states]
+
+
+def check_batch_function(code: str, states: Sequence[tuple[dict, str]], values: np.ndarray,
+                         sandbox: Sandbox) -> str | None:
+    """None if the program's ``potential_batch`` gives ``values`` (``potential`` per state) on ``states``,
+    else the error for the LM (training uses the batch function, so it must agree)."""
+    res = sandbox.evaluate_batch(code, "potential", stack_states(states), batch_function=BATCH_FUNCTION)
+    if not res.batched:
+        return f"`{BATCH_FUNCTION}` failed on a batch of the states:\n{res.batch_error or res.error}"
+    bad = np.flatnonzero(~np.isclose(res.values, values, rtol=1e-5, atol=1e-6))
+    if len(bad):
+        return (f"`{BATCH_FUNCTION}` disagrees with `potential` on {len(bad)} of {len(states)} states "
+                f"(e.g. {float(res.values[bad[0]]):.4g} vs {float(values[bad[0]]):.4g}); remove it or fix it")
+    return None
+
+
 class CodePotential:
-    """Φ from an LM-written ``potential(obs, caption)``, evaluated in the sandbox, one call per batch."""
+    """Φ from an LM-written ``potential(obs, caption)``, evaluated in the sandbox, one call per batch.
+
+    The batch goes to the sandbox as columns (the stacked observation arrays and the captions, see
+    :meth:`llmguide.sandbox.Sandbox.evaluate_batch`); a program that also defines
+    ``potential_batch(obs, captions)`` (checked against ``potential`` when labelled) is evaluated
+    vectorised, in one function call per rollout.
+    """
 
     def __init__(self, code: str, sandbox: Sandbox | None = None, clip: float = 10.0,
                  error_log: str | Path | None = None):
@@ -194,18 +260,21 @@ class CodePotential:
         self.sandbox = sandbox or Sandbox()
         self.clip = float(clip)
         self.error_log = Path(error_log) if error_log else None
-        self.calls = self.failed_calls = self.item_errors = 0
+        self.calls = self.failed_calls = self.item_errors = self.batched_calls = 0
+        self.seconds = 0.0
 
     def __call__(self, obs: dict[str, np.ndarray], infos: list[dict], actions: np.ndarray) -> np.ndarray:
         n = len(actions)
-        items = [({k: v[i] for k, v in obs.items()}, str(infos[i].get("caption", "")) if i < len(infos) else "")
-                 for i in range(n)]
-        res = self.sandbox.evaluate(self.code, "potential", items)
+        columns = ({k: np.asarray(v)[:n] for k, v in obs.items()},
+                   [str(infos[i].get("caption", "")) if i < len(infos) else "" for i in range(n)])
+        res = self.sandbox.evaluate_batch(self.code, "potential", columns, batch_function=BATCH_FUNCTION)
         self.calls += 1
+        self.batched_calls += int(res.batched)
+        self.seconds += res.duration
         self.item_errors += res.item_errors
-        if not res.ok or res.item_errors:
+        if not res.ok or res.item_errors or res.batch_error:
             self.failed_calls += int(not res.ok)
-            self._record(res.error or res.first_item_error or "")
+            self._record(res.error or res.first_item_error or f"{BATCH_FUNCTION} failed: {res.batch_error}")
         return np.clip(res.values, -self.clip, self.clip)
 
     def _record(self, error: str) -> None:
@@ -216,6 +285,7 @@ class CodePotential:
 
     def metrics(self) -> dict[str, float]:
         return {"sandbox_calls": self.calls, "sandbox_failed_calls": self.failed_calls,
-                "sandbox_item_errors": self.item_errors}
+                "sandbox_item_errors": self.item_errors, "sandbox_batched_calls": self.batched_calls,
+                "sandbox_seconds_per_call": self.seconds / max(self.calls, 1)}
 
 

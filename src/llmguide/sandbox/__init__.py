@@ -1,7 +1,11 @@
 """Run untrusted (LM-written) Python in an OS-level jail, one short-lived process per batch.
 
 ``Sandbox().evaluate(code, "potential", items)`` starts one jailed interpreter, runs the
-program once and calls ``potential(*item)`` for every item.  Layers, outermost first:
+program once and calls ``potential(*item)`` for every item.  ``evaluate_batch(code, "potential",
+columns, batch_function="potential_batch")`` sends the batch as columns (e.g. a dict of stacked
+arrays and a list of captions: one large pickle instead of one per item) and, if the program defines
+``batch_function``, calls it once on the whole batch (vectorised); otherwise, or if it raises or
+returns the wrong number of values, ``function`` on each row, in the same call.  Layers, outermost first:
 
 1. **bubblewrap jail** (:mod:`llmguide.sandbox.jail`, default ``isolation="os"``): fresh user,
    mount, PID, IPC, UTS, network and cgroup namespaces; uid/gid 65534, no capabilities, new
@@ -95,6 +99,8 @@ class SandboxResult:
     stdout: str = ""
     duration: float = 0.0
     extras: list[dict] = field(default_factory=list)   # second element of (value, dict) returns
+    batched: bool = False                  # evaluate_batch: the program's batch function gave the values
+    batch_error: str | None = None         # evaluate_batch: why the batch function was not used (per-row fallback)
 
 
 @cache
@@ -196,13 +202,40 @@ class Sandbox:
                 check_code(code, self.limits.allowed_imports)
             except SandboxError as err:
                 return self._fail(zeros, f"rejected: {err}", start)
+        job = {"code": code, "function": function, "items": [tuple(i) for i in items]}
+        return self._start(job, zeros, start)
+
+    def evaluate_batch(self, code: str, function: str, columns: Sequence[Any],
+                       batch_function: str | None = "potential_batch") -> SandboxResult:
+        """One call for a whole batch given as ``columns`` (each a dict of arrays with a leading batch
+        dim, or a sequence); row ``i`` is ``function(*(column[i] ...))`` (a dict column gives
+        ``{k: v[i]}``).  If the program defines ``batch_function``, it is called once as
+        ``batch_function(*columns)`` and must return one finite number per row; otherwise (or if it
+        raises, see ``batch_error``) ``function`` runs on each row.  Same failure rules as :meth:`evaluate`."""
+        self.calls += 1
+        start = time.perf_counter()
+        columns = tuple(columns)
+        sizes = {len(next(iter(c.values()))) if isinstance(c, dict) else len(c) for c in columns}
+        if len(sizes) != 1:
+            raise ValueError(f"evaluate_batch: columns of different lengths {sorted(sizes)}")
+        zeros = np.zeros(sizes.pop(), dtype=np.float64)
+        if self.static_check:
+            try:
+                check_code(code, self.limits.allowed_imports)
+            except SandboxError as err:
+                return self._fail(zeros, f"rejected: {err}", start)
+        job = {"code": code, "function": function, "items": [], "columns": columns, "n": len(zeros),
+               "batch_function": batch_function}
+        return self._start(job, zeros, start)
+
+    def _start(self, job: dict, zeros: np.ndarray, start: float) -> SandboxResult:
         if self.limits.isolation == "os":
-            return self._run(code, function, items, None, zeros, start)
+            return self._run(job, None, zeros, start)
         if self.scratch_root is not None:
             self.scratch_root.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="sandbox-", dir=self.scratch_root))
         try:
-            return self._run(code, function, items, scratch, zeros, start)
+            return self._run(job, scratch, zeros, start)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -229,17 +262,16 @@ class Sandbox:
         fds = [info_w] if seccomp_fd is None else [seccomp_fd, info_w]
         return [*prefix, *PYTHON_FLAGS, "-c", jail.runner_source(), json.dumps(settings)], fds, info_r
 
-    def _run(self, code: str, function: str, items: Sequence[tuple], scratch: Path | None, zeros: np.ndarray,
-             start: float) -> SandboxResult:
+    def _run(self, job: dict, scratch: Path | None, zeros: np.ndarray, start: float) -> SandboxResult:
         lim = self.limits
         marker = f"\n@@llmguide-sandbox-result-{secrets.token_hex(8)}@@\n"
         settings = {"cpu": lim.cpu_seconds, "memory_mb": lim.memory_mb, "file_mb": lim.file_mb,
                     "open_files": lim.open_files, "max_output_chars": lim.max_output_chars,
                     "guards": lim.python_guards, "marker": marker}
-        job = pickle.dumps({"code": code, "function": function, "items": [tuple(i) for i in items],
-                            "allowed_imports": list(lim.allowed_imports)}, protocol=pickle.HIGHEST_PROTOCOL)
+        n = len(zeros)
+        job = pickle.dumps({**job, "allowed_imports": list(lim.allowed_imports)}, protocol=pickle.HIGHEST_PROTOCOL)
         cmd, fds, info_r = self._command(settings, scratch)
-        timeout = lim.timeout + lim.timeout_per_item * len(items)
+        timeout = lim.timeout + lim.timeout_per_item * n
         jail_pid = jail.JailPid(info_r, marker)
         try:
             proc = subprocess.Popen(cmd, cwd=scratch or "/", env=dict(jail.JAIL_ENV, HOME=str(scratch or "/"),
@@ -278,8 +310,8 @@ class Sandbox:
             return self._fail(zeros, f"unreadable sandbox result: {err}", start)
         if data.get("status") != "ok":
             return self._fail(zeros, str(data.get("error"))[:3000], start, stdout=str(data.get("stdout", "")))
-        if len(raw_values) != len(items):
-            return self._fail(zeros, f"sandbox returned {len(raw_values)} values for {len(items)} items", start)
+        if len(raw_values) != n:
+            return self._fail(zeros, f"sandbox returned {len(raw_values)} values for {n} items", start)
         values = zeros.copy()
         bad = 0
         for i, v in enumerate(raw_values):
@@ -289,15 +321,16 @@ class Sandbox:
                 bad += 1
         item_errors = int(data.get("item_errors", 0))
         first = data.get("first_item_error")
-        if items and max(item_errors, bad) >= len(items):
+        if n and max(item_errors, bad) >= n:
             return self._fail(zeros, f"every item raised; first error:\n{first}", start,
                               stdout=str(data.get("stdout", "")))
         if item_errors:
-            log.warning("sandbox: %d of %d items raised; first error:\n%s", item_errors, len(items), first)
+            log.warning("sandbox: %d of %d items raised; first error:\n%s", item_errors, n, first)
         extras = [e for e in list(data.get("extras", []))[:32] if isinstance(e, dict)]
         return SandboxResult(values=values, ok=True, item_errors=max(item_errors, bad), first_item_error=first,
                              stdout=str(data.get("stdout", ""))[: lim.max_output_chars],
-                             duration=time.perf_counter() - start, extras=extras)
+                             duration=time.perf_counter() - start, extras=extras, batched=bool(data.get("batched")),
+                             batch_error=data.get("batch_error"))
 
     @staticmethod
     def _collect(proc: subprocess.Popen, timeout: float, cap: int, jail_pid: jail.JailPid) -> tuple[bytes, str | None]:

@@ -152,8 +152,31 @@ def main() -> None:
             fn = None
     except BaseException as exc:
         result.update(status="error", error="the program failed to load:\n" + short_tb(exc))
+    items = job["items"]
+    columns = job.get("columns")
+    if fn is not None and columns is not None:       # evaluate_batch: one call on the whole batch if possible
+        n = int(job["n"])
+        batch_fn = namespace.get(job.get("batch_function") or "")
+        if callable(batch_fn):
+            try:
+                values = [float(v) for v in batch_fn(*columns)]
+                if len(values) != n:
+                    raise ValueError(f"{job['batch_function']} returned {len(values)} values for {n} rows")
+                bad = [v for v in values if not math.isfinite(v)]
+                if bad:
+                    raise ValueError(f"{job['batch_function']} returned non-finite values, e.g. {bad[0]}")
+                result["values"], result["batched"] = values, True
+                fn = None
+            except BaseException as exc:
+                result["batch_error"] = short_tb(exc)
+
+        def rows():
+            for i in range(n):
+                yield tuple({k: v[i] for k, v in c.items()} if isinstance(c, dict) else c[i] for c in columns)
+
+        items = rows()
     if fn is not None:
-        for item in job["items"]:
+        for item in items:
             try:
                 value = fn(*item)
                 extra = None
