@@ -81,7 +81,7 @@ def label_one(args: argparse.Namespace, variant: str, lm: str) -> dict:
     manifest = args.out / name / "bk" / "manifest.json"
     if not manifest.exists():
         extra = [e.format(**{**vars(args), "pairs": args.pairs if lm != "oracle" else args.oracle_pairs})
-                 for e in LABEL_EXTRA[variant]] + ([f"llm.n_threads={args.llm_threads}"] if lm != "oracle" else [])
+                 for e in LABEL_EXTRA[variant]]
         code, secs = cli("label", [*common(args), f"env.task={args.task}", f"method={variant}", f"llm={lm}",
                                    f"method.data={args.out / 'data'}", f"run.name={name}", "run.overwrite=true",
                                    *extra], args.out / f"{name}.log")
@@ -279,7 +279,6 @@ def main() -> None:
     p.add_argument("--code-iters", type=int, default=5)
     p.add_argument("--fix-retries", type=int, default=2, help="BK-Code fix attempts (with the error) per iteration")
     p.add_argument("--code-tokens", type=int, default=384)
-    p.add_argument("--llm-threads", default="auto", help="llm.n_threads of the embedded LM while labelling")
     p.add_argument("--bins", type=int, default=20)
     p.add_argument("--jobs", type=int, default=2, help="train runs at a time")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {ARMS}")
