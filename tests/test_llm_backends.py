@@ -425,3 +425,17 @@ def test_embedded_threads_auto_leave_the_learner_a_core_online(monkeypatch):
     assert make_backend({**cfg, "n_threads": 2}, online=True).n_threads == 2
     with pytest.raises(ConfigError, match="llm.n_threads"):
         make_backend({**cfg, "n_threads": "two"})
+
+
+def test_llm_n_threads_takes_a_number_or_auto_from_the_command_line():
+    """The shipped value is the string "auto"; a number must pass the config's type check too (the value
+    rule decides), and anything else is refused naming the key."""
+    from llmguide.core.config import load_config
+
+    assert load_config(["method=ellm", "llm=embedded", "llm.n_threads=2"]).llm.n_threads == 2
+    assert load_config(["method=ellm", "llm=embedded"]).llm.n_threads == "auto"
+    for bad in ("two", "0", "-1"):
+        with pytest.raises(ConfigError, match="llm.n_threads"):
+            load_config(["method=ellm", "llm=embedded", f"llm.n_threads={bad}"])
+    with pytest.raises(ConfigError, match="llm.n_ctx"):     # other keys keep their type check
+        load_config(["method=ellm", "llm=embedded", "llm.n_ctx=big"])

@@ -101,7 +101,7 @@ def _check_types(cfg: Any, base: Any, prefix: str) -> None:
             _check_types(cfg[key], base[key], path + ".")
         return
     path = prefix.rstrip(".")
-    if base is None or cfg is None or isinstance(base, ListConfig):
+    if base is None or cfg is None or isinstance(base, ListConfig) or path in ANY_TYPE:
         return
     if isinstance(base, bool):
         ok = isinstance(cfg, bool)
@@ -186,12 +186,20 @@ def add_rule_provider(provider: Callable[[DictConfig], None]) -> None:
 RECIPE_RULES: dict[str, dict[str, Rule]] = {}
 
 
-def register_rule(key: str, rule: Rule, recipe: str | None = None) -> None:
-    """Add a validation rule for a dotted config key (only for configs of ``recipe`` when given)."""
+ANY_TYPE: set[str] = set()   # keys whose value rule, not the shipped value's type, decides (e.g. ``auto`` or 4)
+
+
+def register_rule(key: str, rule: Rule, recipe: str | None = None, any_type: bool = False) -> None:
+    """Add a validation rule for a dotted config key (only for configs of ``recipe`` when given).
+
+    ``any_type``: an override need not have the type of the shipped value (``llm.n_threads: auto``
+    takes a number too); the rule alone checks it."""
     if recipe is None:
         RULES[key] = rule
     else:
         RECIPE_RULES.setdefault(recipe, {})[key] = rule
+    if any_type:
+        ANY_TYPE.add(key)
 
 
 def validate(cfg: DictConfig) -> None:

@@ -48,7 +48,7 @@ LLM_RULES = {
     "llm.cache.max_bytes": positive,
 }
 for _key, _rule in LLM_RULES.items():
-    register_rule(_key, _rule)
+    register_rule(_key, _rule, any_type=_key == "llm.n_threads")   # "auto" or a number
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:
