@@ -208,6 +208,10 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
                     f"{speed.get('phi_factor_mean', float('nan')):.3g} | "
                     f"{speed.get('abs_rollout_mean_shaping', float('nan')):.2g} | "
                     f"{', '.join('—' if x is None else f'{x // 1000}k' for x in reach)} |")
+    for item in args.not_run:             # arms not attempted, with the reason (never numbers)
+        arm, _, reason = item.partition("=")
+        arms[arm] = {"not_run": reason or "not run", "seeds": [], "values": []}
+        rows.append(f"| {arm} | not run: {reason or 'not run'} | | | | | | | |")
     short_md = []
     for short in sorted({arms[a]["budget_steps"] for a in short_runs}):   # each reduced budget's window
         short_md += [f"Success AUC over the first {short} steps of every run (the reduced-budget arms' whole "
@@ -249,7 +253,7 @@ def report(args: argparse.Namespace, labels: dict[str, dict], seconds: float) ->
           f"Budget: {args.steps} env steps per run, seeds {args.seed_list}, {args.num_envs} envs × "
           f"{args.num_steps if args.env != 'babyai' else 128} steps, "
           f"PPO lr 3e-4 constant, clip 0.1, extrinsic_coef 10 for every arm. Data: RND-driven PPO on "
-          f"{args.collect_task} ({args.collect_steps} steps per collection seed). Value per seed: success AUC "
+          f"{args.collect_label} ({args.collect_steps} steps per collection seed). Value per seed: success AUC "
           f"(mean training success rate over {args.bins} equal step bins); 95% CIs: percentile bootstrap over "
           f"seeds. Training compute: {run_minutes:.0f} run-minutes in total (2 runs at a time, niced, "
           f"1 torch thread each, on a 2-core box shared with other sessions).", "", *table, "", *short_md, f"![success]({args.stem}.png)", "",
@@ -283,6 +287,8 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=2, help="train runs at a time")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {ARMS}")
     p.add_argument("--train-arms", default=None, help="arms to train (default: --arms)")
+    p.add_argument("--not-run", action="append", default=[], metavar="ARM=REASON",
+                   help="an arm that was not attempted, listed in the results with the reason (repeatable)")
     p.add_argument("--phase", default="all", choices=("all", "collect", "label", "train", "report"))
     p.add_argument("--notes", type=Path, default=None,
                    help="hand-written discussion appended to the .md (default: benchmarks/results/<stem>_notes.md)")
@@ -293,6 +299,8 @@ def main() -> None:
     args.task = args.task or task
     args.collect_task = args.collect_task or collect_task
     args.stem = "bk" if args.env == "babyai" else f"bk_{args.env}"     # results file names
+    args.collect_label = (f"{args.collect_task}" if args.collect_task not in ("null", "none")
+                          else "the env with every achievement rewarded (env.task=null)")
     args.env_label = {"babyai": "BabyAI-Text", "crafter": "Crafter", "craftax": "Craftax-Classic"}[args.env]
     args.out = args.out or Path("runs/bench-bk" if args.env == "babyai" else f"runs/bench-bk-{args.env}")
     args.notes = args.notes or Path(f"benchmarks/results/{args.stem}_notes.md")
