@@ -175,7 +175,15 @@ def main() -> None:
     p.add_argument("--task", default="GoToLocal-RedBall-S20")
     p.add_argument("--samples", type=int, default=5000)
     p.add_argument("--results", type=Path, default=Path("benchmarks/results"))
+    p.add_argument("--differences-only", action="store_true",
+                   help="keep the label measures of an existing bk_quality.json, recompute the AUC differences")
     args = p.parse_args()
+    if args.differences_only:
+        result = json.loads((args.results / "bk_quality.json").read_text())
+        result["auc_differences"] = paired_differences(json.loads((args.results / "bk.json").read_text()))
+        (args.results / "bk_quality.json").write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps(result["auc_differences"], indent=1))
+        return
     from llmguide.data import EpisodeDataset
 
     mission, target = target_of(args.task)
