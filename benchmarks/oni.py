@@ -22,8 +22,8 @@ Value per seed: success rate (``--metric``; return on ``*Score*`` tasks, which h
 training episodes that end in the last 10% of the run's budget. Curves: success rate and return vs env
 steps, mean and 95% percentile-bootstrap CI over seeds. Per arm it also reports what reached the advantage
 (per-rollout extrinsic and intrinsic reward, share of non-zero r_int) and ONI's labelled fraction.
-Runs one process at a time (start several with disjoint ``--arms`` and one ``--out``, then ``--phase
-report``); ``--deadline-min`` stops starting runs that would not finish in time, and every arm's budget
+Runs one process at a time (start several with disjoint ``--arms`` / ``--train-seeds`` and one ``--out``
+with ``--phase train``, then ``--phase report``); ``--deadline-min`` stops starting runs that would not finish in time, and every arm's budget
 and seeds are written as run.
 
     nice -n 10 .venv/bin/python benchmarks/oni.py --env-id NetHackScore-v0 --seeds 3 --steps 300000
@@ -307,7 +307,7 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
             if lm and lm[0] else "–"
         lat = "/".join(f"{1e3 * x['latency_p50']:.1f}" if x.get("calls") else "–" for x in lm) if lm and lm[0] else "–"
         v = np.array(s["values"])
-        budget = f"{steps}" + (" (reduced)" if steps < args.steps else "")
+        budget = f"{steps}" + (" (reduced)" if steps < max(args.steps, args.target_steps) else "")
         rows.append(f"| {arm} | {budget} | {np.nanmean(v):.3f} [{s['value_ci95'][0]:.3f}, {s['value_ci95'][1]:.3f}] | "
                     f"{', '.join(f'{x:.3f}' for x in v)} | {', '.join(str(n) for n in s['episodes_last10pct'])} | "
                     f"{np.nanmean(s['values_last30pct']):.3f} [{s['value_last30pct_ci95'][0]:.3f}, "
@@ -324,7 +324,8 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
                          f"{_fmt(mean_of('r_int_nonzero_first10pct'), '.4f')} | "
                          f"{_fmt(mean_of('r_int_nonzero_last10pct'), '.4f')} | "
                          f"{_fmt(mean_of('labelled_fraction_mean'))} | {_fmt(mean_of('labelled_fraction_unique_mean'))} |")
-    rand = random_policy(args, episodes=100)
+    rand = json.loads(args.random_from.read_text())["random_policy"] if args.random_from else \
+        random_policy(args, episodes=100)
     seconds = sum(sum(a.get("wall_seconds", [])) for a in arms.values()) + motif.get("seconds_collect", 0) + \
         motif.get("seconds_label", 0)
     metric = ("training success rate" if kind == "success" else "training episodic return (env reward after "
@@ -341,6 +342,9 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
                         "oracle": "helpful = the message reports an event serving the goal "
                                   "(llmguide.envs.nethack.goal_events), prompted through the *_goal templates"},
               "random_policy": rand, "wall_clock_seconds": round(seconds)}
+    if args.steps < args.target_steps:
+        result["reduced_budget"] = {"target_steps": args.target_steps, "budget_steps": args.steps,
+                                    "reason": args.reduced_reason or "compute budget"}
     fractions = [x.get("labelled_fraction_mean") for a in arms.values() if isinstance(a, dict)
                  for x in a.get("diagnostics", []) if "labelled_fraction_mean" in x]
     result["oni_labelled_fraction"] = {
@@ -394,6 +398,12 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
           f"{seconds / 60:.0f} min of runs (at most two at a time on a shared 2-core CPU). A uniformly random "
           f"policy: success {rand['success']:.3f}, return {rand['return']:+.3f} over {rand['episodes']} episodes "
           "(a reference, not an arm).", "",
+          f"Labelling goal of every LM/oracle arm (`nethack.task_goal`, the reference's words): "
+          f"\"{task_goal(args.env_id) or 'none (any progress)'}\"; the oracle calls a message helpful when it "
+          "reports an event serving that goal (`nethack.goal_events`).", "",
+          *([f"**reduced_budget**: {args.steps} steps per run instead of {args.target_steps} "
+             f"({result['reduced_budget']['reason']}); every arm at the same budget.", ""]
+            if "reduced_budget" in result else []),
           f"| arm | budget (steps) | {value_name}, last 10% [95% CI] | per seed | episodes in it, per seed | "
           f"{value_name}, last 30% [95% CI] | labels known (LM requests, labelled helpful), per seed | LM latency p50 ms |",
           "|---|---|---|---|---|---|---|---|", *rows, "",
@@ -468,6 +478,11 @@ def main() -> None:
                    help="also report the ONI labelled fraction of this run directory (e.g. a cold-cache LM run)")
     p.add_argument("--notes", type=Path, default=None, help="Markdown appended to oni.md (the reading of the result)")
     p.add_argument("--phase", default="all", choices=("all", "train", "report", "nethack"))
+    p.add_argument("--target-steps", type=int, default=300_000,
+                   help="the study's intended budget; arms below it are flagged reduced_budget")
+    p.add_argument("--reduced-reason", default="", help="why the budget is below --target-steps (oni.json)")
+    p.add_argument("--random-from", type=Path, default=None,
+                   help="take the random-policy reference from this oni.json (same task and env settings)")
     p.add_argument("--train-seeds", default="", help="train only these of the --seeds (e.g. '1,2'; report: all)")
     p.add_argument("--out", type=Path, default=Path("runs/bench-oni"))
     p.add_argument("--results", type=Path, default=Path("benchmarks/results"))
@@ -505,6 +520,8 @@ def main() -> None:
                 secs = train_one(args, arm, seed, steps, args.env_id, [])
                 if secs:
                     rate.append(secs / steps)
+        if args.phase == "train":  # the report comes from one `--phase report` over every arm
+            return
     report(args, motif, time.perf_counter() - t0)
 
 
