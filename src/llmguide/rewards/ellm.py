@@ -199,8 +199,8 @@ class GoalSuggester:
         self.memo_size = memo_size
         self.parse_stats = parse_stats
         # keep_left: unanswered states an env has left that stay queued (its newest ones; 0: dropped at
-        # once). They wait behind every state an env is in now, so the LM spends only its idle time on
-        # them (recipes default to 4: fresh 0.83 vs 0.79 with 0, same steps/s, benchmarks/lm_guidance.py).
+        # once). They wait behind every state an env is in now, meant for the LM's idle time; measured
+        # unstable (fresh 0.83 and 0.48 in two runs vs 0.79 with 0, benchmarks/lm_guidance.py), so 0 is the default.
         # At most max_pending states wait for an answer; newer ones are asked when a slot frees.
         if keep_left < 0:
             raise ValueError(f"keep_left must be >= 0, got {keep_left}")
