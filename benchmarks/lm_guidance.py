@@ -50,8 +50,6 @@ ARMS = {
     "ellm-embedded-nice0": ["method=ellm", "llm=embedded", "method.suggester=score", "method.service.worker_nice=0"],
     # the LM on every core (llm.n_threads=2 here) instead of the default auto (every core but the learner's)
     "ellm-embedded-threads2": ["method=ellm", "llm=embedded", "method.suggester=score", "llm.n_threads=2"],
-    # the 4 newest unanswered states each env left stay queued behind current ones (default 0: dropped at once)
-    "ellm-embedded-keep4": ["method=ellm", "llm=embedded", "method.suggester=score", "method.keep_left=4"],
 }
 MAIN = "ellm-embedded"   # the arm behind sps_ratio / fresh_fraction
 LM_KEYS = ("lm/fresh_fraction", "lm/busy_fraction", "lm/latency_p50", "lm/latency_p95", "lm/dropped_stale", "lm/queue_depth",

@@ -11,7 +11,7 @@ import pytest
 from llmguide.llm.cache import CachedLM, LLMCache
 from llmguide.llm.prompts import load_template
 from llmguide.llm.service import LLMService, poll
-from llmguide.rewards.ellm import CURRENT_STATE_PRIORITY, GoalSuggester, state_signature
+from llmguide.rewards.ellm import GoalSuggester, state_signature
 from test_llm_cache import NGramLM
 
 VOCAB = ["collect wood", "collect drink", "place table", "eat cow", "collect sapling"]
@@ -180,48 +180,7 @@ def test_fresh_fraction_counts_steps_whose_current_signature_has_an_answer():
     assert service.fresh == [3, 6]
     assert sug.metrics()["ellm/fresh_fraction"] == pytest.approx(0.5)
     # the memo hit released env 1's request for the water state (the service may drop it)
-    assert ("ellm", id(sug), 1, 0) in service.released
-
-
-@pytest.mark.parametrize("keep_left", [0, 2])
-def test_states_an_env_left_stay_queued_only_with_keep_left(keep_left):
-    """One env walks A -> B -> C -> D while the LM is busy: with keep_left=0 the service drops the states it
-    left (only D, the one it is in, is answered); with keep_left=2 its 2 newest left states (B, C) stay
-    queued and are answered too, so a later return to them is fresh; the oldest (A) ages out."""
-    lm, service = _blocked_service(max_queue=64)
-    template = load_template("ellm_goal_score")
-    sug = GoalSuggester("score", 1, VOCAB, service=service, template=template, top_k=2, warm_start=False,
-                        keep_left=keep_left, max_pending=8)
-    captions = [f"You see {obj}. You face {obj}." for obj in ("tree", "water", "cow", "stone")]
-    for caption in captions:
-        sug.observe(0, {"caption": caption})
-        sug.poll()
-    lm.gate.set()
-    wait_until(lambda: sug.pending() == 0, poll_fn=sug.poll)
-    answered = [caption for caption in captions if state_signature(caption) in sug._memo]
-    expected = captions[3:] if keep_left == 0 else captions[1:]
-    assert answered == expected
-    assert sug.stats.dropped == 3 - len(expected) + 1
-    service.close()
-
-
-def test_a_state_every_env_left_waits_behind_the_states_envs_are_in():
-    template = load_template("ellm_goal_score")
-    service = ManualService()
-    sug = GoalSuggester("score", 2, VOCAB, service=service, template=template, top_k=2, warm_start=False,
-                        keep_left=1)
-    tree, water, cow = ("You see tree. You face tree.", "You see water. You face water.",
-                        "You see cow. You face cow.")
-    ctx = {c: template.render(caption=state_signature(c).caption()) for c in (tree, water, cow)}
-    sug.observe(0, {"caption": tree})
-    sug.observe(1, {"caption": tree})
-    for _ in range(6):
-        sug.poll()                            # both envs stay at the tree: 1 + 2 * 6 visits
-    sug.observe(0, {"caption": water})        # env 1 is still at the tree: it stays a current state
-    assert service.priorities[ctx[tree]] >= CURRENT_STATE_PRIORITY
-    sug.observe(1, {"caption": cow})          # now no env is at the tree: its many visits no longer
-    assert service.priorities[ctx[tree]] == 14   # put it before water or cow (1 visit, current)
-    assert service.priorities[ctx[water]] == service.priorities[ctx[cow]] == CURRENT_STATE_PRIORITY + 1
+    assert ("ellm", id(sug), 1) in service.released
 
 
 def test_the_suggester_passes_visit_counts_as_priority():
@@ -235,7 +194,7 @@ def test_the_suggester_passes_visit_counts_as_priority():
         sug.poll()
         sug.observe(1, {"caption": water})   # env 1 stays: its state accumulates visits
     ctx = {c: template.render(caption=state_signature(c).caption()) for c in (tree, water)}
-    assert service.priorities[ctx[water]] == service.priorities[ctx[tree]] == CURRENT_STATE_PRIORITY + 5
+    assert service.priorities[ctx[water]] == service.priorities[ctx[tree]] == 5.0
     sug.observe(0, {"caption": water})       # env 0 joins the water state; tree is left behind
     sug.poll()
     assert service.priorities[ctx[water]] > service.priorities[ctx[tree]]
@@ -374,17 +333,3 @@ def test_worker_nice_lowers_the_priority_of_the_lm_worker_thread_only():
         service.submit_generate("you see", max_tokens=2).result(10)
     assert seen["worker"] == min(19, main + 3)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main
-
-
-def test_busy_fraction_is_the_share_of_the_services_life_spent_in_backend_calls():
-    lm, service = _blocked_service()          # the worker sits in its first backend call until the gate opens
-    time.sleep(0.3)
-    lm.gate.set()
-    wait_until(lambda: service.lm_metrics()["lm/completed"] >= 1)
-    time.sleep(0.3)                           # idle: the fraction falls below 1
-    m = service.lm_metrics()
-    counts = service._state().counts
-    assert counts["busy_ms"] >= 300            # the blocked call lasted at least the sleep before the gate
-    assert 0.0 < m["lm/busy_fraction"] < 1.0
-    assert m["lm/busy_fraction"] == pytest.approx(counts["busy_ms"] / counts["alive_ms"], rel=0.05)
-    service.close()

@@ -147,7 +147,6 @@ class LLMService:
         self._next_probe = 0.0
         self._latencies: deque[float] = deque(maxlen=latency_window)
         self._counts: Counter[str] = Counter()
-        self._born = time.monotonic()
         self._tokens = 0
         self._batch_sizes: Counter[int] = Counter()
         self._thread = threading.Thread(target=self._worker, name="llm-service", daemon=True)
@@ -407,12 +406,7 @@ class LLMService:
                     self._counts["backend_calls"] += 1
                     self._counts["sent"] += len(batch)
                     self._batch_sizes[len(batch)] += 1
-                started = time.monotonic()
-                try:
-                    results = self._call(batch)
-                finally:
-                    with self._cond:
-                        self._counts["busy_ms"] += int(1000 * (time.monotonic() - started))
+                results = self._call(batch)
             except RETRYABLE as err:
                 last_error = err
                 with self._cond:
@@ -465,7 +459,6 @@ class LLMService:
     def _state(self) -> ServiceState:
         with self._cond:
             counts = dict(self._counts)
-            counts["alive_ms"] = int(1000 * (time.monotonic() - self._born))
             lat = np.array(self._latencies, dtype=np.float64)
             depth, inflight = len(self._queue), len(self._inflight)
             sizes = dict(self._batch_sizes)

@@ -50,8 +50,6 @@ key                        meaning
 ``lm/fresh_fraction``      share of the steps reported with :meth:`LLMService.record_fresh` whose current state
                            already had an answer (ELLM: the env's state signature was answered when the
                            agent acted; only present once a caller reported steps)
-``lm/busy_fraction``       share of the service's lifetime its worker spent in backend calls (1: the LM is the
-                           bottleneck; well below 1 with a low fresh fraction: requests arrive too late)
 ``lm/parse_errors``        only when the caller passes ``parse_errors=`` (answers its parser rejected)
 =========================  ===================================================================================
 
@@ -147,8 +145,6 @@ def lm_metrics(state: ServiceState, io: dict[str, Any], parse_errors: float | No
         "lm/circuit_open": 1.0 if state.circuit_open else 0.0,
         "lm/dropped_stale": float(counts.get("dropped_stale", 0)),
     })
-    if counts.get("alive_ms"):
-        out["lm/busy_fraction"] = float(counts.get("busy_ms", 0)) / float(counts["alive_ms"])
     if state.fresh[1]:
         out["lm/fresh_fraction"] = state.fresh[0] / state.fresh[1]
     if parse_errors is not None:

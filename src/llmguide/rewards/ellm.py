@@ -123,10 +123,6 @@ def state_signature(caption: str, count_cap: int = COUNT_CAP) -> StateSignature:
     )
 
 
-# states an env is in now are answered before states all envs have left (``keep_left``)
-CURRENT_STATE_PRIORITY = 1e6
-
-
 # --- suggestion statistics -----------------------------------------------------------------
 @dataclass
 class SuggestionStats:
@@ -177,7 +173,6 @@ class GoalSuggester:
         parse_stats: Any = None,
         max_pending: int | None = None,
         warm_start: bool = True,
-        keep_left: int = 0,
     ):
         if mode not in SUGGESTERS:
             raise ValueError(f"suggester mode must be one of {SUGGESTERS}, got {mode!r}")
@@ -198,15 +193,9 @@ class GoalSuggester:
         self.grade_map = grade_map or (lambda g: g if g in self.vocabulary else None)
         self.memo_size = memo_size
         self.parse_stats = parse_stats
-        # keep_left: unanswered states an env has left that stay queued (its newest ones; 0: dropped at
-        # once). They wait behind every state an env is in now, meant for the LM's idle time; measured
-        # unstable (fresh 0.83 and 0.48 in two runs vs 0.79 with 0, benchmarks/lm_guidance.py), so 0 is the default.
-        # At most max_pending states wait for an answer; newer ones are asked when a slot frees.
-        if keep_left < 0:
-            raise ValueError(f"keep_left must be >= 0, got {keep_left}")
-        self.keep_left = int(keep_left)
-        self.max_pending = max_pending or (self.keep_left + 2) * num_envs
-        self._asked = [0] * num_envs   # requests env i has made: rotates its owner slot
+        # at most this many states wait for an answer; newer states are asked when a slot frees,
+        # so a slow LM works on the states the envs are in now, not on a backlog of old ones
+        self.max_pending = max_pending or 2 * num_envs
         self.stats = SuggestionStats()
         self._memo: OrderedDict[StateSignature, list[str]] = OrderedDict()
         self._inflight: dict[StateSignature, tuple[Future, dict]] = {}
@@ -234,7 +223,6 @@ class GoalSuggester:
         sig = state_signature(str(info.get("caption", "")))
         if sig == self._sig[i]:
             return
-        self._leave(self._sig[i])
         self._sig[i] = sig
         self.stats.requests += 1
         if sig in self._memo:
@@ -291,7 +279,7 @@ class GoalSuggester:
             visits = self._visits[sig] = self._visits.get(sig, 0) + 1
             if sig in self._inflight:   # most-visited first: the priority follows the visit count
                 if hasattr(self.service, "reprioritize"):
-                    self.service.reprioritize(self._inflight[sig][0], CURRENT_STATE_PRIORITY + visits)
+                    self.service.reprioritize(self._inflight[sig][0], visits)
             else:
                 self._ask(sig, self._info[i], i)  # not asked yet (no free slot), dropped, or the request failed
             if self._goals[i]:
@@ -358,23 +346,13 @@ class GoalSuggester:
         self._flush_seen()
 
     # -- internals -----------------------------------------------------------------------
-    def _owner(self, i: int, slot: int = 0) -> tuple[str, int, int, int]:
-        """Env ``i`` owns ``keep_left + 1`` queued requests, one per slot; a new one takes the oldest's slot."""
-        return ("ellm", id(self), i, slot)
-
-    def _leave(self, old: StateSignature | None) -> None:
-        """An env left ``old``: if it is still queued (``keep_left``) and no env is in it, it waits behind
-        every state an env is in now (priority: its visit count, without the current-state bonus)."""
-        if self.keep_left == 0 or old is None or old not in self._inflight:
-            return
-        if sum(1 for s in self._sig if s == old) <= 1 and hasattr(self.service, "reprioritize"):
-            self.service.reprioritize(self._inflight[old][0], float(self._visits.get(old, 1)))
+    def _owner(self, i: int) -> tuple[str, int, int]:
+        return ("ellm", id(self), i)
 
     def _release(self, i: int) -> None:
-        """Env ``i`` left its unanswered state: with ``keep_left=0`` the service drops the request if no other
-        env wants it; otherwise it stays queued (and ages out of env ``i``'s slots)."""
+        """Env ``i`` no longer needs its queued request (the service drops it if no other env does)."""
         release = getattr(self.service, "release", None)
-        if release is not None and self.keep_left == 0:
+        if release is not None:
             release(self._owner(i))
 
     def _ask(self, sig: StateSignature, info: dict, i: int) -> None:
@@ -399,8 +377,7 @@ class GoalSuggester:
         kind, req = self._request(sig)
         extra: dict[str, Any] = {}
         if i is not None and hasattr(self.service, "release"):
-            slot, self._asked[i] = self._asked[i] % (self.keep_left + 1), self._asked[i] + 1
-            extra = {"owner": self._owner(i, slot), "priority": CURRENT_STATE_PRIORITY + self._visits.get(sig, 1)}
+            extra = {"owner": self._owner(i), "priority": float(self._visits.get(sig, 1))}
         if kind == "generate":
             return self.service.submit_generate(req.pop("prompt"), **req, **extra)
         return self.service.submit_score(req["context"], req["candidates"], normalize=req["normalize"], **extra)
