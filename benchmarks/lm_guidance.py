@@ -52,7 +52,7 @@ ARMS = {
     "ellm-embedded-threads2": ["method=ellm", "llm=embedded", "method.suggester=score", "llm.n_threads=2"],
 }
 MAIN = "ellm-embedded"   # the arm behind sps_ratio / fresh_fraction
-LM_KEYS = ("lm/fresh_fraction", "lm/busy_fraction", "lm/latency_p50", "lm/latency_p95", "lm/dropped_stale", "lm/queue_depth",
+LM_KEYS = ("lm/fresh_fraction", "lm/latency_p50", "lm/latency_p95", "lm/dropped_stale", "lm/queue_depth",
            "lm/calls", "lm/requests", "lm/deduplicated", "lm/completed", "lm/fallbacks", "ellm/memo_hits",
            "ellm/submitted", "ellm/answered", "ellm/requests", "ellm/warm_start", "ellm/fresh_fraction")
 
@@ -183,14 +183,13 @@ def summarize(runs: list[dict], arms: list[str], args: argparse.Namespace, res: 
     }
     (res / "lm_guidance.json").write_text(json.dumps(summary, indent=2))
     (res / "lm_guidance.md").write_text("")
-    rows = ["| run | steps/s | fresh fraction | fresh, last 20% | LM busy | LM latency p50 / p95 (s) | dropped stale | "
-            "LM calls | wall (s) | load after (1/5/15 min) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| run | steps/s | fresh fraction | fresh, last 20% | LM latency p50 / p95 (s) | dropped stale | LM calls | "
+            "wall (s) | load after (1/5/15 min) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         lat = f"{r['lm/latency_p50']:.2f} / {r['lm/latency_p95']:.2f}" if "lm/latency_p50" in r else "–"
         fresh_txt = f"{r['lm/fresh_fraction']:.3f}" if "lm/fresh_fraction" in r else "–"
         late = f"{r['fresh_fraction_last20']:.3f}" if r.get("fresh_fraction_last20") is not None else "–"
-        busy = f"{r['lm/busy_fraction']:.2f}" if "lm/busy_fraction" in r else "–"
-        rows.append(f"| {r['arm']}-s{r['seed']} | {r.get('sps') or 0:.0f} | {fresh_txt} | {late} | {busy} | {lat} | "
+        rows.append(f"| {r['arm']}-s{r['seed']} | {r.get('sps') or 0:.0f} | {fresh_txt} | {late} | {lat} | "
                     f"{r.get('lm/dropped_stale', 0):.0f} | {r.get('lm/calls', 0):.0f} | {r['wall_s']:.0f} | "
                     f"{r['uptime_after'].split('load average:')[-1].strip()} |")
     sr, ff = summary["sps_ratio"], summary["fresh_fraction"]
