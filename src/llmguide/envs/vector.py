@@ -71,7 +71,8 @@ class InfoRows(Sequence):
     def __init__(self, infos: dict, num_envs: int):
         self._infos = infos
         self._n = num_envs
-        self._keys = [k for k in infos if not k.startswith("_") and k not in ("final_info", "final_obs")]
+        # the info keys (an ordered set): no masks, no final_info / final_obs
+        self._keys = dict.fromkeys(k for k in infos if not k.startswith("_") and k not in ("final_info", "final_obs"))
         self._cols: dict[str, tuple[list | None, Any]] = {}
 
     def __len__(self) -> int:
@@ -85,7 +86,7 @@ class InfoRows(Sequence):
         """(mask or None, values) of ``key``, converted on first use; KeyError if no env has it."""
         col = self._cols.get(key)
         if col is None:
-            if key not in self._infos or key.startswith("_") or key in ("final_info", "final_obs"):
+            if key not in self._keys:
                 raise KeyError(key)
             value, mask = self._infos[key], self._infos.get("_" + key)
             values = InfoRows(value, self._n) if isinstance(value, dict) else _column(value)
