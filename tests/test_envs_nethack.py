@@ -42,11 +42,53 @@ def test_caption_is_the_real_message_and_status_events():
     ("Welcome to experience level 2.", "gain a level"),
     ("$ - 12 gold pieces.", "collect gold"),
     ("The newt bites!  You hear someone counting money.", "hear gold"),
+    ("You are lucky!  Full moon tonight.  f - a yellow potion.", "pick up an item"),
+    ("You start to float in the air!", "start levitating"),
+    ("You finish your dressing maneuver.  You start to float in the air!", "start levitating"),
+    ("You push the boulder into the water.  Now you can cross it!", "fill a pool"),
+    ("The lava cools and solidifies.", "freeze a pool"),
+    ("The water freezes.", "freeze a pool"),
+    ("The door unlocks!", "open a door"),
+    ("You succeed in unlocking the door.", "open a door"),
 ])
 def test_message_patterns(message, event):
     assert message_events(message) == [event]
     assert message_events("It's a wall.") == []
     assert message_events("a - an uncursed +2 pair of leather gloves (being worn).") == []
+
+
+@pytest.mark.parametrize("message", [
+    # equipping an item already owned prints the same "x - item" line as a pick-up; it is not an item gained
+    "a - a +1 club (weapon in hand).", "b - a +2 sling (alternate weapon; not wielded).",
+    "c - 13 uncursed flint stones (wielded).", "c - an uncursed flint stone (in quiver pouch).",
+    "f - a ring of levitation (on left hand).", "Moving: x - 28 uncursed rocks.",
+    # levitation's side effect and a boulder lost in the water are not progress
+    "You float in the opposite direction.", "There is a large splash as you push the boulder into the water.",
+])
+def test_equipping_and_non_progress_messages_are_no_event(message):
+    assert message_events(message) == []
+
+
+def test_the_key_step_of_a_levitation_task_is_reported_as_progress():
+    """MiniHack-LavaCross-Levitate-Potion-Pickup: picking up the potion and quaffing it are the two steps;
+    in random play (seeded) both messages show up and carry a progress event the oracle pays for."""
+    env = make_env({"name": "minihack", "id": "MiniHack-LavaCross-Levitate-Potion-Pickup-Restricted-v0"}, seed=0)
+    names = env.unwrapped.action_strings
+    rng = np.random.default_rng(0)
+    seen: set[str] = set()
+    for ep in range(60):  # random play until both steps have been seen (about 1 in 15 random episodes)
+        env.reset(seed=ep)
+        done = False
+        while not done:
+            _, _, term, trunc, info = env.step(int(rng.integers(len(names))))
+            seen.update(info["events"])
+            done = term or trunc
+        if {"pick up an item", "start levitating"} <= seen:
+            break
+    assert {"pick up an item", "start levitating"} <= seen
+    oracle = get_oracle("minihack")
+    assert oracle.helpful("You start to float in the air!") and oracle.helpful("f - an orange potion.")
+    assert not oracle.helpful("c - an uncursed flint stone (in quiver pouch).")
 
 
 def test_minihack_room_success_staircase_and_oracle():

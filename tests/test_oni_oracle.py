@@ -62,6 +62,10 @@ def test_oracle_helpfulness_is_conditioned_on_the_task_goal():
     assert all(oracle.helpful(m, SCORE_GOAL) for m in SCORE_YES)
     assert not any(oracle.helpful(m, SCORE_GOAL) for m in SCORE_NO)
     assert oracle.helpful("The door opens.") and oracle.helpful(KEY)  # no goal: any progress (MiniHack)
+    for new_ability in ("You start to float in the air!", "You push the boulder into the water.  Now you can cross it!",
+                        "The lava cools and solidifies."):  # progress without a goal, not towards the Score goal
+        assert oracle.helpful(new_ability) and not oracle.helpful(new_ability, SCORE_GOAL)
+    assert not oracle.helpful("a - a +1 club (weapon in hand).")  # equipping an owned item is no item gained
     assert oracle.prefer("The door opens.", "$ - 5 gold pieces.", SCORE_GOAL) == "B"
     assert oracle.prefer("The door opens.", "$ - 5 gold pieces.") == "="
     # the reference's other goal strings: only their positive clause counts ("But never prefer ...")

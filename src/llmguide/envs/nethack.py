@@ -28,13 +28,20 @@ import numpy as np
 from llmguide.envs.base import Oracle, cfg_get
 
 EVENTS = ["find the staircase", "descend the stairs", "open a door", "pick up an item",
-          "kill a monster", "collect gold", "eat food", "gain a level", "take damage", "hear gold"]
+          "kill a monster", "collect gold", "eat food", "gain a level", "take damage", "hear gold",
+          "start levitating", "fill a pool", "freeze a pool"]
+# An inventory line ``x - <item>.`` reports an item gained (picked up, bought, given), except when its
+# parenthesis names the slot an equipping command put an owned item in: wielded, swapped, quivered, worn,
+# put on.  NetHack prints the same line for ammo picked up into the quiver stack; that is mostly the
+# agent's own fired ammo coming back, not a new item, so it is not counted either.
+_EQUIPPED = r"being worn|weapon in hands?|wielded|alternate weapon|in quiver|at the ready|on (?:left|right) \w+"
 MESSAGE_EVENTS = [  # (cheap keywords, pattern on the message, event)
     (("You kill", "You destroy"), re.compile(r"\bYou (kill|destroy)\b"), "kill a monster"),
-    (("door", "WHAMM", "unlocking"),
-     re.compile(r"\bThe door opens\b|\bThe door crashes open\b|\bWHAMM!!|\bYou succeed in unlocking\b"),
+    (("door", "WHAMM", "unlocking", "picking the lock"),
+     re.compile(r"\bThe door opens\b|\bThe door crashes open\b|\bWHAMM!!|\bYou succeed in unlocking\b|"
+                r"\bThe door unlocks\b|\bYou succeed in picking the lock\b"),
      "open a door"),
-    ((" - ",), re.compile(r"(^|\s)[a-zA-Z] - (?!.*\(being worn\))"), "pick up an item"),
+    ((" - ",), re.compile(r"(?:^|[.!?]\s+)[a-zA-Z] - (?![^.]*\((?:" + _EQUIPPED + r"))"), "pick up an item"),
     (("eating", "delicious", "hits the spot"),
      re.compile(r"\bYou finish eating\b|\bThis .* is delicious\b|\bThis food really hits the spot\b"),
      "eat food"),
@@ -42,11 +49,19 @@ MESSAGE_EVENTS = [  # (cheap keywords, pattern on the message, event)
     (("staircase down",), re.compile(r"\bThere is a staircase down here\b"), "find the staircase"),
     (("gold piece",), re.compile(r"(^|\s)\$ - \d+ gold pieces?\b"), "collect gold"),
     (("counting money",), re.compile(r"\bYou hear someone counting money\b"), "hear gold"),
+    # A new ability or a new path: levitation starting (potion, ring, boots, spell), a boulder filling a
+    # pool of water or lava ("... Now you can cross it!") or a pit, water or lava frozen by cold (wand, horn, spell).
+    (("float",), re.compile(r"\bYou start to float in the air\b|\bYou float up\b"), "start levitating"),
+    (("cross it", "fills"), re.compile(r"\bNow you can cross it\b|\bfills (?:a|the) pit\b"), "fill a pool"),
+    (("freezes", "solidifies", "bridged with ice"),
+     re.compile(r"\b(?:water|moat|pool) freezes\b|\bcools and solidifies\b|\bis bridged with ice\b"),
+     "freeze a pool"),
 ]
 
 
 PROGRESS_EVENTS = frozenset({"kill a monster", "open a door", "pick up an item", "eat food", "gain a level",
-                             "find the staircase", "descend the stairs", "collect gold"})
+                             "find the staircase", "descend the stairs", "collect gold", "start levitating",
+                             "fill a pool", "freeze a pool"})
 _KEYWORDS = re.compile("|".join(re.escape(k) for keys, _, _ in MESSAGE_EVENTS for k in keys))
 
 # The goal of each NLE task, in the words of the ONI/Motif reference's goal strings (facebookresearch/oni

@@ -1,0 +1,91 @@
+"""Which sparse MiniHack/NetHack tasks can a message-based intrinsic reward (ONI, Motif) act on?
+
+A uniformly random policy plays ``--episodes`` episodes of each task (the same env wrapper as the
+benchmark: ``NetHackText``, the task's own action set).  Per task it reports the success rate, and per
+distinct message (numbers kept; the exact bytes ONI's Retrieval table keys on): the share of episodes in
+which it appears, the success rate of the episodes with it and without it (the lift), and whether the
+oracle (``NetHackOracle.helpful``, no goal: any progress event) calls it helpful.  A task suits ONI when
+random success is low and a message the oracle pays for is rare and lifts success: the intrinsic reward
+then marks the step that matters.  No task-specific code: the same analysis runs on every id.
+
+    nice -n 10 .venv/bin/python benchmarks/oni_tasks.py --episodes 300 --out benchmarks/results/oni_tasks.json \\
+        MiniHack-River-Narrow-v0 MiniHack-LavaCross-Levitate-Potion-Inv-Full-v0 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+
+def survey(env_id: str, episodes: int, seed: int = 0, top: int = 8) -> dict:
+    from llmguide.envs.nethack import NetHackOracle, NetHackText
+
+    family = "nethack" if env_id.startswith("NetHack") else "minihack"
+    env = NetHackText(env_id, family=family, reward_clip=10.0)
+    oracle = NetHackOracle()
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    wins, lengths, seen = [], [], []
+    for ep in range(episodes):
+        _, info = env.reset(seed=seed + ep)
+        msgs = {info["message"]} if info["message"] else set()
+        done, t = False, 0
+        while not done:
+            _, _, term, trunc, info = env.step(int(rng.integers(env.action_space.n)))
+            t += 1
+            if info["message"]:
+                msgs.add(info["message"])
+            done = term or trunc
+        wins.append(bool(info.get("success")))
+        lengths.append(t)
+        seen.append(msgs)
+    env.close()
+    wins_a = np.array(wins)
+    counts = Counter(m for s in seen for m in s)
+    rows = []
+    for m, n in counts.items():
+        has = np.array([m in s for s in seen])
+        rows.append({"message": m, "episodes_with": n, "share": round(n / episodes, 4),
+                     "success_with": round(float(wins_a[has].mean()), 4),
+                     "success_without": round(float(wins_a[~has].mean()), 4) if (~has).any() else None,
+                     "oracle_helpful": oracle.helpful(m)})
+    helpful_any = np.array([any(oracle.helpful(m) for m in s) for s in seen])
+    lift = sorted(rows, key=lambda r: (r["success_with"] - (r["success_without"] or 0.0)) * min(r["episodes_with"], 30),
+                  reverse=True)
+    return {"env_id": env_id, "episodes": episodes, "success": round(float(wins_a.mean()), 4),
+            "successes": int(wins_a.sum()), "mean_length": round(float(np.mean(lengths)), 1),
+            "actions": int(env.action_space.n), "distinct_messages": len(counts),
+            "episodes_with_oracle_helpful": round(float(helpful_any.mean()), 4),
+            "success_with_oracle_helpful": round(float(wins_a[helpful_any].mean()), 4) if helpful_any.any() else None,
+            "success_without_oracle_helpful": round(float(wins_a[~helpful_any].mean()), 4) if (~helpful_any).any() else None,
+            "oracle_helpful": sorted((r for r in rows if r["oracle_helpful"]), key=lambda r: -r["episodes_with"])[:top],
+            "top_lift": lift[:top], "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("env_ids", nargs="+")
+    p.add_argument("--episodes", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("runs/oni_tasks.json"))
+    args = p.parse_args()
+    result = json.loads(args.out.read_text()) if args.out.exists() else {}
+    for env_id in args.env_ids:
+        try:
+            result[env_id] = survey(env_id, args.episodes, args.seed)
+        except Exception as exc:  # noqa: BLE001  (an id that fails to build is reported, not fatal)
+            result[env_id] = {"env_id": env_id, "error": repr(exc)}
+        r = result[env_id]
+        print(json.dumps({k: v for k, v in r.items() if k not in ("top_lift", "oracle_helpful")}), flush=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
