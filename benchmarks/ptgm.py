@@ -65,8 +65,9 @@ def task_keys(args: argparse.Namespace) -> list[str]:
 
 
 def ptgm_keys(args: argparse.Namespace) -> list[str]:
-    return [f"method.codebook.k={args.k}", f"method.option_steps={args.option_steps}",
+    keys = [f"method.codebook.k={args.k}", f"method.option_steps={args.option_steps}",
             f"method.lowlevel.epochs={args.ll_epochs}", f"method.prior.epochs={args.ll_epochs}"]
+    return keys + ([f"method.goals.space={args.goal_space}"] if args.family != "babyai" else [])
 
 
 def cli(verb: str, overrides: list[str], log: Path) -> tuple[int, float]:
@@ -248,6 +249,12 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=None, help="env.max_steps override (default: the env's)")
     p.add_argument("--rollout", type=int, default=None,
                    help="env steps per env per PPO update (default 128 BabyAI, 32 craftax); options arms: / L")
+    p.add_argument("--goal-space", default="view_inventory",
+                   choices=("view_inventory", "inventory_delta", "inventory_delta_view"),
+                   help="craftax: method.goals.space (view_inventory: future view + inventory, the first study; "
+                        "inventory_delta: inventory change + events to the goal state)")
+    p.add_argument("--data", type=Path, default=None,
+                   help="an existing collect run to reuse (linked as <out>/data; the collect step is skipped)")
     p.add_argument("--k", type=int, default=32)
     p.add_argument("--option-steps", type=int, default=8)
     p.add_argument("--kl-coef", type=float, default=0.05)
@@ -270,15 +277,18 @@ def main() -> None:
     craftax = args.family == "craftax"
     args.num_envs = args.num_envs or (64 if craftax else 8)
     args.rollout = args.rollout or (32 if craftax else 128)
-    args.name = args.name or ("ptgm_craftax" if craftax else "ptgm")
+    space = "" if args.goal_space == "view_inventory" else f"_{args.goal_space}"
+    args.name = args.name or (f"ptgm_craftax{space}" if craftax else "ptgm")
     if craftax and args.out == Path("runs/bench-ptgm"):
-        args.out = Path("runs/bench-ptgm-craftax")
+        args.out = Path(f"runs/bench-ptgm-craftax{space.replace('_', '-')}")
     args.arms = [a for a in args.arms.split(",") if a]
     unknown = set(args.arms) - set(ARMS)
     if unknown:
         p.error(f"unknown arms {sorted(unknown)}; choose from {ARMS}")
     args.seed_list = list(range(args.seeds))
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.data is not None and not (args.out / "data").exists():
+        (args.out / "data").symlink_to(args.data.resolve(), target_is_directory=True)
     t0 = time.perf_counter()
     manifest = pretraining(args) if args.phase != "report" else json.loads(
         (args.out / "pre" / "ptgm" / "manifest.json").read_text())

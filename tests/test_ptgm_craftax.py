@@ -9,7 +9,16 @@ import torch
 from omegaconf import OmegaConf
 
 from llmguide.envs.options import AsyncOptionsVectorEnv, GoalObservationVector, lowlevel_obs
-from llmguide.learners.ptgm_goals import CRAFTER_INVENTORY, env_goal_features, state_dim
+from llmguide.learners.ptgm_goals import (
+    CRAFTER_INVENTORY,
+    delta_goal_features,
+    env_goal_features,
+    event_counts,
+    goal_feature_names,
+    squash,
+    state_dim,
+    unsquash,
+)
 from llmguide.learners.ptgm_smdp import AsyncOptionPPO, smdp_gae
 from llmguide.rewards.base import RewardModule
 
@@ -218,6 +227,24 @@ def test_async_option_ppo_per_step_discount_and_truncation_bootstrap():
     assert any(r["truncated"] for r in rows) and all(r["tau"] in (1, 2, 3) for r in rows)
 
 
+def test_async_option_ppo_minibatches_partition_a_varying_number_of_options():
+    """M finished options vary per rollout: every option lands in exactly one of num_minibatches near-equal
+    minibatches (PPO's fixed slices would leave a 1-option remainder minibatch with unnormalised advantage)."""
+    env = BatchCountEnv([5, 100])
+    agent, _ = _agent(env)
+    agent.num_minibatches = 4
+    for M in (256, 257, 259, 261, 3):
+        order = np.random.default_rng(M).permutation(M)
+        mbs = agent._minibatches(order, max(1, M // 4))
+        sizes = [len(m) for m in mbs]
+        assert len(mbs) == min(4, M) and max(sizes) - min(sizes) <= 1
+        assert sorted(np.concatenate(mbs).tolist()) == list(range(M))
+    # flat PPO keeps CleanRL's fixed slices (a remainder minibatch when num_minibatches does not divide)
+    from llmguide.learners.ppo import PPO
+
+    assert [len(m) for m in PPO._minibatches(agent, np.arange(261), 65)] == [65, 65, 65, 65, 1]
+
+
 # --- Crafter / Craftax goal space -------------------------------------------------------------
 def test_crafter_goal_features_are_view_plus_inventory_counts():
     rng = np.random.default_rng(0)
@@ -265,3 +292,76 @@ def test_craftax_pipeline_end_to_end(tmp_path):
     assert any("charts/intrinsic_reward/kl_prior" in r for r in records)
     assert any(r.get("options/decisions", 0) >= 2 * 8 for r in records)     # >= num_steps x N options per update
     assert any("charts/achievements_per_episode" in r for r in records)     # episodes logged from the env steps
+
+
+def test_inventory_delta_goal_is_the_change_to_the_goal_state_plus_events_in_between():
+    items = goal_feature_names("view_inventory")
+    names = goal_feature_names("inventory_delta")
+    wood, ev_wood, ev_table = names.index("d:wood"), names.index("ev:collect wood"), names.index("ev:place table")
+    T = 4                                              # states 0..4, transitions 0..3
+    vector = np.zeros((T + 1, 22), np.float32)
+    counts = [0, 1, 2, 2, 0]                           # wood: +1, +1, 0, −2 (a table placed)
+    vector[:, items.index("inv:wood")] = np.asarray(counts) / 9.0
+    events = [["collect wood"], ["collect wood"], [], ["place table"]]
+    image = np.zeros((T + 1, 19, 7, 9), np.uint8)
+    image[:, 2] = 1                                    # all grass ...
+    image[4, 11, 3, 4], image[4, 2, 3, 4] = 1, 0       # ... and a table in view at the last state
+    idx = np.array([2, 2, 4, 4])                       # goal state of each step t
+    f = delta_goal_features(image, vector, events, idx, "inventory_delta")
+    assert f.shape == (T, len(names))
+    raw = unsquash(f)
+    assert np.allclose(raw[:, wood], [2, 1, -2, -2])   # counts at g(t) minus counts at t
+    assert np.allclose(raw[:, ev_wood], [2, 1, 0, 0])  # events of transitions t..g(t)−1
+    assert np.allclose(raw[:, ev_table], [0, 0, 1, 1])
+    assert np.allclose(np.delete(raw, [wood, ev_wood, ev_table], axis=1), 0)
+    assert np.allclose(squash(np.array([9.0, -1.0, 0.0])), [np.log(10), -np.log(2), 0])
+    fv = delta_goal_features(image, vector, events, idx, "inventory_delta_view", view_weight=2.0)
+    view = fv[:, len(names):]
+    assert view.shape == (T, 19) and np.allclose(fv[:, :len(names)], f)
+    assert np.isclose(view[2, 11], 2.0 / 63) and np.isclose(view[0, 2], 2.0) and np.allclose(view.sum(1), 2.0)
+    cum = event_counts(events, ["collect wood", "place table"])
+    assert cum.shape == (T + 1, 2) and cum[-1].tolist() == [2, 1] and cum[0].tolist() == [0, 0]
+    with pytest.raises(ValueError):
+        delta_goal_features(image, vector, events, idx, "view_inventory")
+
+
+def test_cluster_summary_names_the_mean_change_of_each_code():
+    from llmguide.pipelines.ptgm import cluster_summary
+
+    goals = np.array([[1.0, 0.0], [3.0, 0.0], [0.0, -2.0]], np.float32)
+    out = cluster_summary(goals, np.array([0, 0, 1]), ["d:wood", "d:food"], 3, top=1)
+    assert out[0] == {"code": 0, "size": 2, "top": [["d:wood", 2.0]]}
+    assert out[1]["top"] == [["d:food", -2.0]] and out[2] == {"code": 2, "size": 0, "top": []}
+
+
+@pytest.mark.parametrize("space", ["view_inventory", "inventory_delta", "inventory_delta_view"])
+def test_goal_data_builds_the_configured_goal_space(tmp_path, space):
+    from llmguide.core.errors import ConfigError
+    from llmguide.data import Episode, EpisodeWriter
+    from llmguide.pipelines.ptgm import goal_data
+
+    rng = np.random.default_rng(0)
+    writer = EpisodeWriter(tmp_path / "data" / "dataset", writer="t")
+    for T in (12, 20):
+        image = np.zeros((T + 1, 19, 7, 9), np.uint8)
+        image[:, 2] = 1
+        vector = (np.arange(T + 1)[:, None] * np.ones(22) / 9.0).astype(np.float32)   # every count +1 per step
+        writer.write(Episode(obs={"image": image, "vector": vector}, actions=rng.integers(0, 17, T),
+                             rewards=np.zeros(T, np.float32), captions=[""] * (T + 1),
+                             events=[["collect wood"]] * T, meta={}))
+    cfg = OmegaConf.create({"env": {"name": "craftax"}, "seed": 0, "method": {
+        "data": str(tmp_path / "data"), "codebook": {"seed": None},
+        "goals": {"horizon_min": 3, "horizon_max": 5, "space": space, "vector_weight": 9.0, "view_weight": 1.0}}})
+    data = goal_data(cfg)
+    assert len(data["action"]) == 32 and data["state"].shape == (32, 22)
+    if space == "view_inventory":
+        assert data["goal"].shape == (32, 19 * 7 * 9 + CRAFTER_INVENTORY)
+        return
+    names = goal_feature_names(space)
+    assert data["goal"].shape == (32, len(names))
+    raw = unsquash(data["goal"][:, :CRAFTER_INVENTORY + 24])
+    h = raw[:, names.index("d:wood")]              # wood +1 per step: the change = the steps to the goal state
+    assert ((h >= 1) & (h <= 5)).all() and np.allclose(raw[:, names.index("ev:collect wood")], h)
+    cfg.method.goals.space = "nonsense"
+    with pytest.raises(ConfigError):
+        goal_data(cfg)

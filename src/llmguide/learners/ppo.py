@@ -270,6 +270,11 @@ class PPO:
         value = self.net.get_value(x, self._state, d).cpu().numpy().reshape(self.num_envs, -1)
         return np.where(truncated[:, None], value, 0.0).astype(np.float32)
 
+    def _minibatches(self, order: np.ndarray, per_mb: int) -> list[np.ndarray]:
+        """Index sets of one epoch's minibatches: consecutive ``per_mb`` slices of ``order`` (CleanRL's; a
+        batch that ``num_minibatches`` does not divide ends with a smaller minibatch)."""
+        return [order[start:start + per_mb] for start in range(0, len(order), per_mb)]
+
     def _update(self, obs: dict[str, np.ndarray], actions, logprobs, values, advantages, returns,
                 starts, initial_state) -> dict[str, float]:
         """Clipped-objective epochs over minibatches (by env for a recurrent core)."""
@@ -287,8 +292,7 @@ class PPO:
         pg_loss = v_loss = entropy_loss = penalty = torch.tensor(0.0)
         for _ in range(self.update_epochs):
             order = self.rng.permutation(units)
-            for start in range(0, units, per_mb):
-                ids = order[start:start + per_mb]
+            for ids in self._minibatches(order, per_mb):
                 if recurrent:  # whole env sequences, time-major rows t*N + env
                     ids = np.sort(ids)
                     rows = (np.arange(T)[:, None] * N + ids[None, :]).reshape(-1)

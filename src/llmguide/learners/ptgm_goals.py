@@ -4,8 +4,14 @@ Goal space (BabyAI): a goal is a *future egocentric view* — the 7×7 one-hot g
 ``h`` steps later (object, colour and state planes), which also shows the carried item (minigrid
 draws it in the agent's own cell).  :func:`goal_features` flattens it; :class:`GoalCodebook`
 optionally projects it with PCA, and the projection is the *goal embedding* the low-level policy is
-conditioned on (PTGM's MineCLIP embedding).  Crafter / Craftax (:func:`env_goal_features`): the future
-one-hot semantic view plus the future inventory counts.
+conditioned on (PTGM's MineCLIP embedding).  Crafter / Craftax, ``method.goals.space``:
+
+* ``view_inventory`` (:func:`env_goal_features`; the first study): the future one-hot semantic view plus
+  the future inventory counts — "what is around me and what I hold" later;
+* ``inventory_delta`` / ``inventory_delta_view`` (:func:`delta_goal_features`): the change of inventory
+  counts from now to the future state and the events (achievements, damage) in between — "what happens
+  next", optionally with a coarse class histogram of the future view.  A deviation from PTGM's future-frame
+  MineCLIP embedding, adapted to what Crafter records.
 
 Hindsight relabelling (Steve-1 / PTGM): :func:`hindsight_indices` cuts an episode of ``T`` actions
 into segments of ``U[horizon_min, horizon_max]`` steps; every step ``t`` of a segment gets the goal
@@ -61,6 +67,84 @@ def env_goal_features(image: np.ndarray, vector: np.ndarray, family: str, vector
         return flat
     inv = np.asarray(vector, np.float32)[:, :CRAFTER_INVENTORY] * float(vector_weight)
     return np.concatenate([flat.astype(np.float32), inv], axis=1)
+
+
+# Crafter / Craftax goal spaces (``method.goals.space``); BabyAI always uses its future view.
+GOAL_SPACES = ("view_inventory", "inventory_delta", "inventory_delta_view")
+
+
+def _crafter_names() -> tuple[list[str], list[str], list[str]]:
+    from llmguide.envs.crafter import EVENTS, ITEMS, SEMANTIC_NAMES
+
+    return list(ITEMS), list(EVENTS), [str(n) for n in SEMANTIC_NAMES]
+
+
+def goal_feature_names(space: str) -> list[str]:
+    """Names of the goal feature columns of a Crafter / Craftax goal space (for the cluster tables);
+    ``view_inventory`` names only its inventory tail (the view part is 1197 one-hot cells)."""
+    items, events, sem = _crafter_names()
+    if space == "view_inventory":
+        return [f"inv:{k}" for k in items]
+    if space not in GOAL_SPACES:
+        raise ValueError(f"goal space must be one of {GOAL_SPACES}, got {space!r}")
+    names = [f"d:{k}" for k in items] + [f"ev:{e}" for e in events]
+    return names + ([f"view:{c}" for c in sem] if space == "inventory_delta_view" else [])
+
+
+def event_counts(events: list[list[str]], names: list[str]) -> np.ndarray:
+    """(T + 1, E) cumulative counts: row ``j`` = how often each event of ``names`` happened in transitions
+    ``0..j-1`` (``events[j]`` = the event names of transition ``j``, state ``j`` → ``j + 1``)."""
+    col = {n: i for i, n in enumerate(names)}
+    per = np.zeros((len(events) + 1, len(names)), np.float32)
+    for j, evs in enumerate(events):
+        for e in evs or ():
+            if e in col:
+                per[j + 1, col[e]] += 1.0
+    return np.cumsum(per, axis=0)
+
+
+def squash(x: np.ndarray) -> np.ndarray:
+    """sign(x) · log(1 + |x|): compresses counts and changes (1 → 0.69, 9 → 2.30), keeps their sign."""
+    x = np.asarray(x, np.float32)
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
+def unsquash(y: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`squash`."""
+    y = np.asarray(y, np.float32)
+    return np.sign(y) * np.expm1(np.abs(y))
+
+
+def delta_goal_features(image: np.ndarray, vector: np.ndarray, events: list[list[str]] | None, idx: np.ndarray,
+                        space: str = "inventory_delta", view_weight: float = 1.0) -> np.ndarray:
+    """(T, D) "what happens next" goals of one Crafter / Craftax episode (states ``0..T``, goal index ``idx[t]``).
+
+    * ``inventory_delta``: the inventory counts at the goal state minus those at the current state ``t``
+      (16 items incl. the vitals health, food, drink, energy; one item = 1), then the number of times each
+      event (the 22 achievements, ``take damage``, ``die``) happened between ``t`` and the goal state.  So
+      "collect wood" is wood +1 (and an event), "place table" is wood −1 (with its event), "eat cow" food +6.
+    * ``inventory_delta_view``: the same, then a coarse summary of the goal state's view: the fraction of
+      the 7×9 cells of each of the 19 semantic classes × ``view_weight``.
+
+    Changes and counts are compressed by :func:`squash` (sign · log(1 + |x|)) so that the large passive
+    swings of the vitals (health −9 at a death) do not outweigh one collected or placed item in the
+    KMeans distances; :func:`unsquash` inverts it.
+
+    This replaces PTGM's MineCLIP embedding of the future frames (which says what happens in them) by
+    Crafter's own record of what happened; a deviation from PTGM (whose goal is a future-frame embedding).
+    """
+    items, names, _ = _crafter_names()
+    vec = np.asarray(vector, np.float32)[:, :CRAFTER_INVENTORY] * 9.0   # observation = counts / 9
+    T = len(idx)
+    now = np.arange(T)
+    cum = event_counts(list(events) if events is not None else [[] for _ in range(T)], names)
+    parts = [squash(np.rint(vec[idx] - vec[now])), squash(cum[idx] - cum[now])]
+    if space == "inventory_delta_view":
+        img = np.asarray(image)[idx].astype(np.float32)          # (T, 19, 7, 9) one-hot
+        parts.append(img.reshape(T, img.shape[1], -1).mean(axis=2) * float(view_weight))
+    elif space != "inventory_delta":
+        raise ValueError(f"delta goal space must be inventory_delta or inventory_delta_view, got {space!r}")
+    return np.concatenate(parts, axis=1).astype(np.float32)
 
 
 def hindsight_indices(T: int, rng: np.random.Generator, horizon_min: int, horizon_max: int) -> np.ndarray:

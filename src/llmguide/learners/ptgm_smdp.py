@@ -79,6 +79,13 @@ class AsyncOptionPPO(PPO):
         self._need: np.ndarray | None = None
         self._pending: dict[str, Any] = {}
 
+    def _minibatches(self, order: np.ndarray, per_mb: int) -> list[np.ndarray]:
+        """``num_minibatches`` near-equal minibatches of the ``M`` finished options.  ``M`` varies per rollout
+        (at least ``num_steps × N``), so PPO's fixed-size slices would end with a remainder minibatch of a
+        few options (1–3 with M = 257–259 and 4 minibatches), whose advantages are not normalised (one row)
+        or normalised over 2–3 rows, yet get a full gradient step each epoch."""
+        return [ids for ids in np.array_split(order, min(self.num_minibatches, len(order))) if len(ids)]
+
     # --- decisions ------------------------------------------------------------------------
     @torch.no_grad()
     def _decide(self) -> None:

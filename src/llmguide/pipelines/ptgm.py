@@ -193,9 +193,15 @@ def goal_data(cfg: DictConfig) -> dict[str, np.ndarray]:
     vector (:func:`~llmguide.learners.ptgm_goals.state_dim`), action and the hindsight goal's features
     (:func:`~llmguide.learners.ptgm_goals.env_goal_features`)."""
     from llmguide.data import EpisodeDataset
-    from llmguide.learners.ptgm_goals import env_goal_features, hindsight_indices, state_dim
+    from llmguide.learners.ptgm_goals import (
+        delta_goal_features,
+        env_goal_features,
+        hindsight_indices,
+        state_dim,
+    )
 
     g, family = cfg.method.goals, str(cfg.env.name)
+    space = goal_space(cfg)
     episodes = EpisodeDataset(_dir(cfg, "data")).episodes()
     if not episodes:
         raise ConfigError("method.data", "no readable episodes; run `llmguide collect method=ptgm` first")
@@ -210,8 +216,38 @@ def goal_data(cfg: DictConfig) -> dict[str, np.ndarray]:
         parts["image"].append(image[:-1])
         parts["state"].append(vector[:-1, :sdim])
         parts["action"].append(np.asarray(ep.actions, np.int64))
-        parts["goal"].append(env_goal_features(image[idx], vector[idx], family, weight))
+        if space == "view_inventory":
+            parts["goal"].append(env_goal_features(image[idx], vector[idx], family, weight))
+        else:
+            parts["goal"].append(delta_goal_features(image, vector, ep.events, idx, space,
+                                                     float(g.get("view_weight", 1.0))))
     return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def goal_space(cfg: DictConfig) -> str:
+    """``method.goals.space`` on Crafter / Craftax (default ``view_inventory``); BabyAI: its future view."""
+    from llmguide.learners.ptgm_goals import GOAL_SPACES
+
+    if str(cfg.env.name) == "babyai":
+        return "view_inventory"
+    space = str(cfg.method.goals.get("space", "view_inventory") or "view_inventory")
+    if space not in GOAL_SPACES:
+        raise ConfigError("method.goals.space", f"must be one of {GOAL_SPACES}, got {space!r}")
+    return space
+
+
+def cluster_summary(goals: np.ndarray, labels: np.ndarray, names: list[str], k: int, top: int = 4) -> list[dict]:
+    """What each code means: per cluster, its size and the ``top`` named goal features with the largest mean
+    magnitude (the last ``len(names)`` columns of ``goals``; e.g. inventory changes and events)."""
+    tail = np.asarray(goals, np.float32)[:, -len(names):] if names else np.zeros((len(goals), 0), np.float32)
+    out = []
+    for j in range(k):
+        m = labels == j
+        mean = tail[m].mean(axis=0) if m.any() else np.zeros(len(names), np.float32)
+        order = np.argsort(-np.abs(mean))[:top]
+        out.append({"code": j, "size": int(m.sum()),
+                    "top": [[names[i], round(float(mean[i]), 3)] for i in order if abs(mean[i]) >= 0.005]})
+    return out
 
 
 def _codebook_seed(cfg: DictConfig) -> int:
@@ -240,6 +276,21 @@ def codebook(cfg: DictConfig) -> int:
         rand.save(out / "codebook_random.npz")
         summary = {"goals": int(len(data["goal"])), "seed": seed, "k": book.k, "dim": book.dim,
                    "kmeans": book.meta, "random": rand.meta}
+        if str(cfg.env.name) != "babyai":   # what the codes mean (mean inventory change / events per cluster)
+            from llmguide.learners.ptgm_goals import goal_feature_names
+
+            space = goal_space(cfg)
+            names = goal_feature_names(space)
+            summary["goal_space"] = space
+            for kind, b in (("kmeans", book), ("random", rand)):
+                labels = b.assign(_embed(b, data["goal"]))
+                feats = data["goal"]
+                if space != "view_inventory":   # mean raw changes / event counts (the features are squashed)
+                    from llmguide.learners.ptgm_goals import unsquash
+
+                    n = sum(not name.startswith("view:") for name in names)   # changes and event counts
+                    feats = np.concatenate([unsquash(feats[:, :n]), feats[:, n:]], axis=1)
+                summary[f"clusters_{kind}"] = cluster_summary(feats, labels, names, b.k)
         run.write_json("ptgm/codebook.json", summary)
         print(f"codebook: k={book.k} in {book.dim}-d goal space from {summary['goals']} hindsight goals -> {out}")
     return 0
