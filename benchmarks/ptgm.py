@@ -16,11 +16,14 @@ Runs that exist are kept, so phases can be re-run (``--phase collect|pretrain|tr
     nice -n 5 python benchmarks/ptgm.py --task BabyAI-UnlockPickup-v0 --seeds 3 --steps 100000
 
 Craftax (``--env-id craftax``; 64 envs): the data come from an exploring PPO+RND agent trained on RND
-only (``--collect-steps`` env steps; no task reward reaches the data), the goals are the future semantic
-view + inventory, and the arms train on Craftax-Classic's own reward (all 22 achievements; or one
+only (``--collect-steps`` env steps; no task reward reaches the data; ``--data`` reuses a collect run), the
+goals are ``--goal-space`` (``view_inventory``: the future semantic view + inventory, the first study;
+``inventory_delta``: the inventory change to the future state + the events in between, "what happens next"),
+and the arms train on Craftax-Classic's own reward (all 22 achievements; or one
 achievement with ``--craftax-task``).  The options arms use asynchronous options per env
 (``AsyncOptionPPO``).  Value per seed: achievements per episode of the training episodes, averaged over
-``--bins`` env-step bins (success AUC with ``--craftax-task``); results ``<results>/ptgm_craftax.*``.
+``--bins`` env-step bins (success AUC with ``--craftax-task``); results ``<results>/ptgm_craftax.*``
+(``ptgm_craftax_<goal space>.*`` for the other goal spaces, with a table of what each code means).
 
     nice -n 10 python benchmarks/ptgm.py --env-id craftax --seeds 3 --steps 200000 --arms ppo,ptgm,ptgm-no-kl
 """
@@ -123,11 +126,35 @@ def run_name(args: argparse.Namespace, arm: str, seed: int) -> str:
 
 
 def _kl_stats(run: Path) -> dict:
+    """KL to the prior (first / last update) and how much the high level moved: its entropy (first / last)
+    and the median approx-KL of its PPO updates (the last updates run at an annealed lr near 0)."""
     from llmguide.core.rundir import read_metrics
 
-    recs = [r for r in read_metrics(run) if "charts/intrinsic_reward/kl_prior" in r]
-    kl = [r["charts/intrinsic_reward/kl_prior"] for r in recs]
-    return {"kl_first": round(float(kl[0]), 4), "kl_last": round(float(kl[-1]), 4)} if kl else {}
+    recs = read_metrics(run)
+    kl = [r["charts/intrinsic_reward/kl_prior"] for r in recs if "charts/intrinsic_reward/kl_prior" in r]
+    ups = [r for r in recs if "losses/approx_kl" in r]
+    out = {"kl_first": round(float(kl[0]), 4), "kl_last": round(float(kl[-1]), 4)} if kl else {}
+    if ups:
+        out |= {"entropy_first": round(float(ups[0]["losses/entropy"]), 4),
+                "entropy_last": round(float(ups[-1]["losses/entropy"]), 4),
+                "approx_kl_median": float(f"{np.median([r['losses/approx_kl'] for r in ups]):.3g}"),
+                "updates": len(ups)}
+    return out
+
+
+def cluster_table(args: argparse.Namespace, rows: int = 32) -> list[str]:
+    """Markdown table of what each KMeans code means (codebook.json's per-cluster mean changes / events)."""
+    path = args.out / "codes" / "ptgm" / "codebook.json"
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    clusters = summary.get("clusters_kmeans")
+    if not clusters:
+        return []
+    total = sum(c["size"] for c in clusters) or 1
+    out = ["| code | share of goals | mean change to the goal state / events in between (top 4) |", "|---|---|---|"]
+    for c in sorted(clusters, key=lambda c: -c["size"])[:rows]:
+        top = ", ".join(f"{n} {v:+.2f}" for n, v in c["top"]) or "(nothing changes)"
+        out.append(f"| {c['code']} | {c['size'] / total:.3f} | {top} |")
+    return out
 
 
 def achievements_curve(run: Path, steps: int, bins: int) -> np.ndarray:
@@ -194,7 +221,8 @@ def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
                               "samples": manifest.get("samples"),
                               "k": args.k, "option_steps": args.option_steps, "kl_coef": args.kl_coef,
                               "options_ent_coef": args.options_ent_coef,
-                              "lowlevel_last_epoch": ll, "prior_val_acc": pri},
+                              "lowlevel_last_epoch": ll, "prior_val_acc": pri,
+                              "goal_space": args.goal_space if args.family != "babyai" else "future view"},
               "wall_clock_seconds": round(seconds)}
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -218,9 +246,14 @@ def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
         data = (f"{args.collect_episodes} BabyAI-bot episodes over the `method.collect.tasks` missions "
                 f"({manifest.get('samples')} steps)")
     else:
+        goals = {"view_inventory": "future one-hot view + inventory counts",
+                 "inventory_delta": "inventory_delta: the inventory change from the current to the goal state (16 "
+                                    "items incl. vitals) + counts of the events in between (22 achievements, take "
+                                    "damage, die), sign·log(1+|x|) compressed",
+                 "inventory_delta_view": "inventory_delta + the goal view's 19 class fractions"}[args.goal_space]
         data = (f"the finished episodes of an exploring PPO agent trained on RND only for {args.collect_steps} env "
-                f"steps ({manifest.get('samples')} steps kept; no task reward); goals = future one-hot view + "
-                "inventory counts, hindsight 5-30 steps ahead; options asynchronous per env (AsyncOptionPPO, γ per option)")
+                f"steps ({manifest.get('samples')} steps kept; no task reward); goals = {goals}, hindsight 5-30 steps "
+                "ahead; options asynchronous per env (AsyncOptionPPO, γ per option)")
     md = [f"# PTGM vs baselines on {task}", "",
           f"Budget: {args.steps} env steps per run (options arms count low-level steps), seeds {args.seed_list}, "
           f"{args.num_envs} envs, PPO defaults (agent=ppo, image_encoder={args.image_encoder}); rollout {args.rollout} "
@@ -233,6 +266,9 @@ def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
           "Final eval: "
           f"{args.eval_episodes} greedy episodes. Wall clock {seconds / 60:.0f} min.", "", *table, "",
           f"![success]({args.name}.png)", ""]
+    if args.family != "babyai" and cluster_table(args):
+        md += ["## What the codes mean (KMeans codebook; mean over the goals of each cluster)", "",
+               *cluster_table(args), ""]
     (args.results / f"{args.name}.md").write_text("\n".join(md))
     print("\n".join(md))
 
@@ -265,6 +301,9 @@ def main() -> None:
     p.add_argument("--eval-episodes", type=int, default=20)
     p.add_argument("--bins", type=int, default=20)
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {ARMS}")
+    p.add_argument("--train-seeds", default=None,
+                   help="comma-separated subset of the seeds to train in this process (e.g. a 2nd process on seed 2); "
+                        "the report covers all --seeds")
     p.add_argument("--reduced-budget", action="store_true",
                    help="flag the results as run at a budget below the one intended (DESIGN.md reduced_budget)")
     p.add_argument("--phase", default="all", choices=("all", "pretrain", "train", "report"))
@@ -293,7 +332,8 @@ def main() -> None:
     manifest = pretraining(args) if args.phase != "report" else json.loads(
         (args.out / "pre" / "ptgm" / "manifest.json").read_text())
     if args.phase in ("all", "train"):
-        for seed in args.seed_list:           # seed-major: whole seeds finish first
+        train = [int(x) for x in args.train_seeds.split(",")] if args.train_seeds else args.seed_list
+        for seed in train:                    # seed-major: whole seeds finish first
             for arm in args.arms:
                 train_one(args, arm, seed)
     if args.phase in ("all", "report"):

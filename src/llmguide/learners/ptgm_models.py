@@ -83,8 +83,11 @@ def train_lowlevel(net: ActorCritic, images: np.ndarray, directions: np.ndarray,
         if len(vids):
             with torch.no_grad():
                 for name, drop in (("cond", np.zeros(len(vids), bool)), ("uncond", np.ones(len(vids), bool))):
-                    pred = _logits(net, inputs(vids, drop)).argmax(-1).numpy()
-                    rec[f"val_acc_{name}"] = float((pred == actions[vids]).mean())
+                    logits = _logits(net, inputs(vids, drop))
+                    rec[f"val_acc_{name}"] = float((logits.argmax(-1).numpy() == actions[vids]).mean())
+                    # NLL too: on stochastic data (an exploring agent) the goal can shift the action distribution
+                    # without changing its argmax, which the accuracy alone misses
+                    rec[f"val_nll_{name}"] = float(F.cross_entropy(logits, torch.as_tensor(actions[vids])).item())
         history.append(rec)
         log.info("low-level BC %s", rec)
     net.eval()
