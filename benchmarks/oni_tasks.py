@@ -68,13 +68,40 @@ def survey(env_id: str, episodes: int, seed: int = 0, top: int = 8) -> dict:
             "top_lift": lift[:top], "seconds": round(time.perf_counter() - t0, 1)}
 
 
+def _fmt(v: float | None) -> str:
+    return "–" if v is None else f"{v:.3f}"
+
+
+def table(result: dict) -> str:
+    """Markdown: per task, random success and the message with the largest success lift (appearing in ≥ 2% of
+    episodes), with whether the oracle pays for it, and the same for 'any oracle-helpful message'."""
+    rows = ["| task | actions | random success (episodes) | mean length | message with the largest success lift | "
+            "in episodes | success with / without it | oracle: helpful | episodes with any oracle-helpful message | "
+            "success with / without one |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for env_id, r in result.items():
+        if "error" in r:
+            rows.append(f"| {env_id} | – | not run: {r['error'][:60]} | | | | | | | |")
+            continue
+        top = next((x for x in r["top_lift"] if x["share"] >= 0.02), None)
+        key = (f"`{top['message'][:70]}` | {top['share']:.3f} | {_fmt(top['success_with'])} / "
+               f"{_fmt(top['success_without'])} | {'yes' if top['oracle_helpful'] else 'no'}") if top else "– | | |"
+        rows.append(f"| {env_id.removeprefix('MiniHack-')} | {r['actions']} | {r['success']:.3f} ({r['episodes']}) | "
+                    f"{r['mean_length']:.0f} | {key} | {r['episodes_with_oracle_helpful']:.3f} | "
+                    f"{_fmt(r['success_with_oracle_helpful'])} / {_fmt(r['success_without_oracle_helpful'])} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("env_ids", nargs="+")
     p.add_argument("--episodes", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("runs/oni_tasks.json"))
+    p.add_argument("--markdown", action="store_true", help="print the table of --out and exit")
     args = p.parse_args()
+    if args.markdown:
+        print(table(json.loads(args.out.read_text())))
+        return
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
     for env_id in args.env_ids:
         try:
