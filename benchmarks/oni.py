@@ -63,10 +63,22 @@ def extrinsic_coef(env_id: str) -> float:
     return 0.1 if "Score" in env_id else 10.0
 
 
+def step_penalty(args: argparse.Namespace, env_id: str) -> float | None:
+    """The reward of a "frozen" step for every arm.  ``auto``: the reference's rule.  Its Score task keeps
+    NLE's −0.01 (tasks_nle.py ``NetHackScore``); its sparse tasks reward success only (``NetHackStaircase``
+    and ``NetHackOracle`` override ``_reward_fn`` with 50 on success, else 0: no step penalty), so a sparse
+    task here gets penalty 0 too.  None: the task's own."""
+    if args.step_penalty == "auto":
+        return None if "Score" in env_id else 0.0
+    return None if args.step_penalty == "task" else float(args.step_penalty)
+
+
 def common(args: argparse.Namespace, env_id: str) -> list[str]:
     family = "nethack" if env_id.startswith("NetHack") else "minihack"
     coef = args.extrinsic_coef if args.extrinsic_coef is not None else extrinsic_coef(env_id)
     nle = [f"env.action_set={args.actions}"] if family == "nethack" else []  # MiniHack tasks keep their own actions
+    penalty = step_penalty(args, env_id)
+    nle += [f"env.penalty_step={penalty}"] if penalty is not None else []
     return [f"env={family}", f"env.id={env_id}", "env.message_obs=true", "env.reward_clip=10.0", *nle,
             f"method.extrinsic_coef={coef}",
             f"num_envs={args.num_envs}", "agent.recurrent=gru", f"agent.hidden={args.hidden}",
@@ -174,7 +186,7 @@ def random_policy(args: argparse.Namespace, episodes: int = 100, seed: int = 0) 
     from llmguide.envs import make_env
 
     family = "nethack" if args.env_id.startswith("NetHack") else "minihack"
-    env = make_env({"name": family, "id": args.env_id, "reward_clip": 10.0,
+    env = make_env({"name": family, "id": args.env_id, "reward_clip": 10.0, "penalty_step": step_penalty(args, args.env_id),
                     **({"action_set": args.actions} if family == "nethack" else {})}, seed)
     rng = np.random.default_rng(seed)
     wins, rets = 0, []
@@ -464,6 +476,9 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--extrinsic-coef", type=float, default=None,
                    help="every arm's extrinsic coefficient (default: the reference's 0.1 on *Score*, else 10)")
+    p.add_argument("--step-penalty", default="auto",
+                   help="every arm's reward for a 'frozen' step: auto (the reference: NLE's -0.01 on *Score*, 0 on "
+                        "the sparse tasks, which reward success only), task (the env's own), or a number")
     p.add_argument("--actions", default="extended", choices=("task", "extended"),
                    help="NetHack action set (extended: the reference's 28 actions); MiniHack keeps its own")
     p.add_argument("--metric", default="auto", choices=("auto", "success", "return"),

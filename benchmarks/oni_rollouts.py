@@ -1,4 +1,5 @@
-"""Sampled rollouts of finished ONI-benchmark runs: action shares, oracle-helpful messages per episode, return.
+"""Sampled rollouts of finished ONI-benchmark runs: action shares, oracle-helpful messages per episode, return,
+success rate.
 
     .venv/bin/python benchmarks/oni_rollouts.py runs/bench-oni-score/none-s0 runs/bench-oni-score/oni_retrieval-oracle-s0
 
@@ -32,7 +33,7 @@ def rollouts(run: str, episodes: int, seed: int = 500) -> dict:
     names, oracle, goal = env.unwrapped.action_strings, NetHackOracle(), method_goal(cfg)
     acts: collections.Counter[str] = collections.Counter()
     helpful: collections.Counter[str] = collections.Counter()
-    rets, lens = [], []
+    rets, lens, wins = [], [], []
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed + ep)
         agent.reset_act_state()
@@ -47,9 +48,10 @@ def rollouts(run: str, episodes: int, seed: int = 500) -> dict:
             done = term or trunc
         rets.append(round(ret, 1))
         lens.append(n)
+        wins.append(bool(info.get("success")))
     env.close()
     total = sum(acts.values())
-    return {"run": run, "returns": rets, "lengths": lens, "helpful_per_episode": sum(helpful.values()) / episodes,
+    return {"run": run, "returns": rets, "lengths": lens, "success": float(np.mean(wins)), "helpful_per_episode": sum(helpful.values()) / episodes,
             "helpful": helpful.most_common(12), "actions": [(k, round(v / total, 3)) for k, v in acts.most_common(10)]}
 
 
@@ -62,7 +64,8 @@ def main() -> None:
     torch.set_num_threads(1)
     for run in args.runs:
         out = rollouts(run, args.episodes)
-        print(out["run"], "return", out["returns"], "mean", np.mean(out["returns"]).round(1), "len", out["lengths"])
+        print(out["run"], "success", out["success"], "return", out["returns"], "mean", np.mean(out["returns"]).round(1),
+              "len", out["lengths"])
         print("  helpful/episode", out["helpful_per_episode"], out["helpful"])
         print("  actions", out["actions"], flush=True)
 

@@ -267,3 +267,34 @@ def test_labelled_fraction_counts_message_occurrences_whose_label_had_arrived(or
     module.compute(batch)
     assert module.last["labelled_fraction"] == 1.0 == module.last["labelled_fraction_unique"]
     module.close()
+
+
+def test_step_penalty_option_and_the_sparse_task_rule():
+    """``env.penalty_step`` replaces NLE/MiniHack's -0.01 for a "frozen" step; benchmarks/oni.py's auto rule keeps
+    it on *Score* (the reference's Score task) and sets 0 on sparse tasks (the reference's rewards success only)."""
+    import argparse
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from llmguide.envs import make_env
+
+    rewards = {}
+    for penalty in (None, 0.0):
+        env = make_env({"name": "minihack", "id": "MiniHack-LavaCross-Levitate-Potion-Pickup-Restricted-v0",
+                        "penalty_step": penalty}, seed=0)
+        env.reset(seed=0)
+        pickup = next(i for i, a in enumerate(env.unwrapped.action_strings) if "pickup" in a)
+        rewards[penalty] = env.step(pickup)[1]  # nothing to pick up: no game time passes
+        env.close()
+    assert rewards[None] == pytest.approx(-0.01) and rewards[0.0] == 0.0
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "oni.py"
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location("oni_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    auto = argparse.Namespace(step_penalty="auto")
+    assert bench.step_penalty(auto, "NetHackScore-v0") is None
+    assert bench.step_penalty(auto, "MiniHack-KeyRoom-S5-v0") == 0.0
+    assert bench.step_penalty(argparse.Namespace(step_penalty="task"), "MiniHack-KeyRoom-S5-v0") is None
+    assert bench.step_penalty(argparse.Namespace(step_penalty="-0.005"), "NetHackScore-v0") == -0.005

@@ -11,7 +11,8 @@ the 27 blstats, scaled and clipped to [-5, 5]; with ``message_obs`` also ``messa
 message bytes (uint8; the policy's message encoder reads it, as in the ONI/Motif reference).
 
 Reward: ``clip(reward_scale · r_env, −reward_clip, reward_clip)`` (the ONI/Motif rollout workers' extrinsic
-transform; ``info["raw_reward"]`` keeps ``r_env``).  Seeding: ``reset(seed=s)`` seeds the env's
+transform; ``info["raw_reward"]`` keeps ``r_env``).  ``penalty_step`` overrides the task's reward for a
+"frozen" step (game time not advancing; NLE/MiniHack default −0.01); 0 leaves the task's own reward only.  Seeding: ``reset(seed=s)`` seeds the env's
 ``np_random``; *every* reset then draws NetHack's core and disp seeds from it (no anti-TAS reseeding),
 so two envs made with the same seed give identical observations across all later resets and steps.
 """
@@ -169,7 +170,7 @@ class NetHackText(gym.Env):
     def __init__(self, env_id: str, family: str = "nethack", max_steps: int | None = None,
                  blstats_deltas: bool = False, crop: int = 9, oracle_facts: bool = False,
                  message_obs: bool = False, reward_scale: float = 1.0, reward_clip: float | None = None,
-                 actions: str = "task"):
+                 actions: str = "task", penalty_step: float | None = None):
         _import_backend(family)
         if env_id not in gym.registry:
             known = sorted(k for k in gym.registry if k.startswith("MiniHack-" if family == "minihack"
@@ -180,6 +181,8 @@ class NetHackText(gym.Env):
         kwargs: dict[str, Any] = {}
         if actions == "extended" and family == "nethack":  # MiniHack tasks keep their own action sets
             kwargs["actions"] = extended_actions()
+        if penalty_step is not None:  # NLE/MiniHack's reward for a "frozen" step (default -0.01)
+            kwargs["penalty_step"] = float(penalty_step)
         self._env = gym.make(env_id, observation_keys=OBS_KEYS, **kwargs).unwrapped
         self.max_steps = int(max_steps) if max_steps else None  # None: the task's own limit
         self._t = 0
@@ -353,7 +356,8 @@ def make_nethack(env_cfg: Any, seed: int | None = None) -> NetHackText:
                        message_obs=bool(cfg_get(env_cfg, "message_obs", False)),
                        reward_scale=float(cfg_get(env_cfg, "reward_scale", 1.0)),
                        reward_clip=cfg_get(env_cfg, "reward_clip"),
-                       actions=str(cfg_get(env_cfg, "action_set", "task")))
+                       actions=str(cfg_get(env_cfg, "action_set", "task")),
+                       penalty_step=cfg_get(env_cfg, "penalty_step"))
 
 
 class NetHackOracle(Oracle):
