@@ -348,6 +348,7 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
               "setup": {"num_envs": args.num_envs, "rollout": args.num_steps, "update_epochs": args.update_epochs,
                         "hidden": args.hidden, "policy": "crop CNN + blstats MLP + message MLP -> GRU",
                         "extrinsic_coef": coef, "reward_clip": 10.0, "reward_scale": 1.0,
+                        "penalty_step": step_penalty(args, args.env_id),  # None: the task's own (-0.01)
                         "action_set": args.actions if args.env_id.startswith("NetHack") else "task",
                         "intrinsic": "ONI 0.4, Motif 0.1, BoW 0.4; / n_episode(message)^3",
                         "labelling_goal": task_goal(args.env_id),
@@ -402,11 +403,15 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
     emb = arms.get("oni_retrieval-embedded", {}).get("label_agreement_vs_oracle")
     action_set = f"{args.actions} action set, " if args.env_id.startswith("NetHack") else ""
     value_name = "success" if kind == "success" else "return"
+    penalty = step_penalty(args, args.env_id)
+    penalty_text = ("the task's own reward for a 'frozen' step (NLE/MiniHack: −0.01), as the reference's Score task."
+                    if penalty is None else f"reward {penalty:g} for a 'frozen' step instead of NLE/MiniHack's −0.01 "
+                    "(the reference's sparse tasks reward success only).")
     md = [f"# ONI and Motif vs extrinsic-only PPO on {args.env_id}", "",
           f"Seeds {args.seed_list}; {args.num_envs} envs × {args.num_steps}-step rollouts, PPO {args.update_epochs} "
           f"epochs, GRU {args.hidden}; policy = crop CNN + blstats MLP + message-byte MLP → GRU for every arm; "
           f"{action_set}env reward clipped at ±10 and × {coef} (the reference's extrinsic coefficient for this "
-          f"task) for every arm. Value per seed: {metric}; 95% CI: percentile bootstrap over seeds. Wall clock "
+          f"task) for every arm; {penalty_text} Value per seed: {metric}; 95% CI: percentile bootstrap over seeds. Wall clock "
           f"{seconds / 60:.0f} min of runs (at most two at a time on a shared 2-core CPU). A uniformly random "
           f"policy: success {rand['success']:.3f}, return {rand['return']:+.3f} over {rand['episodes']} episodes "
           "(a reference, not an arm).", "",
