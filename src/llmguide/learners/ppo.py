@@ -147,21 +147,32 @@ class PPO:
         if self.run is not None:
             self.run.log(self.global_step, metrics)
 
-    def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
-              progress: bool = True) -> PPO:
-        """Train until ``global_step >= total_steps`` (a total, so a resumed run continues)."""
+    def _begin(self, total_steps: int, callback: Callback | Sequence[Callback] | None, progress: bool,
+               desc: str) -> tuple[Callback, EpisodeTracker, Progress, float, int]:
+        """The start of a ``learn`` call (shared with subclasses that roll out differently): the callback is
+        initialised and told training starts, the envs are reset on the first call (:meth:`_on_reset`),
+        and a fresh episode tracker, progress bar, start time and start step are returned."""
         callback = as_callback(callback)
         callback.init(self)
         callback.on_training_start()
+        if self._next_obs is None:
+            self._next_obs, _ = self.envs.reset(seed=self.seed + self.global_step)
+            self._on_reset()
+        tracker = EpisodeTracker(self.num_envs)
+        bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc=desc)
+        return callback, tracker, bar, time.perf_counter(), self.global_step
+
+    def _on_reset(self) -> None:
+        """Rollout state after the first env reset: no env done, the core's initial (recurrent) state."""
+        self._next_done = np.zeros(self.num_envs, dtype=bool)
+        self._state = self.net.initial_state(self.num_envs, self.device)
+
+    def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
+              progress: bool = True) -> PPO:
+        """Train until ``global_step >= total_steps`` (a total, so a resumed run continues)."""
+        callback, tracker, bar, start_time, start_step = self._begin(total_steps, callback, progress, "ppo")
         N, T = self.num_envs, self.num_steps
         envs, net, dev = self.envs, self.net, self.device
-        if self._next_obs is None:
-            self._next_obs, _ = envs.reset(seed=self.seed + self.global_step)
-            self._next_done = np.zeros(N, dtype=bool)
-            self._state = net.initial_state(N, dev)
-        tracker = EpisodeTracker(N)
-        bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc="ppo")
-        start_time, start_step = time.perf_counter(), self.global_step
         heads = net.n_value_heads
         stop = False
 

@@ -36,9 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from llmguide.core.progress import Progress
-from llmguide.learners.callbacks import Callback, as_callback
-from llmguide.learners.common import EpisodeTracker, mix_rewards, split_infos
+from llmguide.learners.callbacks import Callback
+from llmguide.learners.common import mix_rewards, split_infos
 from llmguide.learners.networks import obs_to_tensor
 from llmguide.learners.ppo import PPO
 from llmguide.rewards.base import StepTransition, TransitionBatch
@@ -86,6 +85,10 @@ class AsyncOptionPPO(PPO):
         or normalised over 2–3 rows, yet get a full gradient step each epoch."""
         return [ids for ids in np.array_split(order, min(self.num_minibatches, len(order))) if len(ids)]
 
+    def _on_reset(self) -> None:
+        """After the first env reset every env is at a decision point, with nothing pending."""
+        self._need, self._pending = np.ones(self.num_envs, bool), {}
+
     # --- decisions ------------------------------------------------------------------------
     @torch.no_grad()
     def _decide(self) -> None:
@@ -116,16 +119,8 @@ class AsyncOptionPPO(PPO):
     def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
               progress: bool = True) -> AsyncOptionPPO:
         """Train until ``global_step`` (env steps) ``>= total_steps``."""
-        callback = as_callback(callback)
-        callback.init(self)
-        callback.on_training_start()
+        callback, tracker, bar, start_time, start_step = self._begin(total_steps, callback, progress, "ptgm-options")
         N, env = self.num_envs, self.envs
-        if self._next_obs is None:
-            self._next_obs, _ = env.reset(seed=self.seed + self.global_step)
-            self._need, self._pending = np.ones(N, bool), {}
-        tracker = EpisodeTracker(N)
-        bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc="ptgm-options")
-        start_time, start_step = time.perf_counter(), self.global_step
         target = max(1, self.num_steps * N)
         stop = False
         while self.global_step < total_steps and not stop:
