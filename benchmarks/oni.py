@@ -311,6 +311,9 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
             s["labels_helpful"] = [sum(1 for y in labelled_messages(args.out / f"{arm}-s{seed}").values()
                                        if y is not None and y > 0.5) for seed in s["seeds"]]
         arms[arm] = s
+        if steps < args.target_steps:  # this arm alone below the study's budget (--arm-steps)
+            s["reduced_budget"] = {"budget_steps": steps, "target_steps": args.target_steps,
+                                   "reason": args.reduced_reason or "compute time"}
         s["wall_seconds"] = [round(run_seconds(args.out / f"{arm}-s{seed}")) for seed in s["seeds"]]
         lm = s.get("lm", [{}])
         helpful = s.get("labels_helpful") or [None] * len(lm)
