@@ -262,7 +262,8 @@ def test_crafter_goal_features_are_view_plus_inventory_counts():
 
 # --- the pipeline on env=craftax (JAX compiles: slow) -------------------------------------------
 @pytest.mark.slow
-def test_craftax_pipeline_end_to_end(tmp_path):
+@pytest.mark.parametrize("space", ["view_inventory", "inventory_delta"])
+def test_craftax_pipeline_end_to_end(tmp_path, space):
     """collect (exploring agent) → codebook → pretrain → train (async options, BC-finetune) → eval."""
     import json
 
@@ -273,12 +274,15 @@ def test_craftax_pipeline_end_to_end(tmp_path):
     base = ["env=craftax", "env.max_steps=48", f"run.dir={tmp_path}", "progress=false", "agent.image_encoder=flat",
             "num_envs=8", "agent.hidden=32"]
     small = ["method.codebook.k=4", "method.codebook.pca=8", "method.lowlevel.epochs=1", "method.prior.epochs=1",
-             "method.lowlevel.hidden=32", "method.prior.hidden=32", "method.option_steps=4"]
+             "method.lowlevel.hidden=32", "method.prior.hidden=32", "method.option_steps=4", f"method.goals.space={space}"]
     assert main(["collect", *base, "method=ptgm", "method.collect.agent_steps=512", "agent.num_steps=16",
                  "run.name=data"]) == 0
     summary = json.loads((tmp_path / "data" / "collect_summary.json").read_text())
     assert summary["episodes"] >= 4 and summary["collector"] == "ppo+rnd"
     assert main(["codebook", *base, "method=ptgm", *small, f"method.data={tmp_path / 'data'}", "run.name=codes"]) == 0
+    book = json.loads((tmp_path / "codes" / "ptgm" / "codebook.json").read_text())
+    assert book["goal_space"] == space and len(book["clusters_kmeans"]) == 4
+    assert sum(c["size"] for c in book["clusters_kmeans"]) == book["goals"]
     assert main(["pretrain", *base, "method=ptgm", *small, f"method.data={tmp_path / 'data'}",
                  f"method.codebook.run={tmp_path / 'codes'}", "run.name=pre"]) == 0
     manifest = json.loads((tmp_path / "pre" / "ptgm" / "manifest.json").read_text())
