@@ -1,9 +1,9 @@
 # ruff: noqa: E702, E731  (a post-hoc analysis script, kept as it was run)
 """Post-hoc analyses behind ptgm_craftax_inventory_delta.md (run from the repo root, after benchmarks/ptgm.py):
 
-    python benchmarks/results/ptgm_craftax_inventory_delta_analysis.py bc RUN_DIR
+    python benchmarks/ptgm_analysis.py bc RUN_DIR
         low-level BC on its own val split: accuracy and NLL with vs without the goal
-    python benchmarks/results/ptgm_craftax_inventory_delta_analysis.py control RUN_DIR 600
+    python benchmarks/ptgm_analysis.py control RUN_DIR 600
         controllability: a random code per 8-step option with the frozen low level on 64 Craftax envs for
         600 env steps; per event, its rate when a code whose cluster means it is commanded vs otherwise,
         and the mutual information code <-> event
