@@ -14,6 +14,7 @@ FAMILIES = [
     pytest.param({"name": "crafter"}, id="crafter"),
     pytest.param({"name": "babyai"}, id="babyai"),
     pytest.param({"name": "minihack", "id": "MiniHack-KeyRoom-Fixed-S5-v0", "message_obs": True}, id="minihack"),
+    pytest.param({"name": "minihack", "id": "MiniHack-MultiRoom-N2-v0"}, id="minihack-minigrid"),  # map from MiniGrid
     pytest.param({"name": "nethack", "id": "NetHackScore-v0", "message_obs": True}, id="nethack"),
     pytest.param({"name": "craftax"}, id="craftax", marks=pytest.mark.slow),
 ]
@@ -51,7 +52,7 @@ def _trajectory(env, seed: int, steps: int, actions: np.ndarray) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("cfg", [p for p in FAMILIES if p.id in ("minihack", "nethack", "babyai", "crafter")])
+@pytest.mark.parametrize("cfg", [p for p in FAMILIES if p.id in ("minihack", "minihack-minigrid", "nethack", "babyai", "crafter")])
 def test_same_seed_gives_identical_observations_across_later_resets_and_steps(cfg):
     a, b = _make(cfg), _make(cfg)
     actions = np.random.default_rng(0).integers(a.action_space.n, size=160)

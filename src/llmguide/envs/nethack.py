@@ -162,6 +162,21 @@ def decode_message(raw: np.ndarray) -> str:
     return raw.tobytes().split(b"\0", 1)[0].decode("latin-1").strip()
 
 
+def _seed_core(env: Any, core: int, disp: int) -> None:
+    """Seed NetHack's RNGs for the next reset (no anti-TAS reseeding). MiniHack's MiniGrid-based tasks
+    (``MiniGridHack``: MultiRoom, LavaCrossing...) also draw their map from an inner Gymnasium MiniGrid
+    env, whose old-Gym ``seed()`` call fails on Gymnasium; that env is seeded through ``reset(seed=)``
+    instead, and its later seedless resets continue the same RNG."""
+    inner = getattr(env, "minigrid_env", None)
+    if inner is None:
+        env.seed(core, disp, False)
+        return
+    from minihack.envs.minigrid import MiniGridHack
+
+    inner.reset(seed=core % 2**32)
+    super(MiniGridHack, env).seed(core, disp, False)  # MiniHack's own seed, skipping the failing override
+
+
 class NetHackText(gym.Env):
     """An NLE or MiniHack env with message captions and events; the task is the gym id."""
 
@@ -208,7 +223,7 @@ class NetHackText(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         core, disp = (int(x) for x in self.np_random.integers(0, 2**62, size=2))
-        self._env.seed(core, disp, False)  # every reset: the episode's seeds come from np_random
+        _seed_core(self._env, core, disp)  # every reset: the episode's seeds come from np_random
         obs, _ = self._env.reset()
         self._prev_bl = obs["blstats"].copy()
         self._stairs_seen = False
