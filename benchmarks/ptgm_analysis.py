@@ -1,4 +1,3 @@
-# ruff: noqa: E702, E731  (a post-hoc analysis script, kept as it was run)
 """Post-hoc analyses behind ptgm_craftax_inventory_delta.md (run from the repo root, after benchmarks/ptgm.py):
 
     python benchmarks/ptgm_analysis.py bc RUN_DIR
@@ -10,8 +9,10 @@
 
 RUN_DIR: runs/bench-ptgm-craftax-inventory-delta, or runs/bench-ptgm-craftax (view_inventory, no cluster meanings).
 """
+
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -25,45 +26,90 @@ from llmguide.learners.ptgm_goals import GoalCodebook
 from llmguide.learners.ptgm_models import LowLevelActor, _logits, make_lowlevel
 from llmguide.pipelines.ptgm import _embed, goal_data
 
+# benchmarks/craftax.py shares its name with the craftax package: keep this folder off the import path
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 torch.set_num_threads(1)
 
 
-def bc(root):
+def binary_entropy_bits(p: float) -> float:
+    """Entropy (bits) of a Bernoulli(p) outcome."""
+    return 0.0 if p in (0, 1) else float(-(p * np.log2(p) + (1 - p) * np.log2(1 - p)))
+
+
+def mutual_information_bits(x: np.ndarray, codes: np.ndarray) -> float:
+    """Mutual information (bits) between a binary outcome ``x`` and the commanded code."""
+    conditional = sum(
+        (codes == k).mean() * binary_entropy_bits(x[codes == k].mean()) for k in np.unique(codes)
+    )
+    return binary_entropy_bits(x.mean()) - conditional
+
+
+def bc(root: str) -> None:
+    """Low-level BC on its own validation split: accuracy and NLL with vs without the goal."""
     cfg = OmegaConf.load(f"{root}/pre/config.yaml")
     data = goal_data(cfg)
     book = GoalCodebook.load(f"{root}/pre/ptgm/codebook.npz")
     emb = _embed(book, data["goal"])
     ll = torch.load(f"{root}/pre/ptgm/lowlevel.pt", weights_only=True)
-    probe = make_env(cfg.env, 0); space = probe.observation_space; probe.close()
-    net = make_lowlevel(lowlevel_space(space, ll["goal_dim"], ll["state_dim"]), ll["n_actions"], ll["hidden"], ll["image_encoder"])
-    net.load_state_dict(ll["net"]); net.eval()
-    rng = np.random.default_rng(int(cfg.seed)); n = len(data["action"]); val = np.flatnonzero(rng.random(n) < 0.05)
+    probe = make_env(cfg.env, 0)
+    space = probe.observation_space
+    probe.close()
+    net = make_lowlevel(
+        lowlevel_space(space, ll["goal_dim"], ll["state_dim"]),
+        ll["n_actions"],
+        ll["hidden"],
+        ll["image_encoder"],
+    )
+    net.load_state_dict(ll["net"])
+    net.eval()
+    rng = np.random.default_rng(int(cfg.seed))
+    n = len(data["action"])
+    val = np.flatnonzero(rng.random(n) < 0.05)
     out = {}
     with torch.no_grad():
         for name, drop in (("cond", False), ("uncond", True)):
             nll, acc = [], []
             for i in range(0, len(val), 4096):
-                ids = val[i:i + 4096]
+                ids = val[i : i + 4096]
                 g = np.zeros_like(emb[ids]) if drop else emb[ids]
-                vec = np.concatenate([data["state"][ids], g, np.full((len(ids), 1), 0.0 if drop else 1.0, np.float32)], 1)
-                lg = _logits(net, {"image": torch.as_tensor(data["image"][ids], dtype=torch.float32), "vector": torch.as_tensor(vec, dtype=torch.float32)})
+                vec = np.concatenate(
+                    [data["state"][ids], g, np.full((len(ids), 1), 0.0 if drop else 1.0, np.float32)], 1
+                )
+                lg = _logits(
+                    net,
+                    {
+                        "image": torch.as_tensor(data["image"][ids], dtype=torch.float32),
+                        "vector": torch.as_tensor(vec, dtype=torch.float32),
+                    },
+                )
                 y = torch.as_tensor(data["action"][ids])
-                nll.append(F.cross_entropy(lg, y, reduction="sum").item()); acc.append((lg.argmax(-1) == y).sum().item())
-            out[f"val_nll_{name}"] = sum(nll) / len(val); out[f"val_acc_{name}"] = sum(acc) / len(val)
-    a = data["action"]; p = np.bincount(a, minlength=17) / len(a)
-    out["action_entropy_marginal"] = float(-(p[p > 0] * np.log(p[p > 0])).sum()); out["val_n"] = int(len(val))
+                nll.append(F.cross_entropy(lg, y, reduction="sum").item())
+                acc.append((lg.argmax(-1) == y).sum().item())
+            out[f"val_nll_{name}"] = sum(nll) / len(val)
+            out[f"val_acc_{name}"] = sum(acc) / len(val)
+    a = data["action"]
+    p = np.bincount(a, minlength=17) / len(a)
+    out["action_entropy_marginal"] = float(-(p[p > 0] * np.log(p[p > 0])).sum())
+    out["val_n"] = int(len(val))
     out["info_gain_nats"] = out["val_nll_uncond"] - out["val_nll_cond"]
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}))
 
 
-def control(root, steps):
+def control(root: str, steps: int) -> None:
+    """A random code per 8-step option, frozen low level: event rates per commanded code, and code-event MI."""
     cfg = OmegaConf.load(f"{root}/pre/config.yaml")
     book = GoalCodebook.load(f"{root}/pre/ptgm/codebook.npz")
     ll = torch.load(f"{root}/pre/ptgm/lowlevel.pt", weights_only=True)
     N = 64
     envs = make_vector_env(cfg.env, N, 123, str(cfg.vector))
-    net = make_lowlevel(lowlevel_space(envs.single_observation_space, ll["goal_dim"], ll["state_dim"]), ll["n_actions"], ll["hidden"], ll["image_encoder"])
-    net.load_state_dict(ll["net"]); net.eval()
+    net = make_lowlevel(
+        lowlevel_space(envs.single_observation_space, ll["goal_dim"], ll["state_dim"]),
+        ll["n_actions"],
+        ll["hidden"],
+        ll["image_encoder"],
+    )
+    net.load_state_dict(ll["net"])
+    net.eval()
     actor = LowLevelActor(net, ll["goal_dim"], 0.0, False, 0, ll["state_dim"])
     venv = AsyncOptionsVectorEnv(envs, actor.batch, book.codes("medoid"), 8)
     obs, _ = venv.reset(seed=123)
@@ -80,13 +126,22 @@ def control(root, steps):
             inf = infos[i] if infos else {}
             fin = inf.get("final_info") if dones[i] else None
             e = (fin or inf).get("events") if isinstance(fin or inf, dict) else None
-            for x in (e or []):
+            for x in e or []:
                 ev[i].add(str(x))
         vec = np.asarray(out.obs["vector"])[:, :16] * 9
         for i in np.flatnonzero(out.ended):
             if not dones[i]:
-                rows.append({"code": int(code[i]), "delta": np.rint(vec[i] - start[i]), "events": sorted(ev[i]), "ret": float(out.option_return[i])})
-            start[i] = vec[i]; ev[i] = set(); code[i] = rng.integers(0, book.k)
+                rows.append(
+                    {
+                        "code": int(code[i]),
+                        "delta": np.rint(vec[i] - start[i]),
+                        "events": sorted(ev[i]),
+                        "ret": float(out.option_return[i]),
+                    }
+                )
+            start[i] = vec[i]
+            ev[i] = set()
+            code[i] = rng.integers(0, book.k)
     venv.close()
     print(len(rows), "options (non-terminal)")
     codes = np.array([r["code"] for r in rows])
@@ -94,10 +149,7 @@ def control(root, steps):
     E = np.array([[e in r["events"] for e in evs] for r in rows], float)
     summ = json.load(open(f"{root}/codes/ptgm/codebook.json")).get("clusters_kmeans")
     out = {"options": len(rows), "events": {}, "mi_bits": {}}
-    def mi(x, c):
-        # mutual information (bits) between a binary outcome x and the code c
-        px = x.mean(); h = lambda p: 0 if p in (0, 1) else -(p*np.log2(p)+(1-p)*np.log2(1-p))
-        return h(px) - sum((c == k).mean() * h(x[c == k].mean()) for k in np.unique(c))
+
     for j, e in enumerate(evs):
         x = E[:, j]
         per = np.array([x[codes == k].mean() if (codes == k).any() else np.nan for k in range(book.k)])
@@ -109,10 +161,18 @@ def control(root, steps):
             meant = [k for k, v in vals.items() if v >= 0.5]
             if meant:
                 m = np.isin(codes, meant)
-                meaning = {"codes_meaning_it": meant, "rate_when_commanded": round(float(x[m].mean()), 4) if m.any() else None,
-                           "rate_otherwise": round(float(x[~m].mean()), 4)}
-        out["events"][e] = {"rate": round(float(x.mean()), 4), "best_code": best, "best_code_rate": round(float(per[best]), 4),
-                            "mi_bits": round(float(mi(x, codes)), 5), "by_meaning": meaning}
+                meaning = {
+                    "codes_meaning_it": meant,
+                    "rate_when_commanded": round(float(x[m].mean()), 4) if m.any() else None,
+                    "rate_otherwise": round(float(x[~m].mean()), 4),
+                }
+        out["events"][e] = {
+            "rate": round(float(x.mean()), 4),
+            "best_code": best,
+            "best_code_rate": round(float(per[best]), 4),
+            "mi_bits": round(float(mutual_information_bits(x, codes)), 5),
+            "by_meaning": meaning,
+        }
     print(json.dumps(out, indent=1))
 
 
