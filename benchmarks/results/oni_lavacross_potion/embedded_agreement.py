@@ -1,0 +1,80 @@
+"""Embedded-LM (Gemma 3 270M) labels vs the oracle on the distinct messages the oracle arms labelled.
+
+The labeller is built exactly as the ``oni_retrieval-embedded`` arm builds it (``benchmarks/oni.py`` overrides,
+``llmguide.pipelines.oni.build_oni_module`` with ``method_goal(cfg)``); agreement is ``benchmarks/oni.py``'s
+``agreement``.  Usage (from the repo root):
+  .venv/bin/python benchmarks/results/oni_lavacross_potion/embedded_agreement.py RUN_DIR OUT_JSON
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def main() -> None:
+    run_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
+    env_id = "MiniHack-LavaCross-Levitate-Potion-Pickup-Restricted-v0"
+    os.environ["LLMGUIDE_CACHE_DIR"] = str(run_dir / "cache-embedded-agreement")  # fresh: every label is an LM call
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import oni  # benchmarks/oni.py
+    from llmguide.core.config import load_config
+    from llmguide.envs.nethack import NetHackOracle, task_goal
+    from llmguide.llm.factory import make_llm
+    from llmguide.llm.service import LLMService
+    from llmguide.pipelines.oni import build_oni_module, method_goal
+
+    sources = sorted(p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith(
+        ("oni_retrieval-oracle-s", "oni_classification-oracle-s")))
+    oracle_labels: dict[str, float | None] = {}
+    for run in sources:
+        oracle_labels.update(oni.labelled_messages(run))
+    messages = sorted(oracle_labels)
+    args = oni.argparse.Namespace(num_envs=16, num_steps=64, update_epochs=2, hidden=128, extrinsic_coef=None,
+                                  step_penalty="auto", actions="extended", out=run_dir)
+    cfg = load_config([*oni.common(args, env_id), *oni.ARMS["oni_retrieval-embedded"], "seed=0",
+                       "run.name=embedded-agreement"])
+    goal = method_goal(cfg)
+    service = LLMService(make_llm(cfg.llm, str(cfg.env.name), online=True), max_batch=int(cfg.method.service_batch),
+                         timeout=float(cfg.method.get("service_timeout", 600.0)))
+    module = build_oni_module(cfg.method, 1, service, 0, goal=goal)
+    annot = module.annotator
+    t0 = time.perf_counter()
+    annot.submit(messages)
+    done = annot.wait(timeout=1200.0)
+    secs = time.perf_counter() - t0
+    lm = {m: annot.get(m) for m in messages}
+    result = oni.agreement(lm, task_goal(env_id))  # as report() does for the embedded arm
+    oracle = NetHackOracle()
+    float_msg = "You start to float in the air!"
+    result.update({
+        "source_runs": [p.name for p in sources], "distinct_messages": len(messages),
+        "lm": f"{cfg.llm.backend}:{cfg.llm.model}", "label_mode": str(cfg.method.label_mode),
+        "score_margin": float(cfg.method.score_margin), "template": annot.template.version, "goal": goal,
+        "unparseable": int(annot.counts["unparseable"]), "fallbacks": int(annot.counts["fallbacks"]),
+        "unlabelled": sum(1 for m in messages if m not in annot.labels), "all_done": bool(done),
+        "lm_requests": int(annot.counts["requests"]), "seconds": round(secs, 1),
+        "oracle_labels_consistent": all((y is None) or ((y > 0.5) == oracle.helpful(m, None))
+                                        for m, y in oracle_labels.items()),
+        "float_message": {"message": float_msg, "seen": float_msg in lm, "lm_label": lm.get(float_msg),
+                          "oracle_helpful": oracle.helpful(float_msg, None)},
+        "lm_yes_oracle_no_messages": sorted(m for m, y in lm.items() if y is not None and y > 0.5
+                                            and not oracle.helpful(m, None)),
+        "lm_no_oracle_yes_messages": sorted(m for m, y in lm.items() if y is not None and y <= 0.5
+                                            and oracle.helpful(m, None)),
+        "labels": lm})
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k not in ("labels", "oracle_helpful")}, indent=1))
+    service.lm.close()
+    service.close()
+    module.close()
+
+
+if __name__ == "__main__":
+    main()
