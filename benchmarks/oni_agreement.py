@@ -1,26 +1,35 @@
-"""Embedded-LM (Gemma 3 270M) labels vs the oracle on the distinct messages the oracle arms labelled.
+"""Embedded-LM (Gemma 3 270M) labels vs the oracle on the distinct messages the oracle arms of a
+``benchmarks/oni.py`` run directory labelled.
 
 The labeller is built exactly as the ``oni_retrieval-embedded`` arm builds it (``benchmarks/oni.py`` overrides,
 ``llmguide.pipelines.oni.build_oni_module`` with ``method_goal(cfg)``); agreement is ``benchmarks/oni.py``'s
 ``agreement``.  Usage (from the repo root):
-  .venv/bin/python benchmarks/results/oni_lavacross_potion/embedded_agreement.py RUN_DIR OUT_JSON
+  .venv/bin/python benchmarks/oni_agreement.py --env-id ENV_ID --run-dir RUN_DIR --out OUT_JSON \
+      [--key-message "You start to float in the air!"]
+(``benchmarks/results/oni_lavacross_potion/embedded_agreement.json`` was written by this script, then named
+``embedded_agreement.py``, with the key message as its ``float_message`` field.)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/oni.py
 
 
 def main() -> None:
-    run_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
-    env_id = "MiniHack-LavaCross-Levitate-Potion-Pickup-Restricted-v0"
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--env-id", "--task", dest="env_id", required=True)
+    p.add_argument("--run-dir", type=Path, required=True, help="the --out of a benchmarks/oni.py run")
+    p.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    p.add_argument("--key-message", action="append", default=[], help="a message whose labels to report")
+    args_in = p.parse_args()
+    run_dir, out, env_id = args_in.run_dir, args_in.out, args_in.env_id
     os.environ["LLMGUIDE_CACHE_DIR"] = str(run_dir / "cache-embedded-agreement")  # fresh: every label is an LM call
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import oni  # benchmarks/oni.py
@@ -52,7 +61,6 @@ def main() -> None:
     lm = {m: annot.get(m) for m in messages}
     result = oni.agreement(lm, task_goal(env_id))  # as report() does for the embedded arm
     oracle = NetHackOracle()
-    float_msg = "You start to float in the air!"
     result.update({
         "source_runs": [p.name for p in sources], "distinct_messages": len(messages),
         "lm": f"{cfg.llm.backend}:{cfg.llm.model}", "label_mode": str(cfg.method.label_mode),
@@ -62,8 +70,8 @@ def main() -> None:
         "lm_requests": int(annot.counts["requests"]), "seconds": round(secs, 1),
         "oracle_labels_consistent": all((y is None) or ((y > 0.5) == oracle.helpful(m, None))
                                         for m, y in oracle_labels.items()),
-        "float_message": {"message": float_msg, "seen": float_msg in lm, "lm_label": lm.get(float_msg),
-                          "oracle_helpful": oracle.helpful(float_msg, None)},
+        "key_messages": {m: {"seen": m in lm, "lm_label": lm.get(m), "oracle_helpful": oracle.helpful(m, None)}
+                         for m in args_in.key_message},
         "lm_yes_oracle_no_messages": sorted(m for m, y in lm.items() if y is not None and y > 0.5
                                             and not oracle.helpful(m, None)),
         "lm_no_oracle_yes_messages": sorted(m for m, y in lm.items() if y is not None and y <= 0.5
