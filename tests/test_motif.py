@@ -89,3 +89,41 @@ def test_reward_model_threshold_and_count_division(tmp_path):
                             terminated=np.zeros((3, 1), bool), infos=infos)
     r = module.compute(batch)[:, 0]
     assert r.tolist() == pytest.approx([shaped[0], shaped[0] / 2, 0.0])
+
+
+def test_runs_started_together_fit_the_shared_reward_model_once_with_its_own_seed(tmp_path, monkeypatch):
+    """Seeds launched in parallel on one data set must not each fit (and overwrite) the shared model."""
+    import threading
+    import time
+
+    import torch
+
+    from llmguide.pipelines import motif as pipeline
+
+    fits: list[int] = []
+
+    def slow_fit(db, *, seed, **kwargs):
+        fits.append(seed)
+        time.sleep(0.3)  # long enough for the other run to arrive while this one fits
+        return {"quantiles": [0.0], "seed": seed}, {"val_acc": 1.0}
+
+    class NoDB:
+        def __init__(self, path):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(pipeline, "train_reward_model", slow_fit)
+    monkeypatch.setattr(pipeline, "PairsDB", NoDB)
+    (tmp_path / "data").mkdir()
+    cfgs = [load_config(["env=minihack", "method=motif", f"method.data_dir={tmp_path / 'data'}", f"seed={s}"])
+            for s in (3, 4)]
+    paths: list = []
+    threads = [threading.Thread(target=lambda c=c: paths.append(pipeline.fit_reward_model(c))) for c in cfgs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert fits == [0]  # once, with method.reward_model_seed, not a run's seed
+    assert len(set(paths)) == 1 and torch.load(paths[0], weights_only=False)["seed"] == 0

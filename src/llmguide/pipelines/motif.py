@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 from collections import Counter
@@ -125,21 +126,31 @@ def label(cfg: DictConfig) -> int:
 
 
 def fit_reward_model(cfg: DictConfig) -> Path:
-    """Train the Bradley-Terry reward model from the labelled pairs unless ``reward_model.pt`` exists."""
+    """Train the Bradley-Terry reward model from the labelled pairs unless ``reward_model.pt`` exists.
+
+    Every run on the same data shares the model: runs started together wait on a file lock so that it is
+    fitted once, with ``method.reward_model_seed`` (not the run's seed)."""
     folder = data_dir(cfg)
     model_path = folder / "reward_model.pt"
-    if not model_path.exists():
-        db = PairsDB(folder / "pairs.sqlite")
-        ckpt, metrics = train_reward_model(db, epochs=int(cfg.method.epochs), lr=float(cfg.method.lr),
-                                           batch_size=int(cfg.method.batch_size),
-                                           threshold_quantile=float(cfg.method.threshold_quantile),
-                                           seed=int(cfg.seed))
-        db.close()
-        atomic_torch_save(ckpt, model_path)
-        (folder / "reward_model_metrics.json").write_text(json.dumps(metrics, indent=2))
-        (folder / "train_norm_quantiles.json").write_text(json.dumps(ckpt["quantiles"], indent=2))
-        print(f"reward model: {metrics}")
+    with open(folder / "reward_model.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not model_path.exists():
+            _fit(cfg, folder, model_path)
     return model_path
+
+
+def _fit(cfg: DictConfig, folder: Path, model_path: Path) -> None:
+    """Bradley-Terry fit on ``pairs.sqlite`` → ``reward_model.pt`` and its metrics."""
+    db = PairsDB(folder / "pairs.sqlite")
+    ckpt, metrics = train_reward_model(db, epochs=int(cfg.method.epochs), lr=float(cfg.method.lr),
+                                       batch_size=int(cfg.method.batch_size),
+                                       threshold_quantile=float(cfg.method.threshold_quantile),
+                                       seed=int(cfg.method.reward_model_seed))
+    db.close()
+    atomic_torch_save(ckpt, model_path)
+    (folder / "reward_model_metrics.json").write_text(json.dumps(metrics, indent=2))
+    (folder / "train_norm_quantiles.json").write_text(json.dumps(ckpt["quantiles"], indent=2))
+    print(f"reward model: {metrics}")
 
 
 class MotifRecipe(Recipe):
