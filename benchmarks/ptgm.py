@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from bk import bootstrap_ci, success_curve  # the shared reproduction helpers (benchmarks/bk.py)
+from llmguide.learners.ptgm_goals import GOAL_SPACES
 
 ARMS = ("ppo", "bc-finetune", "ptgm", "ptgm-no-kl", "ptgm-random-codes", "ptgm-kl-loss")
 METHOD = {"ppo": "none", "bc-finetune": "ptgm_bc_finetune", "ptgm": "ptgm", "ptgm-no-kl": "ptgm_no_kl",
@@ -266,9 +267,9 @@ def report(args: argparse.Namespace, manifest: dict, seconds: float) -> None:
           "Final eval: "
           f"{args.eval_episodes} greedy episodes. Wall clock {seconds / 60:.0f} min.", "", *table, "",
           f"![success]({args.name}.png)", ""]
-    if args.family != "babyai" and cluster_table(args):
-        md += ["## What the codes mean (KMeans codebook; mean over the goals of each cluster)", "",
-               *cluster_table(args), ""]
+    codes = cluster_table(args) if args.family != "babyai" else []
+    if codes:
+        md += ["## What the codes mean (KMeans codebook; mean over the goals of each cluster)", "", *codes, ""]
     (args.results / f"{args.name}.md").write_text("\n".join(md))
     print("\n".join(md))
 
@@ -286,7 +287,7 @@ def main() -> None:
     p.add_argument("--rollout", type=int, default=None,
                    help="env steps per env per PPO update (default 128 BabyAI, 32 craftax); options arms: / L")
     p.add_argument("--goal-space", default="view_inventory",
-                   choices=("view_inventory", "inventory_delta", "inventory_delta_view"),
+                   choices=GOAL_SPACES,
                    help="craftax: method.goals.space (view_inventory: future view + inventory, the first study; "
                         "inventory_delta: inventory change + events to the goal state)")
     p.add_argument("--data", type=Path, default=None,

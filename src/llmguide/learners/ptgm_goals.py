@@ -133,7 +133,7 @@ def delta_goal_features(image: np.ndarray, vector: np.ndarray, events: list[list
     This replaces PTGM's MineCLIP embedding of the future frames (which says what happens in them) by
     Crafter's own record of what happened; a deviation from PTGM (whose goal is a future-frame embedding).
     """
-    items, names, _ = _crafter_names()
+    _, names, _ = _crafter_names()
     vec = np.asarray(vector, np.float32)[:, :CRAFTER_INVENTORY] * 9.0   # observation = counts / 9
     T = len(idx)
     now = np.arange(T)

@@ -83,7 +83,7 @@ class AsyncOptionPPO(PPO):
         (at least ``num_steps × N``), so PPO's fixed-size slices would end with a remainder minibatch of a
         few options (1–3 with M = 257–259 and 4 minibatches), whose advantages are not normalised (one row)
         or normalised over 2–3 rows, yet get a full gradient step each epoch."""
-        return [ids for ids in np.array_split(order, min(self.num_minibatches, len(order))) if len(ids)]
+        return np.array_split(order, min(self.num_minibatches, len(order)))
 
     def _on_reset(self) -> None:
         """After the first env reset every env is at a decision point, with nothing pending."""

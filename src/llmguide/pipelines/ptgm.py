@@ -277,19 +277,17 @@ def codebook(cfg: DictConfig) -> int:
         summary = {"goals": int(len(data["goal"])), "seed": seed, "k": book.k, "dim": book.dim,
                    "kmeans": book.meta, "random": rand.meta}
         if str(cfg.env.name) != "babyai":   # what the codes mean (mean inventory change / events per cluster)
-            from llmguide.learners.ptgm_goals import goal_feature_names
+            from llmguide.learners.ptgm_goals import goal_feature_names, unsquash
 
             space = goal_space(cfg)
             names = goal_feature_names(space)
             summary["goal_space"] = space
+            feats = data["goal"]
+            if space != "view_inventory":   # mean raw changes / event counts (the features are squashed)
+                n = sum(not name.startswith("view:") for name in names)   # changes and event counts
+                feats = np.concatenate([unsquash(feats[:, :n]), feats[:, n:]], axis=1)
             for kind, b in (("kmeans", book), ("random", rand)):
                 labels = b.assign(_embed(b, data["goal"]))
-                feats = data["goal"]
-                if space != "view_inventory":   # mean raw changes / event counts (the features are squashed)
-                    from llmguide.learners.ptgm_goals import unsquash
-
-                    n = sum(not name.startswith("view:") for name in names)   # changes and event counts
-                    feats = np.concatenate([unsquash(feats[:, :n]), feats[:, n:]], axis=1)
                 summary[f"clusters_{kind}"] = cluster_summary(feats, labels, names, b.k)
         run.write_json("ptgm/codebook.json", summary)
         print(f"codebook: k={book.k} in {book.dim}-d goal space from {summary['goals']} hindsight goals -> {out}")
