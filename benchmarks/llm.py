@@ -78,7 +78,8 @@ def bench_backend(name: str, lm, args: argparse.Namespace) -> dict:
 def bench_cache(lm, args: argparse.Namespace) -> dict:
     """Latency of a CachedLM hit versus the backend call it replaces (temporary cache file)."""
     try:
-        from llmguide.llm.cache import CachedLM, LLMCache
+        from llmguide.llm.cache import LLMCache
+        from llmguide.llm.cached_lm import CachedLM
     except ImportError:
         return {"cache": "llmguide.llm.cache not available"}
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from llmguide.llm.base import Completion
-from llmguide.llm.cache import CachedLM, LLMCache
+from llmguide.llm.cache import LLMCache
+from llmguide.llm.cached_lm import CachedLM
 from llmguide.llm.service import LLMService, poll
 from test_llm_cache import NGramLM  # the tiny real LM shared with the cache tests
 

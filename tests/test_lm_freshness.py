@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from llmguide.llm.cache import CachedLM, LLMCache
+from llmguide.llm.cache import LLMCache
+from llmguide.llm.cached_lm import CachedLM
 from llmguide.llm.prompts import load_template
 from llmguide.llm.service import LLMService, poll
 from llmguide.rewards.ellm import GoalSuggester, state_signature

@@ -9,7 +9,8 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("minihack")
 
 from llmguide.core.config import load_config  # noqa: E402
-from llmguide.llm.cache import CachedLM, LLMCache  # noqa: E402
+from llmguide.llm.cache import LLMCache  # noqa: E402
+from llmguide.llm.cached_lm import CachedLM
 from llmguide.llm.service import LLMService  # noqa: E402
 from llmguide.rewards.base import TransitionBatch  # noqa: E402
 from llmguide.rewards.motif import MotifReward, PairsDB, annotate_pairs, sample_pairs, train_reward_model  # noqa: E402

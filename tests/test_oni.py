@@ -18,7 +18,8 @@ import pytest
 pytest.importorskip("llama_cpp")
 
 from llmguide.llm.base import LanguageModel  # noqa: E402
-from llmguide.llm.cache import CachedLM, LLMCache  # noqa: E402
+from llmguide.llm.cache import LLMCache  # noqa: E402
+from llmguide.llm.cached_lm import CachedLM
 from llmguide.llm.service import LLMService  # noqa: E402
 from llmguide.rewards.base import TransitionBatch  # noqa: E402
 from llmguide.rewards.oni import EpisodicCounter, ONIClassification, ONIRetrieval  # noqa: E402
@@ -136,7 +137,8 @@ def test_labels_persist_in_the_sqlite_cache_for_a_new_annotator_and_a_new_proces
     # a new process (another run / seed) sharing the cache file
     code = f"""
 import json
-from llmguide.llm.cache import CachedLM, LLMCache
+from llmguide.llm.cache import LLMCache
+from llmguide.llm.cached_lm import CachedLM
 from llmguide.llm.embedded import EmbeddedLM
 from llmguide.llm.service import LLMService
 from llmguide.rewards.oni_annotator import MessageAnnotator

@@ -406,8 +406,3 @@ def default_cache_path() -> Path:
     from llmguide.core.config import default_cache_dir
 
     return default_cache_dir() / "llm_cache.sqlite"
-
-
-# The wrapper lives in cached_lm (which imports nothing from here at run time); re-exported for
-# ``from llmguide.llm.cache import CachedLM, LLMCache``.
-from llmguide.llm.cached_lm import CachedLM  # noqa: E402, F401
