@@ -158,3 +158,53 @@ def test_python_isolation_is_opt_in_and_loud(caplog):
     assert res.ok and res.values.tolist() == [2.0] * 4
     assert Sandbox(isolation="python").limits.isolation == "python"
     assert SandboxLimits().isolation == "os" and Sandbox().limits.isolation == "os"
+
+
+def test_guards_refuse_frames_and_proc():
+    """With the default guards a program cannot walk up to the runner's frame (whose locals hold the
+    result being built) nor read its own memory or argv under /proc."""
+    walk = ("box = []\ndef probe():\n    yield box[0].gi_frame.f_back\n"
+            "def potential(o, c):\n    box.append(probe())\n    frame = next(box[-1])\n"
+            "    while frame is not None:\n        for value in list(frame.f_locals.values()):\n"
+            "            if isinstance(value, dict) and 'item_errors' in value:\n"
+            "                value['item_errors'] = 'many'\n"
+            "        frame = frame.f_back\n    return 1.0\n")
+    res = run(walk)
+    assert not res.ok and "access to frames" in res.error and res.values.tolist() == [0.0] * 4
+    proc = "import numpy as np\ndef potential(o, c):\n    return float(len(np.loadtxt('/proc/self/cmdline', dtype=str)))\n"
+    res = run(proc)
+    assert not res.ok and "reading '/proc/self/cmdline' is not allowed" in res.error
+
+
+def test_repeated_timeouts_open_the_breaker(caplog):
+    """A program that times out breaker_timeouts calls in a row is refused from then on (counted,
+    logged, at no cost); a call that finishes in time resets the count; other programs still run."""
+    sandbox = Sandbox(SandboxLimits(timeout=1.5, timeout_per_item=0, breaker_timeouts=2))
+    code = "def potential(o, c):\n    while c == 'slow':\n        pass\n    return 1.0\n"
+    slow, fast = [(1, "slow")], [(1, "fast")]
+    with caplog.at_level("WARNING", logger="llmguide.sandbox"):
+        assert "timed out" in sandbox.evaluate(code, "potential", slow).error
+        assert sandbox.evaluate(code, "potential", fast).ok                   # resets the count
+        assert "timed out" in sandbox.evaluate(code, "potential", slow).error
+        assert "refused for the rest of the run" not in caplog.text
+        assert "timed out" in sandbox.evaluate(code, "potential", slow).error  # second in a row: opens
+    assert "refused for the rest of the run" in caplog.text
+    refused = sandbox.evaluate(code, "potential", fast)
+    assert not refused.ok and refused.error.startswith("refused") and refused.duration < 0.5
+    assert sandbox.timeouts == 3 and sandbox.refused == 1 and sandbox.failures == 4 and sandbox.calls == 5
+    assert sandbox.evaluate("def potential(o, c):\n    return 2.0\n", "potential", fast).ok
+
+
+def test_evaluate_never_raises_on_internal_errors(monkeypatch):
+    import subprocess
+
+    sandbox = Sandbox(SandboxLimits(timeout=10))
+
+    def no_process(*args, **kwargs):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    res = sandbox.evaluate("def potential(o, c):\n    return 2.0\n", "potential", ITEMS)
+    assert not res.ok and "internal error" in res.error and res.values.tolist() == [0.0] * 4
+    res = sandbox.evaluate_batch("def potential(o, c):\n    return 2.0\n", "potential", [[1, 2], ["a", "b"]])
+    assert not res.ok and sandbox.failures == 2

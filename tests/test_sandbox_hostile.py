@@ -226,33 +226,31 @@ def _proc_count() -> int:
     return sum(1 for p in os.listdir("/proc") if p.isdigit())
 
 
-_OWN_MARKERS: list[str] = []   # the per-call result-marker tokens of this test process's Sandbox calls
+_OWN_TOKENS: list[str] = []   # the random tokens (call ids) of this test process's Sandbox calls
 
 
 @pytest.fixture(autouse=True)
-def _record_markers(monkeypatch):
-    """Remember the marker token of every Sandbox call made here, so jails of other processes on the
+def _record_tokens(monkeypatch):
+    """Remember the call id of every Sandbox call made here, so jails of other processes on the
     machine (another run's sandbox) are not counted as this test's leftovers."""
-    import llmguide.sandbox as sandbox_module
-
     original = secrets.token_hex
 
     def token_hex(n: int = 8) -> str:
         token = original(n)
-        _OWN_MARKERS.append(token)
+        _OWN_TOKENS.append(token)
         return token
 
-    monkeypatch.setattr(sandbox_module.secrets, "token_hex", token_hex)
+    monkeypatch.setattr(secrets, "token_hex", token_hex)
 
 
 def _jailed_processes() -> list[str]:
-    """Live processes started by this test process's Sandbox calls (their argv holds the call's marker)."""
+    """Live processes started by this test process's Sandbox calls (their argv holds the call id)."""
     found = []
-    own = [f"llmguide-sandbox-result-{t}".encode() for t in _OWN_MARKERS]
+    own = [f"llmguide-sandbox-call-{t}".encode() for t in _OWN_TOKENS]
     for p in os.listdir("/proc"):
         try:
             cmdline = Path(f"/proc/{p}/cmdline").read_bytes() if p.isdigit() else b""
-            if b"llmguide-sandbox-result" in cmdline and any(m in cmdline for m in own):
+            if b"llmguide-sandbox-call" in cmdline and any(m in cmdline for m in own):
                 found.append(p)
         except OSError:
             pass

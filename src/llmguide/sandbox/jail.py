@@ -160,10 +160,10 @@ class JailPid:
     """The jail's PID 1 (a bwrap process outside our process group), from bwrap's ``--info-fd``.
 
     Held as a pidfd, opened only after checking that the pid runs our bwrap command line (its
-    argv holds this call's random marker), so a recycled pid is never signalled."""
+    argv holds this call's random ``call_id``), so a recycled pid is never signalled."""
 
-    def __init__(self, info_r: int | None, marker: str):
-        self.info_r, self.marker, self.pidfd, self.buffer, self.opened = info_r, marker, None, b"", False
+    def __init__(self, info_r: int | None, call_id: str):
+        self.info_r, self.call_id, self.pidfd, self.buffer, self.opened = info_r, call_id, None, b"", False
 
     def read(self) -> bool:
         """Read what bwrap wrote so far; True at end of file.  (Closing the pipe early would
@@ -194,7 +194,7 @@ class JailPid:
         except OSError:
             return
         try:
-            mine = self.marker.strip().encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+            mine = self.call_id.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             mine = False
         if mine:

@@ -1,9 +1,15 @@
-"""The child script: ``python -s -S -B -P -c <this source> <settings json>``, job pickle on stdin.
+"""The child script: ``python -s -S -B -P -c <this source> <settings json>``; on stdin one line
+with the call's result marker (hex) and then the job pickle.
 
 Runs inside the bubblewrap jail (or, with ``isolation="python"``, in a plain subprocess).  In
-order: resource limits; read the job from stdin; import numpy; stdout/stderr to /dev/null (the
-result goes to a private copy of the original stdout); the seccomp filter that forbids creating
-processes (OS jail only); the audit hook and restricted builtins (``guards``); run the program.
+order: resource limits; import numpy; read the marker and the job from stdin (the marker is never
+in argv or the environment, where the program could read it back from ``/proc``); stdin, stdout
+and stderr to /dev/null (the result goes to a private copy of the original stdout, closed once the
+result is written); the seccomp filter that forbids creating processes (OS jail only); the audit
+hook and restricted builtins (``guards``), which also refuse frame objects (``gi_frame``,
+``tb_frame``...: the way to this function's locals) and reads under ``/proc`` (the way to its
+memory); run the program.  The marker lives only in the closure of ``send_result``.  The parent
+trusts nothing in the output anyway (:mod:`llmguide.sandbox.result`).
 It never imports anything from llmguide: this file is passed as source text.
 """
 
@@ -33,10 +39,10 @@ def main() -> None:
 
     import numpy  # noqa: F401  (items may hold arrays; the program may import it)
 
+    send_result = result_sender(bytes.fromhex(sys.stdin.buffer.readline().decode("ascii")), os.dup(1))
     job = pickle.loads(sys.stdin.buffer.read())
     scratch = os.path.realpath(cfg["scratch"])
     os.chdir(scratch)
-    result_fd = os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
@@ -61,7 +67,6 @@ def main() -> None:
 
     out = Capped(cfg["max_output_chars"])
     sys.stdout = sys.stderr = out
-    send = os.write
 
     if cfg["seccomp"]:
         import ctypes
@@ -80,6 +85,7 @@ def main() -> None:
             raise OSError(ctypes.get_errno(), "sandbox: cannot install the seccomp filter")
 
     namespace = {"__name__": "lm_program"}
+    guarding = [False]                       # the hook refuses frame access while this is on
     if cfg["guards"]:
         inside = scratch + os.sep
         realpath = os.path.realpath
@@ -91,6 +97,13 @@ def main() -> None:
         path_events = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.link",
                        "os.symlink", "os.utime", "os.chflags", "os.lchmod", "os.lchown", "os.truncate")
 
+        def under_proc(path):
+            try:
+                p = realpath(os.fsdecode(path))
+            except Exception:
+                return True
+            return p == "/proc" or p.startswith("/proc/")
+
         def in_scratch(path):
             try:
                 p = realpath(os.fsdecode(path))
@@ -98,11 +111,18 @@ def main() -> None:
                 return False
             return p == scratch or p.startswith(inside)
 
+        frame_attrs = ("gi_frame", "cr_frame", "ag_frame", "tb_frame")
+
         def hook(event, args):
             if event.startswith(blocked):
                 raise PermissionError(f"sandbox: '{event}' is not allowed")
-            if event == "open":
+            if event == "object.__getattr__":
+                if guarding[0] and len(args) > 1 and args[1] in frame_attrs:
+                    raise PermissionError(f"sandbox: access to frames ('.{args[1]}') is not allowed")
+            elif event == "open":
                 path, mode, flags = args
+                if not isinstance(path, int) and under_proc(path):
+                    raise PermissionError(f"sandbox: reading {path!r} is not allowed")
                 writing = (mode is not None and any(c in str(mode) for c in "wax+")) or (
                     mode is None and isinstance(flags, int) and flags & write_flags)
                 if writing and not (isinstance(path, int) or in_scratch(path)):
@@ -136,13 +156,23 @@ def main() -> None:
     result = {"status": "ok", "error": None, "values": [], "extras": [], "item_errors": 0, "first_item_error": None}
 
     def short_tb(exc):
+        """The traceback without the runner's frames.  The message (which may run the program's
+        ``__str__``) is formatted under the guard; only the frame walk runs without it."""
         try:
-            lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+            message = traceback.format_exception_only(type(exc), exc)
+            guarding[0] = False
+            try:
+                stack = traceback.extract_tb(exc.__traceback__)
+            finally:
+                guarding[0] = True
+            lines = ["Traceback (most recent call last):\n", *stack.format(), *message]
             return "".join(ln for ln in lines if 'File "<string>"' not in ln)[-1500:]
         except BaseException:
+            guarding[0] = True
             return f"{type(exc).__name__} (traceback unavailable)"
 
     sys.setrecursionlimit(2000)
+    guarding[0] = bool(cfg["guards"])
     fn = None
     try:
         exec(compile(job["code"], "<lm_program>", "exec"), namespace)
@@ -195,9 +225,23 @@ def main() -> None:
                 if result["first_item_error"] is None:
                     result["first_item_error"] = short_tb(exc)
     result["stdout"] = "".join(out.parts)
-    payload = cfg["marker"].encode() + json.dumps(result).encode()
-    while payload:
-        payload = payload[send(result_fd, payload):]
+    send_result(json.dumps(result).encode())
+
+
+def result_sender(marker, fd):
+    """``send(payload)`` writes ``marker + payload`` on ``fd`` once and closes it; the marker is kept
+    only in this closure (not in any frame's locals)."""
+    import os
+
+    write, close = os.write, os.close
+
+    def send(payload):
+        data = marker + payload
+        while data:
+            data = data[write(fd, data):]
+        close(fd)
+
+    return send
 
 
 if __name__ == "__main__":
