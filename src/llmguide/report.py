@@ -1,13 +1,15 @@
 """``llmguide report RUN_DIR...``: Markdown + PNG summary of one or more runs, seeds aggregated.
 
 Runs are grouped by ``method.name`` from their ``config.yaml`` (``method / env`` when several
-envs are present; the directory name when the config is missing). Metric keys read from each
+envs are present; the directory name when the config is missing), or by their parent folder
+(``group_by="folder"``: the arm in ``<root>/<arm>/seed-N``, the layout of ``llmguide train -m`` and
+``benchmarks/harness.py``). Metric keys read from each
 run's ``metrics.jsonl`` (written by :class:`llmguide.core.rundir.RunDir`):
 
 - ``charts/episodic_return`` (or ``episodic_return``): one record per finished episode, at the
   env step it finished. Learning curves bin these on a common step grid (mean per bin, carried
-  forward over empty bins) and aggregate over seeds with rliable: IQM and mean with 95%
-  stratified-bootstrap confidence intervals. With one seed there is no interval (said so).
+  forward over empty bins); final return = mean over the last 10% of a run's steps; IQM and mean
+  over seeds with an interval by the rules below. With one seed there is no interval (said so).
 - ``achievements/<name>``: a record holding any such key is **one finished episode**; the value
   is 1/0 (unlocked in that episode or not) or a rate in [0, 1]; an achievement missing from an
   episode record counts as 0. Per run: success rate s_i (%) = mean over episode records;
@@ -18,6 +20,13 @@ run's ``metrics.jsonl`` (written by :class:`llmguide.core.rundir.RunDir`):
 - ``lm/<stat>`` (``calls``, ``hit_rate``, ``fallbacks``, ``parse_errors``, ``latency_p50`` ...):
   cumulative counters or running statistics; the last logged value per run, mean over seeds.
 - ``eval.json`` beside the metrics: its numeric top-level values, mean over seeds.
+
+Intervals over seeds follow :mod:`llmguide.stats`: with 2-5 seeds a band or interval is the min-max
+**range** over seeds (never called a CI), with 6-9 seeds a Student-t 95% CI of the mean, with >= 10 a
+95% bootstrap CI (rliable's stratified bootstrap for returns). With a named control arm
+(``control="ppo"``) the report adds a table of per-seed **paired differences** of every arm against it on ``metric`` (final value per
+run, default the episodic return), matched by seed: mean, t-interval, p-value, Wilcoxon and sign tests
+(n >= 6), bootstrap CI (n >= 10) and the smallest difference the seeds can detect (:func:`summarize`).
 
 Missing or partial files give a note in the report, never a traceback.
 """
@@ -35,6 +44,7 @@ import numpy as np
 import yaml
 from matplotlib.figure import Figure
 
+from llmguide import stats
 from llmguide.core.rundir import atomic_write_text, read_metrics
 
 RETURN_KEYS = ("charts/episodic_return", "episodic_return")
@@ -122,25 +132,43 @@ def load_run(path: str | Path) -> Run:
     return run
 
 
-def _group(runs: list[Run]) -> dict[str, list[Run]]:
+def _group(runs: list[Run], group_by: str = "method") -> dict[str, list[Run]]:
+    """Runs by label: ``method`` (``method / env`` when several envs are present) or ``folder`` (the
+    run directory's parent folder name, e.g. the arm of ``<root>/<arm>/seed-0``)."""
+    if group_by not in ("method", "folder"):
+        raise ValueError(f"group_by must be 'method' or 'folder', got {group_by!r}")
     several_envs = len({r.env for r in runs if r.env}) > 1
     groups: dict[str, list[Run]] = {}
     for run in runs:
-        run.label = f"{run.method} / {run.env}" if several_envs and run.env else run.method
+        if group_by == "folder":
+            run.label = run.path.resolve().parent.name
+        else:
+            run.label = f"{run.method} / {run.env}" if several_envs and run.env else run.method
         groups.setdefault(run.label, []).append(run)
     return groups
 
 
 # --- learning curves -------------------------------------------------------------------------------
-def episode_returns(run: Run) -> tuple[np.ndarray, np.ndarray]:
-    """Steps and returns of every finished episode in the run."""
+def metric_series(run: Run, keys: str | tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Steps and values of every record holding one of ``keys`` (the first present per record)."""
+    keys = (keys,) if isinstance(keys, str) else keys
     steps, values = [], []
     for rec in run.records:
-        key = next((k for k in RETURN_KEYS if k in rec), None)
+        key = next((k for k in keys if k in rec), None)
         if key is not None and _finite(rec[key]) and _finite(rec.get("step")):
             steps.append(rec["step"])
             values.append(rec[key])
     return np.asarray(steps, np.float64), np.asarray(values, np.float64)
+
+
+def episode_returns(run: Run) -> tuple[np.ndarray, np.ndarray]:
+    """Steps and returns of every finished episode in the run."""
+    return metric_series(run, RETURN_KEYS)
+
+
+def final_value(steps: np.ndarray, values: np.ndarray) -> float:
+    """Mean of the values logged in the last ``FINAL_FRACTION`` of the run's logged steps."""
+    return float(values[steps >= steps.max() * (1 - FINAL_FRACTION)].mean())
 
 
 def binned_curve(steps: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -181,6 +209,31 @@ def interval_estimates(scores: np.ndarray, reps: int, seed: int = 0) -> dict[str
     return out
 
 
+def seed_band(matrix: np.ndarray, reps: int, center: str = "mean") -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """Centre line and band over seeds of a (seeds, points) matrix, and the band's kind
+    (:mod:`llmguide.stats` rules): ``none`` (1 seed), ``range`` (min-max, <= 5 seeds), ``t95``
+    (Student-t 95% CI of the mean, 6-9 seeds), ``bootstrap95`` (rliable, >= 10 seeds; centre
+    ``mean`` or ``iqm``). Below 10 seeds the centre is always the mean."""
+    n = matrix.shape[0]
+    mean = matrix.mean(axis=0)
+    if n == 1:
+        return mean, mean, mean, "none"
+    if n <= stats.RANGE_MAX_SEEDS:
+        return mean, matrix.min(axis=0), matrix.max(axis=0), "range"
+    if n < stats.BOOTSTRAP_MIN_SEEDS:
+        from scipy.stats import t as student_t
+
+        half = student_t.ppf(0.975, n - 1) * matrix.std(axis=0, ddof=1) / math.sqrt(n)
+        return mean, mean - half, mean + half, "t95"
+    point, ci = interval_estimates(matrix, reps)[center]
+    return point, ci[0], ci[1], "bootstrap95"
+
+
+BAND_TEXT = {"none": "1 seed", "range": "range over seeds", "t95": "t 95% CI", "bootstrap95": "bootstrap 95% CI"}
+INTERVAL_RULE = ("Intervals over seeds: the min-max range with <= 5 seeds (not a confidence interval), a Student-t "
+                 "95% CI of the mean with 6-9 seeds, a 95% bootstrap CI with >= 10.")
+
+
 def _fmt(x: float, digits: int = 2) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
@@ -194,7 +247,7 @@ def _learning_section(groups: dict[str, list[Run]], out: Path, reps: int) -> tup
                 notes.append(f"{run.path}: no episodic returns logged ({' or '.join(RETURN_KEYS)})")
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
-    rows = []
+    rows, kinds = [], set()
     for label, items in series.items():
         items = [(run, s, v) for run, s, v in items if len(s)]
         if not items:
@@ -203,27 +256,36 @@ def _learning_section(groups: dict[str, list[Run]], out: Path, reps: int) -> tup
         grid = np.linspace(0, end, CURVE_POINTS + 1)[1:]
         matrix = np.stack([binned_curve(s, v, grid) for _, s, v in items])
         keep = np.all(np.isfinite(matrix), axis=0)
-        finals = np.array([v[s >= s.max() * (1 - FINAL_FRACTION)].mean() for _, s, v in items])
+        finals = np.array([final_value(s, v) for _, s, v in items])
         episodes = sum(len(s) for _, s, _ in items)
-        if len(items) >= 2:
-            est = interval_estimates(matrix[:, keep], reps)
-            iqm, iqm_ci = est["iqm"]
-            ax.plot(grid[keep], iqm, label=f"{label} (IQM, n={len(items)})")
-            ax.fill_between(grid[keep], iqm_ci[0], iqm_ci[1], alpha=0.25)
+        n = len(items)
+        if n == 1:
+            ax.plot(grid[keep], matrix[0, keep], label=f"{label} (1 seed)")
+            rows.append(f"| {label} | 1 | {episodes} | {_fmt(finals[0])} (1 seed, no interval) | {_fmt(finals[0])} |")
+            notes.append(f"{label}: only one seed, so no interval; run more seeds to get one")
+            continue
+        center, low, high, kind = seed_band(matrix[:, keep], reps, center="iqm")
+        kinds.add(kind)
+        ax.plot(grid[keep], center, label=f"{label} ({'IQM' if kind == 'bootstrap95' else 'mean'}, n={n}, "
+                                          f"shaded: {BAND_TEXT[kind]})")
+        ax.fill_between(grid[keep], low, high, alpha=0.25)
+        iqm = float(_iqm(finals[:, None])[0])
+        if kind == "bootstrap95":
             fin = interval_estimates(finals[:, None], reps)
             (fi, fi_ci), (fm, fm_ci) = fin["iqm"], fin["mean"]
-            rows.append(f"| {label} | {len(items)} | {episodes} | {_fmt(fi[0])} [{_fmt(fi_ci[0, 0])}, "
-                        f"{_fmt(fi_ci[1, 0])}] | {_fmt(fm[0])} [{_fmt(fm_ci[0, 0])}, {_fmt(fm_ci[1, 0])}] |")
+            rows.append(f"| {label} | {n} | {episodes} | {_fmt(fi[0])}, bootstrap 95% CI [{_fmt(fi_ci[0, 0])}, "
+                        f"{_fmt(fi_ci[1, 0])}] | {_fmt(fm[0])}, bootstrap 95% CI [{_fmt(fm_ci[0, 0])}, "
+                        f"{_fmt(fm_ci[1, 0])}] |")
         else:
-            ax.plot(grid[keep], matrix[0, keep], label=f"{label} (1 seed)")
-            rows.append(f"| {label} | 1 | {episodes} | {_fmt(finals[0])} (1 seed, no CI) | {_fmt(finals[0])} |")
-            notes.append(f"{label}: only one seed, so no confidence interval; run more seeds to get one")
+            rows.append(f"| {label} | {n} | {episodes} | {_fmt(iqm)} | {_fmt(finals.mean())}, "
+                        f"{stats.value_interval(finals).format()} |")
     if not rows:
         lines += ["No episodic returns in any run.", ""]
         return lines, notes
     ax.set_xlabel("env steps")
     ax.set_ylabel("episodic return")
-    ax.set_title("Episodic return (shaded: 95% bootstrap CI over seeds)")
+    ax.set_title("Episodic return over seeds (shaded: " + ", ".join(BAND_TEXT[k] for k in sorted(kinds)) + ")"
+                 if kinds else "Episodic return")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -231,11 +293,142 @@ def _learning_section(groups: dict[str, list[Run]], out: Path, reps: int) -> tup
     lines += [
         "![learning curves](learning_curves.png)", "",
         f"Final return = mean episodic return over the last {int(FINAL_FRACTION * 100)}% of each run's steps; "
-        "aggregated over seeds with rliable (IQM and mean, 95% stratified-bootstrap CI).", "",
-        "| method | seeds | episodes | final return IQM [95% CI] | final return mean [95% CI] |",
+        f"IQM and mean over seeds. {INTERVAL_RULE} Curves show the mean below 10 seeds, the IQM from 10.", "",
+        "| method | seeds | episodes | final return IQM | final return mean |",
         "|---|---|---|---|---|", *rows, "",
     ]
     return lines, notes
+
+
+# --- paired statistics against a control --------------------------------------------------------------
+def _seed_key(run: Run) -> Any:
+    return run.seed if run.seed is not None else run.path.name
+
+
+def summarize(groups: dict[str, list[Run]], metric: str | tuple[str, ...] = RETURN_KEYS, control: str | None = None,
+              reps: int = 2000, points: int = 20) -> dict[str, Any]:
+    """Per-arm final values per seed, curves and paired statistics against ``control`` (DESIGN.md's
+    results format): ``{"arms": {label: {"seeds", "values", "curve": {"steps", "mean", "low", "high",
+    "interval"}}}, "paired": {"<arm> - <control>": stats.Paired.to_json()}, "notes": [...]}``.
+
+    The value of a run is the mean of ``metric`` over its last ``FINAL_FRACTION`` of logged steps; a run
+    without the metric is left out (noted); an arm's second run with the same seed is left out (noted)."""
+    arms: dict[str, Any] = {}
+    notes: list[str] = []
+    key_text = metric if isinstance(metric, str) else " or ".join(metric)
+    for label, runs in groups.items():
+        per_seed: dict[Any, tuple[float, np.ndarray, np.ndarray]] = {}
+        for run in runs:
+            steps, values = metric_series(run, metric)
+            if len(steps) == 0:
+                notes.append(f"{run.path}: no `{key_text}` logged; left out of the statistics")
+                continue
+            seed = _seed_key(run)
+            if seed in per_seed:
+                notes.append(f"{run.path}: a second {label} run with seed {seed}; left out")
+                continue
+            per_seed[seed] = (final_value(steps, values), steps, values)
+        if not per_seed:
+            continue
+        seeds = sorted(per_seed, key=lambda s: (str(type(s)), s))
+        end = min(per_seed[s][1].max() for s in seeds)
+        grid = np.linspace(0, end, points + 1)[1:]
+        matrix = np.stack([binned_curve(per_seed[s][1], per_seed[s][2], grid) for s in seeds])
+        keep = np.all(np.isfinite(matrix), axis=0)
+        center, low, high, kind = seed_band(matrix[:, keep], reps, center="mean")
+        arms[label] = {"seeds": seeds, "values": [per_seed[s][0] for s in seeds],
+                       "curve": {"steps": np.round(grid[keep], 1).tolist(), "mean": center.tolist(), "low": low.tolist(),
+                                 "high": high.tolist(), "interval": kind}}
+    paired: dict[str, Any] = {}
+    if control is not None:
+        if control not in arms:
+            notes.append(f"control `{control}` has no values (arms: {', '.join(arms) or 'none'}); no paired statistics")
+        else:
+            base = dict(zip(arms[control]["seeds"], arms[control]["values"], strict=True))
+            for label, data in arms.items():
+                if label == control:
+                    continue
+                mine = dict(zip(data["seeds"], data["values"], strict=True))
+                if not set(mine) & set(base):
+                    notes.append(f"{label} shares no seed with {control}; no paired statistics")
+                    continue
+                paired[f"{label} - {control}"] = stats.paired(mine, base, names=(label, control)).to_json()
+    return {"arms": arms, "paired": paired, "notes": notes}
+
+
+def _p(x: float | None) -> str:
+    if x is None:
+        return "–"
+    return "n/a" if not math.isfinite(x) else ("< 0.001" if x < 0.001 else f"{x:.3f}")
+
+
+def study_section(summary: dict[str, Any], metric_name: str, control: str | None, out: Path,
+                  plot_name: str = "curves.png") -> list[str]:
+    """Markdown for :func:`summarize`'s result (per-arm values, paired table, power lines) and its plot."""
+    arms, paired = summary["arms"], summary["paired"]
+    if not arms:
+        return [f"## {metric_name}", "", "No run logged this metric.", ""]
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
+    kinds = set()
+    for label, data in arms.items():
+        c = data["curve"]
+        kinds.add(c["interval"])
+        ax.plot(c["steps"], c["mean"], label=f"{label} (n={len(data['seeds'])})")
+        ax.fill_between(c["steps"], c["low"], c["high"], alpha=0.2)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel(metric_name, fontsize=8)
+    ax.set_title("Mean over seeds (shaded: " + ", ".join(BAND_TEXT[k] for k in sorted(kinds)) + ")", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / plot_name, dpi=110)
+    lines = [f"## {metric_name}", "", f"![{metric_name}]({plot_name})", "",
+             f"Value per run: mean over its last {int(FINAL_FRACTION * 100)}% of logged steps. {INTERVAL_RULE}", "",
+             "| arm | seeds | mean | interval | per seed |", "|---|---|---|---|---|"]
+    for label, data in arms.items():
+        values = data["values"]
+        lines.append(f"| {label} | {len(values)} | {_fmt(float(np.mean(values)), 3)} | "
+                     f"{stats.value_interval(values).format(3)} | "
+                     + ", ".join(f"{s}: {_fmt(v, 3)}" for s, v in zip(data["seeds"], values, strict=True)) + " |")
+    lines.append("")
+    if not paired:
+        return lines
+    lines += [f"### Paired differences against `{control}`", "",
+              "Each arm's value minus the control's value at the same seed (seeds are common random numbers: the "
+              "same initialisation, env layouts and minibatch order in every arm). p (t): two-sided one-sample "
+              "t-test of the differences. The interval is the min-max range of the differences with <= 5 seeds "
+              "(not a CI), the Student-t 95% CI with 6-9, and also a BCa bootstrap 95% CI with >= 10; Wilcoxon "
+              "signed-rank and sign tests from 6 seeds.", "",
+              "| arm − control | n | mean Δ | interval | p (t) | Wilcoxon p | sign p | seeds + / − |",
+              "|---|---|---|---|---|---|---|---|"]
+    power = []
+    for name, d in paired.items():
+        if d["interval"] == "range":
+            interval = f"range [{_fmt(d['interval_low'], 3)}, {_fmt(d['interval_high'], 3)}]"
+        elif d["interval"] == "t95":
+            interval = f"t 95% CI [{_fmt(d['t_low'], 3)}, {_fmt(d['t_high'], 3)}]"
+            if d["bootstrap_low"] is not None:
+                interval += f"; bootstrap 95% CI [{_fmt(d['bootstrap_low'], 3)}, {_fmt(d['bootstrap_high'], 3)}]"
+        else:
+            interval = "no interval (1 seed)"
+        lines.append(f"| {name.replace(' - ', ' − ')} | {d['n']} | {_fmt(d['mean'], 3)} | {interval} | {_p(d['p'])} | "
+                     f"{_p(d['wilcoxon_p'])} | {_p(d['sign_p'])} | {d['positive']} / {d['negative']} |")
+        if d["n"] >= 2 and d["detectable_difference"] is not None:
+            mde = d["detectable_difference"]
+            if d["sd"] == 0:
+                power.append(f"- {name.replace(' - ', ' − ')}: n = {d['n']}, every seed gave the same difference "
+                             f"({_fmt(d['mean'], 3)}): no spread to test against")
+                continue
+            verdict = "below it" if abs(d["mean"]) < mde else "at or above it"
+            power.append(f"- {name.replace(' - ', ' − ')}: n = {d['n']}, sd of the differences "
+                         f"{_fmt(d['sd'], 3)}: smallest detectable |Δ| = {_fmt(mde, 3)} (observed "
+                         f"{_fmt(abs(d['mean']), 3)}, {verdict})")
+    lines.append("")
+    if power:
+        lines += ["Power: the smallest mean difference a paired t-test over these seeds detects (two-sided "
+                  "α = 0.05, power 0.8) at the observed per-seed spread of the differences.", "", *power, ""]
+    return lines
 
 
 # --- Crafter achievements --------------------------------------------------------------------------
@@ -359,23 +552,45 @@ def _success_rate(run: Run) -> float | None:
 
 
 # --- the report --------------------------------------------------------------------------------------
-def write_report(run_dirs: list[str], out: str | None = None, reps: int = 2000) -> Path:
-    """Write ``report.md`` (+ PNGs) summarising ``run_dirs`` into ``out`` (default: the first run dir)."""
+def write_report(run_dirs: list[str], out: str | None = None, reps: int = 2000, *, group_by: str = "method",
+                 control: str | None = None, metric: str | None = None, metric_name: str | None = None) -> Path:
+    """Write ``report.md`` (+ PNGs) summarising ``run_dirs`` into ``out`` (default: the first run dir).
+
+    ``group_by``: ``method`` or ``folder`` (see :func:`_group`). With ``control`` (a group label) or
+    ``metric`` (a metrics.jsonl key; default the episodic return) a section on that metric is added: per-arm
+    final values with intervals, ``curves.png`` and, with a control, paired statistics (:func:`summarize`)."""
+    return study_report(run_dirs, out, reps, group_by=group_by, control=control, metric=metric,
+                        metric_name=metric_name)[0]
+
+
+def study_report(run_dirs: list[str], out: str | Path | None = None, reps: int = 2000, *, group_by: str = "method",
+                 control: str | None = None, metric: str | None = None, metric_name: str | None = None,
+                 title: str = "llmguide report", intro: list[str] | None = None) -> tuple[Path, dict[str, Any] | None]:
+    """:func:`write_report` that also returns :func:`summarize`'s result (None without control or metric),
+    with a ``title`` and ``intro`` lines at the top of the report."""
     if not run_dirs:
         raise ValueError("write_report needs at least one run directory")
     runs = [load_run(p) for p in run_dirs]
     out_dir = Path(out) if out else Path(run_dirs[0])
     out_dir.mkdir(parents=True, exist_ok=True)
-    groups = _group(runs)
+    groups = _group(runs, group_by)
     notes = [f"{r.path}: {n}" for r in runs for n in r.notes]
 
-    lines = ["# llmguide report", "", "| run | method | env | seed | last step | records |", "|---|---|---|---|---|---|"]
+    lines = [f"# {title}", "", *(intro or []), *([""] if intro else []),
+             "| run | method | env | seed | last step | records |", "|---|---|---|---|---|---|"]
     for r in runs:
         last = max((rec.get("step", 0) for rec in r.records if _finite(rec.get("step"))), default=0)
         lines.append(f"| {r.path} | {r.label} | {r.env or '?'} | {r.seed if r.seed is not None else '?'} | "
                      f"{last} | {len(r.records)} |")
     lines.append("")
 
+    summary = None
+    if control is not None or metric is not None:
+        key = metric or RETURN_KEYS
+        summary = summarize(groups, key, control, reps)
+        name = metric_name or (metric if metric else "final episodic return")
+        lines += study_section(summary, name, control, out_dir)
+        notes += summary["notes"]
     section, more = _learning_section(groups, out_dir, reps)
     lines += section
     notes += more
@@ -394,4 +609,4 @@ def write_report(run_dirs: list[str], out: str | None = None, reps: int = 2000) 
         lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     path = out_dir / "report.md"
     atomic_write_text(path, "\n".join(lines))
-    return path
+    return path, summary
