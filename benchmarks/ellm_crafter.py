@@ -25,7 +25,10 @@ from __future__ import annotations
 import sys
 
 from harness import Study, main
+from harness import plot_summary as plot  # noqa: F401  (ellm_finetune.py imports it from here)
 
+COMMON = ["env.actions=text", "agent=ppo", "eval.episodes=0", "num_envs=4", "env.max_steps=400"]
+CRAFTER_ONLY = ["env.ellm_rules=true"]  # ELLM's rule changes patch Crafter's game logic
 ARMS = {  # name -> overrides (all intrinsic-only but the labelled upper reference)
     "ellm-oracle": ["method=ellm_oracle", "method.extrinsic_coef=0.0"],
     "ellm-embedded": ["method=ellm", "llm=embedded", "method.suggester=score", "method.extrinsic_coef=0.0"],
@@ -48,8 +51,8 @@ STUDY = Study(
     upper_reference=("ground-truth",),
     metric="charts/achievements_per_episode",
     metric_name="ground-truth achievements unlocked per episode (training episodes)",
-    common=["env.actions=text", "agent=ppo", "eval.episodes=0", "num_envs=4", "env.max_steps=400"],
-    per_env={"crafter": ["env.ellm_rules=true"]},   # ELLM's rule changes patch Crafter's game logic
+    common=COMMON,
+    per_env={"crafter": CRAFTER_ONLY},
     env="crafter",
     steps=200_000,
     seeds=3,

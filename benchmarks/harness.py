@@ -333,6 +333,28 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
     return 1 if failed else 0
 
 
+def plot_summary(summary: dict[str, Any], path: Path, ylabel: str = "") -> None:
+    """Every arm's curve of a DESIGN.md summary (``curve: {steps, mean, low|ci95_low, high|ci95_high}``)
+    into ``path``; upper references dashed."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
+    for arm, data in summary["arms"].items():
+        c = data.get("curve")
+        if not c:
+            continue
+        upper = data.get("upper_reference", False)
+        ax.plot(c["steps"], c["mean"], "--" if upper else "-", label=arm + (" (upper ref.)" if upper else ""))
+        ax.fill_between(c["steps"], c.get("low", c.get("ci95_low")), c.get("high", c.get("ci95_high")), alpha=0.15)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel(ylabel or str(summary.get("metric", "")), fontsize=8)
+    ax.set_title(str(summary.get("task", "")), fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 # --- the index ----------------------------------------------------------------------------------------
 def _num(x: float) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.3f}" if abs(x) < 100 else f"{x:.1f}"
