@@ -7,17 +7,26 @@ Layout of ``runs/<name>/``::
     tb/                TensorBoard events
     checkpoints/       ckpt_<step>.pt (written atomically) and latest.pt
     report.md, *.png   written by ``llmguide report``
+
+Checkpoints load with ``torch.load(weights_only=True)`` (:func:`safe_torch_load`): tensors, numpy
+arrays, scalars and dtypes, and plain Python values — a crafted file in a downloaded run folder
+cannot run code.  Saving refuses a state that such loading would refuse.  Resume
+(:meth:`RunDir.resume_state`) survives ordinary damage: a checkpoint that does not load is skipped
+for the newest one that does (logged with the reason), a torn last line of ``metrics.jsonl`` is
+dropped, and the metrics are cut to the resumed step (all of them when there is no checkpoint).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 import math
 import os
 import tempfile
 import time
 from datetime import datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +35,13 @@ import yaml
 from omegaconf import DictConfig
 
 from llmguide.core.config import redact
+from llmguide.core.errors import LLMGuideError
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(LLMGuideError):
+    """A checkpoint cannot be written safely, or a run's checkpoints exist but none of them loads."""
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -53,6 +69,33 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     atomic_write_bytes(path, buffer.getvalue())
+
+
+@cache
+def numpy_safe_globals() -> tuple[Any, ...]:
+    """What numpy arrays, scalars and dtypes (RNG states, replay buffers, normalisers) need to load
+    with ``weights_only=True``: rebuilding them calls no other function (an object array's items
+    must themselves be allowed; numpy refuses raw bytes for object dtype)."""
+    import numpy as np
+
+    try:
+        from numpy._core.multiarray import _reconstruct, scalar
+    except ImportError:                      # numpy < 2
+        from numpy.core.multiarray import _reconstruct, scalar
+    dtypes = [t for t in vars(np.dtypes).values() if isinstance(t, type) and issubclass(t, np.dtype)]
+    return (np.ndarray, np.dtype, _reconstruct, scalar, *dtypes)
+
+
+def safe_torch_load(path: str | Path | io.BytesIO) -> Any:
+    """``torch.load(weights_only=True)`` with numpy's types allowed; never runs code from the file."""
+    with torch.serialization.safe_globals(list(numpy_safe_globals())):
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def unsafe_globals(data: bytes) -> list[str]:
+    """The classes and functions in a ``torch.save`` blob that :func:`safe_torch_load` would refuse."""
+    with torch.serialization.safe_globals(list(numpy_safe_globals())):
+        return sorted(torch.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(data)))
 
 
 def default_run_name(cfg: DictConfig) -> str:
@@ -123,28 +166,82 @@ class RunDir:
 
     # --- checkpoints --------------------------------------------------------------------
     def save_checkpoint(self, state: dict[str, Any], step: int, keep: int = 2) -> Path:
-        """Write ``state`` atomically as ckpt_<step>.pt and latest.pt; keep the newest ``keep``."""
+        """Write ``state`` atomically as ckpt_<step>.pt and latest.pt; keep the newest ``keep``.
+
+        Raises :class:`CheckpointError` (before writing) if the state holds a type that
+        :func:`safe_torch_load` refuses: better at the first checkpoint than at resume."""
+        buffer = io.BytesIO()
+        torch.save({"step": int(step), **state}, buffer)
+        data = buffer.getvalue()
+        refused = unsafe_globals(data)
+        if refused:
+            raise CheckpointError(f"the checkpoint state holds {', '.join(refused)}, which safe loading "
+                                  "(weights_only) refuses; state_dict() must return tensors, numpy arrays and "
+                                  "plain Python values (dict, list, tuple, str, int, float, bool, None)")
         self.checkpoint_dir.mkdir(exist_ok=True)
         target = self.checkpoint_dir / f"ckpt_{int(step):012d}.pt"
-        atomic_torch_save({"step": int(step), **state}, target)
-        atomic_write_bytes(self.checkpoint_dir / "latest.pt", target.read_bytes())
+        atomic_write_bytes(target, data)
+        atomic_write_bytes(self.checkpoint_dir / "latest.pt", data)
         for old in sorted(self.checkpoint_dir.glob("ckpt_*.pt"))[:-keep]:
             old.unlink(missing_ok=True)
         return target
 
     def load_checkpoint(self) -> dict[str, Any] | None:
-        """The newest checkpoint's state, or None when the run has none."""
-        latest = self.checkpoint_dir / "latest.pt"
-        if not latest.exists():
-            return None
-        return torch.load(latest, map_location="cpu", weights_only=False)
+        """The newest checkpoint that loads: latest.pt, else the ckpt_<step>.pt files newest first
+        (each one skipped is logged with the reason).  None when the run has no checkpoint;
+        :class:`CheckpointError` when it has some but none loads."""
+        paths = [self.checkpoint_dir / "latest.pt"] if (self.checkpoint_dir / "latest.pt").exists() else []
+        paths += sorted(self.checkpoint_dir.glob("ckpt_*.pt"), reverse=True)
+        skipped: list[str] = []
+        for path in paths:
+            try:
+                if path.stat().st_size == 0:
+                    raise ValueError("empty file")
+                state = safe_torch_load(path)
+                if not isinstance(state, dict) or type(state.get("step")) is not int:
+                    raise ValueError("not a checkpoint (no integer 'step')")
+            except Exception as err:             # noqa: BLE001  (any damage: try the next one)
+                skipped.append(f"{path.name} ({_load_error(err)})")
+                log.warning("checkpoint %s does not load: %s", path, _load_error(err))
+                continue
+            if skipped:
+                log.warning("using checkpoint %s (step %d); skipped: %s", path, state["step"], "; ".join(skipped))
+            return state
+        if skipped:
+            raise CheckpointError(f"no checkpoint in {self.checkpoint_dir} loads: {'; '.join(skipped)}")
+        return None
 
-    def truncate_metrics_after(self, step: int) -> None:
-        """Drop metric lines logged after ``step`` (used on resume so curves do not double up)."""
+    def resume_state(self) -> dict[str, Any] | None:
+        """For ``run.resume=true``: the newest checkpoint that loads (see :meth:`load_checkpoint`),
+        with metrics.jsonl cut to its step; None (and every metric row dropped: the run starts
+        over from step 0) when there is no checkpoint."""
+        state = self.load_checkpoint()
+        if state is None:
+            log.warning("run.resume=true but %s has no checkpoint: starting from step 0", self.path)
+            self.truncate_metrics_after(None)
+        else:
+            log.info("resuming %s from step %d", self.path, state["step"])
+            self.truncate_metrics_after(state["step"])
+        return state
+
+    def truncate_metrics_after(self, step: int | None) -> None:
+        """Drop metric lines logged after ``step`` (every line when None), and lines that do not
+        parse (a torn last line from a kill), so that resumed curves do not double up."""
         self._metrics_file.close()
         path = self.path / "metrics.jsonl"
-        lines = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
-        atomic_write_text(path, "".join(ln + "\n" for ln in lines))
+        kept, torn = [], 0
+        text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            row_step = _row_step(line)
+            if row_step is None:
+                torn += 1
+            elif step is not None and row_step <= step:
+                kept.append(line)
+        if torn:
+            log.warning("%s: dropped %d line(s) that do not parse (a write cut off by a kill)", path, torn)
+        atomic_write_text(path, "".join(ln + "\n" for ln in kept))
         self._metrics_file = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def close(self) -> None:
@@ -171,6 +268,28 @@ def read_metrics(run_path: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return records
+
+
+def _row_step(line: str) -> float | None:
+    """The step of one metrics.jsonl line, or None if the line is not a record."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int | float) and not isinstance(step, bool) else None
+
+
+def _load_error(err: BaseException) -> str:
+    """One line for why a checkpoint did not load (torch's weights_only message spans a page)."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    if lines and lines[0].startswith("Weights only load failed"):
+        boilerplate = ("Please file an issue", "Check the documentation", "(1)", "(2)")
+        detail = [ln.split("WeightsUnpickler error:", 1)[-1].strip() for ln in lines[1:]
+                  if not ln.startswith(boilerplate) or "WeightsUnpickler error:" in ln]
+        detail = " ".join(d for d in detail if d).split(" Please use `torch.serialization")[0]
+        return f"safe loading refused it: {detail[:300] or '?'}"
+    return f"{type(err).__name__}: {lines[0][:300]}" if lines else type(err).__name__
 
 
 def _jsonable(value: Any) -> Any:
