@@ -399,7 +399,7 @@ def headline(result: dict[str, Any]) -> tuple[str, bool]:
             kind = "range" if d["n"] <= 5 else "t 95% CI"
             low, high = (d.get("interval_low"), d.get("interval_high")) if d["n"] <= 5 else (d["t_low"], d["t_high"])
             p = d.get("p")
-            ptxt = "p n/a" if p is None else "p < 0.001" if p < 0.001 else f"p {p:.2f}"
+            ptxt = "p n/a" if p is None else "p < 0.001" if p < 0.001 else f"p {p:.3f}" if p < 0.1 else f"p {p:.2f}"
             text += f" (Δ {d['mean']:+.3f}, {kind} [{_num(low)}, {_num(high)}], {ptxt})"
         cells.append(text)
     return "; ".join(cells), computed
@@ -420,7 +420,7 @@ def write_index(root: Path = RESULTS) -> Path:
     others += [p.parent for p in sorted(root.glob("*/*/report.md")) if not (p.parent / "result.json").exists()]
     groups: dict[tuple[str, str], list[tuple[Path, dict[str, Any]]]] = {}
     for folder, result in studies:
-        key = (str(result.get("env", "?")), str(result.get("task_id") or result.get("task", "?")))
+        key = (str(result.get("env", "?")).split()[0], str(result.get("task_id") or result.get("task", "?")))
         groups.setdefault(key, []).append((folder, result))
     lines = ["# Benchmark results", "",
              "Written by `benchmarks/harness.py` (regenerate: `python benchmarks/harness.py --index`). One row per "

@@ -1,0 +1,119 @@
+"""benchmarks/harness.py: an arm table x seeds -> sweep -> report -> result.json, report.md, curves.png, index."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def load(name: str):
+    """A module from benchmarks/ without putting the folder on sys.path (it shadows craftax and ray)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def harness():
+    return load("harness")
+
+
+def test_tiny_study_end_to_end(harness, tmp_path, capsys):
+    study = harness.Study(
+        name="tiny", env="babyai", steps=300, seeds=2, jobs=2, retries=0,
+        arms={"none": ["method=none"], "rnd": ["method=rnd"], "broken": ["method=none", "agent.gamma=2.0"]},
+        common=["num_envs=2", "eval.episodes=0"], control="none",
+        metric="charts/episodic_length", metric_name="episode length", higher_is_better=False)
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    args = ["--runs", str(runs), "--results", str(results)]
+    assert harness.main(study, [*args, "--arms", "none,rnd"]) == 0
+
+    out = results / "tiny" / "300"
+    result = json.loads((out / "result.json").read_text())
+    assert {"task", "budget_steps", "metric", "higher_is_better", "arms", "paired"} <= set(result)
+    assert (result["env"], result["task"], result["budget_steps"], result["control"]) == ("babyai", "GoToLocal", 300, "none")
+    assert result["higher_is_better"] is False and result["produced_by"] == "benchmarks/harness.py"
+    assert set(result["arms"]) == {"none", "rnd"} and result["failed"] == []
+    for arm in ("none", "rnd"):
+        data = result["arms"][arm]
+        assert data["seeds"] == [0, 1] and len(data["values"]) == 2 and data["overrides"] == study.arms[arm]
+        assert {"steps", "mean", "low", "high"} <= set(data["curve"]) and data["curve"]["interval"] == "range"
+        for s in (0, 1):
+            assert (runs / arm / f"seed-{s}" / "eval.json").exists()   # the sweep's layout
+    paired = result["paired"]["rnd - none"]
+    assert paired["n"] == 2 and paired["interval"] == "range" and paired["seeds"] == [0, 1]
+    diffs = [r - c for r, c in zip(result["arms"]["rnd"]["values"], result["arms"]["none"]["values"], strict=True)]
+    assert paired["mean"] == pytest.approx(sum(diffs) / 2)
+    assert (paired["interval_low"], paired["interval_high"]) == pytest.approx((min(diffs), max(diffs)))
+
+    report = (out / "report.md").read_text()
+    assert "### Paired differences against `none`" in report and "| rnd − none | 2 |" in report
+    assert "## episode length" in report and "Failed runs: none." in report
+    assert (out / "curves.png").read_bytes().startswith(PNG_MAGIC)
+    index = (results / "README.md").read_text()
+    assert "## babyai · GoToLocal" in index
+    assert re.search(r"^\| \[tiny/300\]\(tiny/300/report\.md\) \| harness \| 300 \| 2 \| episode length \| "
+                     r"\*\*none [\d.]+\*\* \(control\); rnd [\d.]+", index, re.M)
+
+    # --resume keeps the finished runs; a failing arm is listed, never dropped, and the exit code says so
+    capsys.readouterr()
+    assert harness.main(study, [*args, "--resume"]) == 1
+    printed = capsys.readouterr()
+    for arm in ("none", "rnd"):
+        for s in (0, 1):
+            assert f"skip   {arm} seed {s}" in printed.out
+    assert "2 run(s) failed: broken seed 0, broken seed 1" in printed.err
+    result = json.loads((out / "result.json").read_text())
+    assert [(f["arm"], f["seed"]) for f in result["failed"]] == [("broken", 0), ("broken", 1)]
+    assert set(result["arms"]) == {"none", "rnd"}
+    assert "Failed runs: broken seed 0" in (out / "report.md").read_text()
+
+
+def test_converted_script_is_an_arm_table(harness):
+    ellm = load("ellm_crafter")
+    study = ellm.STUDY
+    assert list(study.arms) == ["ellm-oracle", "ellm-embedded", "novelty", "rnd", "apt", "no-reward", "ground-truth"]
+    assert study.control == "no-reward" and study.upper_reference == ("ground-truth",)
+    argv = ["--env-id", "craftax", "--steps", "120000", "--seeds", "100-102", "--num-envs", "64",
+            "--extra", "agent.image_encoder=flat", "agent.num_steps=32"]
+    plan = harness.make_plan(study, harness.build_parser(study).parse_args(argv))
+    assert (plan.name, plan.variant, plan.seeds) == ("ellm_craftax", "120k", [100, 101, 102])
+    cmd = harness.sweep_command(plan, "ellm-oracle", plan.seeds, "overwrite")
+    assert cmd[3:5] == ["train", "-m"] and "seed=100,101,102" in cmd and "run.name=ellm-oracle" in cmd
+    for override in ("method=ellm_oracle", "env.actions=text", "env=craftax", "total_steps=120000", "num_envs=64",
+                     "agent.image_encoder=flat", "log_every=2400", "run.overwrite=true", "sweep.jobs=2"):
+        assert override in cmd
+    assert cmd.index("num_envs=4") < cmd.index("num_envs=64")     # the flag comes later and wins
+    assert "env.ellm_rules=true" not in cmd                          # Crafter-only rules
+    crafter = harness.make_plan(study, harness.build_parser(study).parse_args(["--seeds", "1"]))
+    assert "env.ellm_rules=true" in crafter.overrides and crafter.name == "ellm_crafter"
+    assert "seed=range(0,1)" in harness.sweep_command(crafter, "rnd", [0], "resume")
+
+
+def test_seed_and_budget_parsing(harness):
+    assert harness.parse_seeds("3") == [0, 1, 2]
+    assert harness.parse_seeds("100,102") == [100, 102] and harness.parse_seeds("5-7") == [5, 6, 7]
+    assert [harness.budget_name(n) for n in (300, 8000, 120_000, 1_000_000, 1500)] == ["300", "8k", "120k", "1m", "1500"]
+    with pytest.raises(ValueError, match="control arm"):
+        harness.Study(name="x", arms={"a": []}, control="b", metric="m")
+
+
+def test_results_index_lists_every_study_and_links_resolve():
+    root = BENCH / "results"
+    index = (root / "README.md").read_text()
+    for path in root.glob("*/*/result.json"):
+        assert f"]({path.parent.relative_to(root).as_posix()}/" in index, path
+    for link in re.findall(r"\]\(([^)]+)\)", index):
+        assert (root / link).exists(), link
