@@ -57,7 +57,7 @@ def visible_auroc(phi: np.ndarray, star: np.ndarray) -> dict:
 
 def target_of(task: str) -> tuple[str, str]:
     from llmguide.envs import make_env
-    from llmguide.envs.babyai_tasks import mission_target
+    from llmguide.methods.bk.babyai import mission_target
 
     env = make_env({"name": "babyai", "task": task}, 0)
     try:
@@ -68,8 +68,8 @@ def target_of(task: str) -> tuple[str, str]:
 
 
 def pref_quality(label_dir: Path, episodes, target: str, states: list[tuple[int, int]]) -> dict:
-    from llmguide.envs.babyai_tasks import caption_potential
-    from llmguide.rewards.bk_pref import PreferencePotential, read_labels
+    from llmguide.methods.bk.babyai import caption_potential
+    from llmguide.methods.bk.pref import PreferencePotential, read_labels
 
     recs = read_labels(label_dir / "labels.jsonl")
 
@@ -110,9 +110,9 @@ def pref_quality(label_dir: Path, episodes, target: str, states: list[tuple[int,
 
 
 def goal_quality(label_dir: Path, episodes, target: str, names, rng: np.random.Generator, n: int) -> dict:
-    from llmguide.envs.babyai_tasks import caption_potential
     from llmguide.llm.embeddings import SentenceEmbedder
-    from llmguide.rewards.bk_goal import GoalPotential, dataset_transition_texts
+    from llmguide.methods.bk.babyai import caption_potential
+    from llmguide.methods.bk.goal import GoalPotential, dataset_transition_texts
 
     library = json.loads((label_dir / "library.json").read_text())
     pot = GoalPotential(library, SentenceEmbedder(), names)

@@ -31,7 +31,7 @@ FAMILIES = {
 def _raw_env(family: str):
     """The underlying env configured like the text env (same level / no render / same obs keys)."""
     if family == "crafter":
-        from llmguide.envs.crafter import _Core
+        from llmguide.envs.crafter.env import _Core
 
         env = _Core(area=(64, 64), view=(9, 9), size=(64, 64), length=10000, seed=0)
         return lambda seed: env.reset(), lambda a: _old_api(env.step(a)), 17
@@ -40,7 +40,7 @@ def _raw_env(family: str):
 
         env = gym.make("BabyAI-GoToLocal-v0").unwrapped
         return lambda seed: env.reset(seed=seed), env.step, 6
-    from llmguide.envs.nethack import OBS_KEYS, _import_backend
+    from llmguide.envs.nethack.env import OBS_KEYS, _import_backend
 
     _import_backend(family)
     env = gym.make(FAMILIES[family]["id"], observation_keys=OBS_KEYS).unwrapped

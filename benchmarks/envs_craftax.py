@@ -8,7 +8,7 @@ Env steps/s (random actions, resets included, compile and warm-up excluded), mea
   flat observation brought to the host: the like-for-like baseline of our wrapper;
 * ``craftax raw, scan``: the same step inside ``lax.scan`` of ``--scan`` steps per call (nothing
   leaves JAX; the upper bound);
-* ``env=craftax``: :class:`~llmguide.envs.craftax.CraftaxVectorEnv` (observations, caption keys,
+* ``env=craftax``: :class:`~llmguide.envs.craftax.env.CraftaxVectorEnv` (observations, caption keys,
   events, per-env infos with captions), and the same plus ``split_infos`` (what PPO reads per step);
 * ``crafter stock``: ``crafter.Env`` (renders 64x64 pixels), one env in a Python loop;
 * ``env=crafter``: llmguide's symbolic Crafter as PPO gets it (sync vector env, 4 envs).
@@ -46,7 +46,7 @@ def raw_craftax(num_envs: int, scan: int):
     import jax.numpy as jnp
     from craftax.craftax_classic.envs.craftax_symbolic_env import CraftaxClassicSymbolicEnvNoAutoReset
 
-    from llmguide.envs.craftax import _canon
+    from llmguide.envs.craftax.env import _canon
 
     env = CraftaxClassicSymbolicEnvNoAutoReset()
     params = env.default_params

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from llmguide.core.rundir import read_metrics
-from llmguide.pipelines.text_policy import EVAL_SEED_OFFSET as EVAL_SEED
+from llmguide.methods.glam.text_policy import EVAL_SEED_OFFSET as EVAL_SEED
 
 RUNNER = "import sys; from llmguide.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -84,7 +84,7 @@ def random_success(env_cfg: dict, episodes: int, seed: int) -> float:
 
 
 def bot_success(env_cfg: dict, episodes: int, seed: int) -> float:
-    from llmguide.envs.babyai_text import bot_demonstrations
+    from llmguide.envs.babyai.env import bot_demonstrations
 
     return float(np.mean([d["success"] for d in bot_demonstrations(env_cfg, episodes, seed)]))
 
@@ -94,9 +94,9 @@ def scoring_ratio(task: str, contexts: int, k_history: int) -> dict:
     import torch
 
     from llmguide.envs import make_env
-    from llmguide.envs.babyai_text import ACTION_STRINGS
-    from llmguide.learners.llm_policy import History
+    from llmguide.envs.babyai.env import ACTION_STRINGS
     from llmguide.llm.hf import HFLM
+    from llmguide.methods.glam.learner import History
 
     torch.set_num_threads(1)
     env = make_env({"name": "babyai", "task": task}, 0)
@@ -256,7 +256,7 @@ def main() -> int:
     tested = {label: runs for label, runs in results.items() if any(r["generalisation"] for r in runs)}
     if tested:
         lines += ["", f"Generalisation tests ({mode}, {args.post_test_episodes} episodes per test and seed; "
-                  "GLAM's post-training tests, `llmguide.learners.generalisation`):", "",
+                  "GLAM's post-training tests, `llmguide.methods.glam.generalisation`):", "",
                   "| method | " + " | ".join(tests) + " |", "|---|" + "---|" * len(tests)]
         for label, runs in tested.items():
             lines.append(f"| {label} | " + " | ".join(fmt([r["generalisation"].get(t) for r in runs]) for t in tests)

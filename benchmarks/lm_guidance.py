@@ -9,7 +9,7 @@ Arms (ELLM's text action space, and ELLM's rules on Crafter; PPO, intrinsic-only
 
 * ``no-lm``         — ``method=none`` (PPO, no reward, no LM): the unguided speed
 * ``ellm-embedded`` — ``method=ellm llm=embedded method.suggester=score`` (Gemma 3 270M in-process; the LM
-  worker runs at ``method.service.worker_nice`` = 4 by default: the learner first)
+  worker runs at ``llm.service.worker_nice`` = 4 by default: the learner first)
 * ``ellm-embedded-nice0`` (``--arms``) — the same with the LM worker at the learner's priority
 
 Per run: steps/s over training (``charts/sps`` of the learner, last record: model loading and
@@ -46,8 +46,8 @@ COMMON = ["env.actions=text", "agent=ppo", "eval.episodes=0", "progress=false", 
 ARMS = {
     "no-lm": ["method=none"],
     "ellm-embedded": ["method=ellm", "llm=embedded", "method.suggester=score"],
-    # the same with the LM worker at the learner's priority (method.service.worker_nice=0)
-    "ellm-embedded-nice0": ["method=ellm", "llm=embedded", "method.suggester=score", "method.service.worker_nice=0"],
+    # the same with the LM worker at the learner's priority (llm.service.worker_nice=0)
+    "ellm-embedded-nice0": ["method=ellm", "llm=embedded", "method.suggester=score", "llm.service.worker_nice=0"],
     # the LM on every core (llm.n_threads=2 here) instead of the default auto (every core but the learner's)
     "ellm-embedded-threads2": ["method=ellm", "llm=embedded", "method.suggester=score", "llm.n_threads=2"],
 }

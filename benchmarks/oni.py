@@ -155,7 +155,7 @@ def labelled_messages(run: Path) -> dict[str, float | None]:
 
 def agreement(labels: dict[str, float | None], goal: str | None = None) -> dict:
     """Embedded-LM labels vs the oracle's ground truth (towards the same ``goal``) on the same messages."""
-    from llmguide.envs.nethack import NetHackOracle
+    from llmguide.envs.nethack.oracle import NetHackOracle
 
     oracle = NetHackOracle()
     pairs = [(y > 0.5, oracle.helpful(m, goal)) for m, y in labels.items() if y is not None]
@@ -285,7 +285,7 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from llmguide.envs.nethack import task_goal
+    from llmguide.envs.nethack.oracle import task_goal
 
     kind = metric_kind(args)
     coef = args.extrinsic_coef if args.extrinsic_coef is not None else extrinsic_coef(args.env_id)
@@ -356,7 +356,7 @@ def report(args: argparse.Namespace, motif: dict, seconds: float) -> None:
                         "intrinsic": "ONI 0.4, Motif 0.1, BoW 0.4; / n_episode(message)^3",
                         "labelling_goal": task_goal(args.env_id),
                         "oracle": "helpful = the message reports an event serving the goal "
-                                  "(llmguide.envs.nethack.goal_events), prompted through the *_goal templates"},
+                                  "(llmguide.envs.nethack.env.goal_events), prompted through the *_goal templates"},
               "random_policy": rand, "wall_clock_seconds": round(seconds)}
     if args.steps < args.target_steps:
         result["reduced_budget"] = {"target_steps": args.target_steps, "budget_steps": args.steps,

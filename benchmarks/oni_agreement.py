@@ -2,7 +2,7 @@
 ``benchmarks/oni.py`` run directory labelled.
 
 The labeller is built exactly as the ``oni_retrieval-embedded`` arm builds it (``benchmarks/oni.py`` overrides,
-``llmguide.pipelines.oni.build_oni_module`` with ``method_goal(cfg)``); agreement is ``benchmarks/oni.py``'s
+``llmguide.methods.oni.recipe.build_oni_module`` with ``method_goal(cfg)``); agreement is ``benchmarks/oni.py``'s
 ``agreement``.  Usage (from the repo root):
   .venv/bin/python benchmarks/oni_agreement.py --env-id ENV_ID --run-dir RUN_DIR --out OUT_JSON \
       [--key-message "You start to float in the air!"]
@@ -33,11 +33,10 @@ def main() -> None:
     os.environ["LLMGUIDE_CACHE_DIR"] = str(run_dir / "cache-embedded-agreement")  # fresh: every label is an LM call
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import oni  # benchmarks/oni.py
-    from llmguide.core.config import load_config
-    from llmguide.envs.nethack import NetHackOracle, task_goal
-    from llmguide.llm.factory import make_llm
-    from llmguide.llm.service import LLMService
-    from llmguide.pipelines.oni import build_oni_module, method_goal
+    from llmguide.envs.nethack.oracle import NetHackOracle, task_goal
+    from llmguide.methods.oni.recipe import build_oni_module, method_goal
+    from llmguide.pipelines import load_config
+    from llmguide.pipelines.services import close_service, open_service
 
     sources = sorted(p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith(
         ("oni_retrieval-oracle-s", "oni_classification-oracle-s")))
@@ -50,8 +49,7 @@ def main() -> None:
     cfg = load_config([*oni.common(args, env_id), *oni.ARMS["oni_retrieval-embedded"], "seed=0",
                        "run.name=embedded-agreement"])
     goal = method_goal(cfg)
-    service = LLMService(make_llm(cfg.llm, str(cfg.env.name), online=True), max_batch=int(cfg.method.service_batch),
-                         timeout=float(cfg.method.get("service_timeout", 600.0)))
+    service = open_service(cfg)
     module = build_oni_module(cfg.method, 1, service, 0, goal=goal)
     annot = module.annotator
     t0 = time.perf_counter()
@@ -79,8 +77,7 @@ def main() -> None:
         "labels": lm})
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k not in ("labels", "oracle_helpful")}, indent=1))
-    service.lm.close()
-    service.close()
+    close_service(service)
     module.close()
 
 

@@ -4,7 +4,7 @@ success rate.
     .venv/bin/python benchmarks/oni_rollouts.py runs/bench-oni-score/none-s0 runs/bench-oni-score/oni_retrieval-oracle-s0
 
 Each run's final checkpoint acts (sampled, not greedy) on ``--episodes`` held-out seeds (500, 501, ...);
-a message is counted as helpful by :class:`~llmguide.envs.nethack.NetHackOracle` (the ``llm=oracle`` ground
+a message is counted as helpful by :class:`~llmguide.envs.nethack.env.NetHackOracle` (the ``llm=oracle`` ground
 truth, towards the run's labelling goal), grouped by its first three words.
 """
 
@@ -22,9 +22,9 @@ def rollouts(run: str, episodes: int, seed: int = 500) -> dict:
     from omegaconf import OmegaConf
 
     from llmguide.envs import make_env
-    from llmguide.envs.nethack import NetHackOracle
+    from llmguide.envs.nethack.oracle import NetHackOracle
+    from llmguide.methods.oni.recipe import method_goal
     from llmguide.pipelines import recipe_class
-    from llmguide.pipelines.oni import method_goal
 
     cfg = OmegaConf.load(f"{run}/config.yaml")
     state = torch.load(f"{run}/checkpoints/latest.pt", map_location="cpu", weights_only=False)["agent"]

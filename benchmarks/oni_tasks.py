@@ -24,7 +24,8 @@ import numpy as np
 
 
 def survey(env_id: str, episodes: int, seed: int = 0, top: int = 8) -> dict:
-    from llmguide.envs.nethack import NetHackOracle, NetHackText
+    from llmguide.envs.nethack.env import NetHackText
+    from llmguide.envs.nethack.oracle import NetHackOracle
 
     family = "nethack" if env_id.startswith("NetHack") else "minihack"
     env = NetHackText(env_id, family=family, reward_clip=10.0)

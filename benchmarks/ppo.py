@@ -84,7 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    from llmguide.learners.toy_envs import DictObs, vector_env
+    from llmguide.envs.toy import DictObs, vector_env
 
     cfg = dict(lr=2.5e-4, num_steps=args.num_steps, num_minibatches=4, update_epochs=4, hidden=args.hidden,
                clip_vloss=True, anneal_lr=False, torch_threads=1)

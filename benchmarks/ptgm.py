@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from bk import bootstrap_ci, success_curve  # the shared reproduction helpers (benchmarks/bk.py)
-from llmguide.learners.ptgm_goals import GOAL_SPACES
+from llmguide.methods.ptgm.goals import GOAL_SPACES
 
 ARMS = ("ppo", "bc-finetune", "ptgm", "ptgm-no-kl", "ptgm-random-codes", "ptgm-kl-loss")
 METHOD = {"ppo": "none", "bc-finetune": "ptgm_bc_finetune", "ptgm": "ptgm", "ptgm-no-kl": "ptgm_no_kl",

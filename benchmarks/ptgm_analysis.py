@@ -20,11 +20,11 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from llmguide.envs import make_env, make_vector_env
-from llmguide.envs.options import AsyncOptionsVectorEnv, lowlevel_space
 from llmguide.learners.common import split_infos
-from llmguide.learners.ptgm_goals import GoalCodebook
-from llmguide.learners.ptgm_models import LowLevelActor, _logits, make_lowlevel
-from llmguide.pipelines.ptgm import _embed, goal_data
+from llmguide.methods.ptgm.goals import GoalCodebook
+from llmguide.methods.ptgm.models import LowLevelActor, _logits, make_lowlevel
+from llmguide.methods.ptgm.options import AsyncOptionsVectorEnv, lowlevel_space
+from llmguide.methods.ptgm.steps import _embed, goal_data
 
 # benchmarks/craftax.py shares its name with the craftax package: keep this folder off the import path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]

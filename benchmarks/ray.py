@@ -97,8 +97,8 @@ def main() -> None:
 
     import ray
 
-    from llmguide.core.config import load_config
     from llmguide.envs import make_vector_env
+    from llmguide.pipelines import load_config
 
     cfg = load_config([f"env={args.env}", f"num_envs={args.num_envs}", "agent.num_steps=64", "agent.hidden=32",
                        f"ray.num_cpus={args.cpus}"])

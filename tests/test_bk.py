@@ -9,12 +9,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from llmguide.core.config import load_config
 from llmguide.core.errors import ConfigError
 from llmguide.data import EpisodeDataset, EpisodeRecorder, EpisodeWriter
-from llmguide.envs.babyai_text import ACTION_STRINGS, BabyAIText
+from llmguide.envs.babyai.env import ACTION_STRINGS, BabyAIText
 from llmguide.llm.base import Completion, LanguageModel
-from llmguide.rewards import bk
+from llmguide.methods import bk
+from llmguide.pipelines import load_config
 from llmguide.rewards.base import TransitionBatch
 from llmguide.sandbox import Sandbox, SandboxLimits
 
@@ -258,9 +258,10 @@ def test_goal_template_example_names_no_babyai_target_and_echoes_are_dropped(tmp
     from minigrid.core.constants import COLOR_NAMES
 
     from llmguide.envs import make_env
-    from llmguide.envs.babyai_tasks import PAPER_TASKS, mission_target
+    from llmguide.envs.babyai.tasks import PAPER_TASKS
     from llmguide.llm.prompts import load_template
-    from llmguide.rewards.bk_goal import example_goals
+    from llmguide.methods.bk.babyai import mission_target
+    from llmguide.methods.bk.goal import example_goals
 
     template = load_template("bk_goal")
     assert template.number >= 3
@@ -276,7 +277,7 @@ def test_goal_template_example_names_no_babyai_target_and_echoes_are_dropped(tmp
     words = set(re.findall(r"[a-z]+", static))
     assert not any(t in static for t in targets)
     assert not words & {*COLOR_NAMES, "ball", "key", "box", "door"}          # no BabyAI object at all
-    from llmguide.envs.crafter import ACHIEVEMENTS
+    from llmguide.envs.crafter.rules import ACHIEVEMENTS
 
     assert not words & {w for a in ACHIEVEMENTS for w in a.split("_")[1:]}   # nor a Crafter target
     examples = example_goals(template.body)
@@ -289,7 +290,7 @@ def test_goal_template_example_names_no_babyai_target_and_echoes_are_dropped(tmp
 
 # --- pipeline config errors -------------------------------------------------------------------------
 def test_pipeline_steps_name_missing_inputs(tmp_path):
-    from llmguide.pipelines import bk as pipe
+    from llmguide.methods.bk import recipe as pipe
 
     cfg = load_config(["env=babyai", "method=bk_code", f"run.dir={tmp_path}"])
     with pytest.raises(ConfigError, match="method.data"):
@@ -302,11 +303,12 @@ def test_pipeline_steps_name_missing_inputs(tmp_path):
 
 # --- oracle knowledge and failed labelling ------------------------------------------------------------
 def test_oracle_lm_answers_bk_prompts_from_ground_truth(tmp_path, episodes):
-    from llmguide.envs.babyai_tasks import caption_potential
+    from llmguide.envs import get_oracle
     from llmguide.llm.oracle import OracleLM
+    from llmguide.methods.bk.babyai import caption_potential
+    from llmguide.methods.bk.oracle import BKOracleAnswers
 
-    lm = OracleLM("babyai")
-    lm.task_mission = "go to the red ball"
+    lm = OracleLM("babyai", answerers=[BKOracleAnswers(get_oracle("babyai"), "go to the red ball")])
     states = bk.sample_states(episodes, 8, np.random.default_rng(0))
     (answer,) = lm.generate(["... define exactly `def potential(obs, caption):` ..."])
     code = bk.extract_code(answer.text)
@@ -324,7 +326,7 @@ def test_oracle_lm_answers_bk_prompts_from_ground_truth(tmp_path, episodes):
 
 
 def test_failed_labelling_stops_label_and_train_refuses_it(tmp_path):
-    from llmguide.pipelines import bk as pipe
+    from llmguide.methods.bk import recipe as pipe
 
     envs = gym.vector.SyncVectorEnv([lambda: BabyAIText("GoToLocal", max_steps=8)],
                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
@@ -355,7 +357,7 @@ def test_failed_labelling_stops_label_and_train_refuses_it(tmp_path):
 
 
 def test_programs_without_imports_get_the_reference_import_header(tmp_path, episodes):
-    from llmguide.rewards.bk_code import with_import_header
+    from llmguide.methods.bk.code import with_import_header
 
     code = "def potential(obs, caption):\n    return float(np.sum(obs['image'][6])) + len(caption) / 100\n"
     assert with_import_header(code).startswith("import math") and with_import_header(BETTER) == BETTER

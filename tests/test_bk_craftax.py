@@ -8,16 +8,18 @@ import json
 import numpy as np
 import pytest
 
-from llmguide.envs.crafter import ITEMS, SEMANTIC_NAMES, CrafterOracle, CrafterText
-from llmguide.envs.crafter_bk import _rules, oracle_goals, task_progress, window_progress
+from llmguide.envs.crafter.env import CrafterText
+from llmguide.envs.crafter.rules import ITEMS, SEMANTIC_NAMES, CrafterOracle
 from llmguide.llm.oracle import OracleLM
 from llmguide.llm.prompts import load_template
-from llmguide.rewards import bk
+from llmguide.methods import bk
+from llmguide.methods.bk.crafter import _rules, oracle_goals, oracle_program, task_progress, window_progress
+from llmguide.methods.bk.oracle import BKOracleAnswers
 from llmguide.sandbox import Sandbox, SandboxLimits
 
 pytest.importorskip("craftax")
 
-from llmguide.envs.craftax import CraftaxOracle  # noqa: E402
+from llmguide.envs.craftax.env import CraftaxOracle  # noqa: E402
 
 ORACLES = [CrafterOracle(), CraftaxOracle()]
 H, W = 7, 9
@@ -61,7 +63,7 @@ def columns(states: list[dict], captions: list[str] | None = None):
 @pytest.mark.parametrize("oracle", ORACLES, ids=["crafter", "craftax"])
 @pytest.mark.parametrize("task", sorted(PATHS))
 def test_oracle_program_potential_rises_along_the_task(oracle, task):
-    program = oracle.bk_program(task)
+    program = oracle_program(task, oracle)
     res = sandbox().evaluate_batch(program, "potential", columns(PATHS[task]))
     assert res.ok and res.batched and res.item_errors == 0
     phi = res.values
@@ -70,20 +72,20 @@ def test_oracle_program_potential_rises_along_the_task(oracle, task):
 
 
 def test_oracle_program_is_written_for_the_task_and_the_rules():
-    assert "TASK = 'place table'" in CrafterOracle().bk_program("place_table")
+    assert "TASK = 'place table'" in oracle_program("place_table", CrafterOracle())
     req_crafter, _ = _rules(CrafterOracle())
     req_craftax, _ = _rules(CraftaxOracle())
     assert req_crafter["place furnace"][0] != req_craftax["place furnace"][0]   # Craftax-Classic's recipe costs
-    assert f"{req_craftax['place furnace']!r}" in CraftaxOracle().bk_program("place furnace")
+    assert f"{req_craftax['place furnace']!r}" in oracle_program("place furnace", CraftaxOracle())
     with pytest.raises(ValueError, match="no Crafter goal"):
-        CrafterOracle().bk_program("fly to the moon")
+        oracle_program("fly to the moon", CrafterOracle())
 
 
 def test_program_in_the_sandbox_equals_the_in_process_progress():
     """The sandboxed program embeds task_progress: same numbers as the oracle computes in process."""
     oracle = CraftaxOracle()
     req, sources = _rules(oracle)
-    inside = sandbox().evaluate_batch(oracle.bk_program("make wood pickaxe"), "potential",
+    inside = sandbox().evaluate_batch(oracle_program("make wood pickaxe", oracle), "potential",
                                       columns(PATHS["make wood pickaxe"])).values
     outside = [task_progress("make wood pickaxe", inv, dist, near, req, sources) for inv, dist, near in [
         ({}, {}, set()), ({}, {"tree": 1}, {"tree"}), ({"wood": 1}, {"tree": 1}, {"tree"}),
@@ -95,7 +97,7 @@ def test_program_in_the_sandbox_equals_the_in_process_progress():
 @pytest.fixture(scope="module")
 def craftax_rollout():
     """Real Craftax-Classic states: 8 envs × 24 random steps (obs rows and captions)."""
-    from llmguide.envs.craftax import CraftaxVectorEnv
+    from llmguide.envs.craftax.env import CraftaxVectorEnv
 
     env = CraftaxVectorEnv(8, seed=3, reset_ratio=4)
     obs, infos = env.reset(seed=3)
@@ -116,7 +118,7 @@ def test_one_batched_sandbox_call_gives_the_per_state_potentials(craftax_rollout
     n = len(caps)
     assert obs["image"][:, SEMANTIC_NAMES.index("player"), H // 2, W // 2].all()   # the layout the program assumes
     box = sandbox()
-    program = CraftaxOracle().bk_program("place table")
+    program = oracle_program("place table", CraftaxOracle())
     potential = bk.CodePotential(program, box)
     infos = [{"caption": c} for c in caps]
     calls = box.calls
@@ -137,7 +139,7 @@ def test_one_batched_sandbox_call_gives_the_per_state_potentials(craftax_rollout
 def test_a_batch_function_that_disagrees_is_refused_when_labelling(craftax_rollout):
     obs, caps = craftax_rollout
     states = [({k: v[i] for k, v in obs.items()}, caps[i]) for i in range(0, len(caps), 12)]
-    program = CrafterOracle().bk_program("place table")
+    program = oracle_program("place table", CrafterOracle())
     box = sandbox()
     good = box.evaluate(program, "potential", states)
     assert bk.check_batch_function(program, states, good.values, box) is None
@@ -150,8 +152,7 @@ def test_a_batch_function_that_disagrees_is_refused_when_labelling(craftax_rollo
 
 
 def test_oracle_lm_answers_the_bk_prompts_for_a_crafter_task():
-    lm = OracleLM("craftax")
-    lm.task_mission = "place table"
+    lm = OracleLM("craftax", answerers=[BKOracleAnswers(CraftaxOracle(), "place table")])
     write = load_template("bk_code_write").render(obs_description="-", caption_examples="-",
                                                   env_notes=bk.env_notes("craftax"))
     code = bk.extract_code(lm.generate([write])[0].text)
@@ -179,8 +180,8 @@ def test_oracle_goals_put_prerequisites_first():
 # --- the whole pipeline through the run directories -----------------------------------------------
 @pytest.fixture(scope="module")
 def craftax_data(tmp_path_factory):
-    from llmguide.core.config import load_config
-    from llmguide.pipelines import bk as pipeline
+    from llmguide.methods.bk import recipe as pipeline
+    from llmguide.pipelines import load_config
 
     root = tmp_path_factory.mktemp("bk_craftax")
     pipeline.collect(load_config(["env=craftax", "method=bk_code", "num_envs=8", "env.max_steps=48",
@@ -192,10 +193,9 @@ def craftax_data(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["bk_code", "bk_pref", "bk_goal"])
 def test_each_variant_collects_labels_and_trains_on_craftax(craftax_data, variant):
-    from llmguide.core.config import load_config
     from llmguide.core.rundir import read_metrics
-    from llmguide.pipelines import bk as pipeline
-    from llmguide.pipelines import run
+    from llmguide.methods.bk import recipe as pipeline
+    from llmguide.pipelines import load_config, run
 
     root = craftax_data
     base = ["env=craftax", "env.task=place_table", "env.max_steps=48", "num_envs=8", "agent.num_steps=32",
@@ -222,9 +222,8 @@ def test_each_variant_collects_labels_and_trains_on_craftax(craftax_data, varian
 
 @pytest.mark.slow
 def test_bk_code_oracle_on_crafter(tmp_path):
-    from llmguide.core.config import load_config
-    from llmguide.pipelines import bk as pipeline
-    from llmguide.pipelines import run
+    from llmguide.methods.bk import recipe as pipeline
+    from llmguide.pipelines import load_config, run
 
     base = ["env=crafter", "env.max_steps=40", "num_envs=2", "agent.num_steps=32", "agent.image_encoder=flat",
             "progress=false", f"run.dir={tmp_path}", "method=bk_code", "eval.episodes=1"]

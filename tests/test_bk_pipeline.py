@@ -6,14 +6,15 @@ import json
 
 import pytest
 
-from llmguide.core.config import load_config
 from llmguide.data import EpisodeDataset
+from llmguide.pipelines import load_config
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["bk_code", "bk_pref", "bk_goal"])
 def test_collect_label_train_with_oracle_knowledge(tmp_path, variant):
-    from llmguide.pipelines import bk, run
+    from llmguide.methods.bk import recipe as bk
+    from llmguide.pipelines import run
 
     base = ["env=babyai", "num_envs=2", "agent.num_steps=64", "progress=false", f"run.dir={tmp_path}",
             f"method={variant}", "eval.episodes=1"]

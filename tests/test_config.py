@@ -3,8 +3,9 @@
 import pytest
 from omegaconf import OmegaConf
 
-from llmguide.core.config import GROUPS, REDACTED, group_options, load_config, redact
+from llmguide.core.config import GROUPS, REDACTED, group_options, redact
 from llmguide.core.errors import ConfigError
+from llmguide.pipelines import load_config
 
 
 def test_defaults_compose_with_every_group():

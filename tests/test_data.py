@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from llmguide.data import Episode, EpisodeDataset, EpisodeRecorder, EpisodeWriter, load_episode, save_episode
-from llmguide.envs.babyai_text import BabyAIText
+from llmguide.envs.babyai.env import BabyAIText
 
 
 def _vector_env(n: int = 2, max_steps: int = 6):

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
+from llmguide.envs.toy import ContextBandit, vector_env
 from llmguide.learners.dqn import DQN, NStepBuffer, double_dqn_targets
-from llmguide.learners.toy_envs import ContextBandit, vector_env
 from llmguide.rewards.base import RewardModule
 
 torch.set_num_threads(1)

@@ -13,9 +13,9 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from llmguide.envs.babyai_text import ACTION_STRINGS
-from llmguide.learners.drrn import DRRN, DRRNAgent, DRRNPolicy, HashTokenizer, TextReplay
-from llmguide.learners.llm_policy import glam_prompt
+from llmguide.envs.babyai.env import ACTION_STRINGS
+from llmguide.methods.glam.drrn import DRRN, DRRNAgent, DRRNPolicy, HashTokenizer, TextReplay
+from llmguide.methods.glam.learner import glam_prompt
 
 PROMPTS = [glam_prompt("go to the red ball", ["You see a red ball 2 steps forward"], [], ACTION_STRINGS),
            glam_prompt("pick up the blue key", ["You see a wall 1 step left", "You carry a blue key"],

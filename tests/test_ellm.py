@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llmguide.methods.ellm.reward import ELLMReward, GoalMatcher
+from llmguide.methods.ellm.signature import state_signature
+from llmguide.methods.ellm.suggester import GoalSuggester
 from llmguide.rewards.base import TransitionBatch
-from llmguide.rewards.ellm import ELLMReward, GoalMatcher, GoalSuggester, state_signature
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -208,7 +210,7 @@ def test_wrapper_never_blocks_on_a_slow_lm_and_suggestions_fill_in(embedded_lm):
     from llmguide.llm.embeddings import BowEmbedder
     from llmguide.llm.prompts import load_template
     from llmguide.llm.service import LLMService
-    from llmguide.rewards.ellm_wrapper import ELLMGoalWrapper
+    from llmguide.methods.ellm.wrapper import ELLMGoalWrapper
 
     envs = make_vector_env({"name": "crafter", "id": "llmguide/Crafter-v0", "obs": "symbolic", "task": None,
                             "max_steps": 10000, "size": 9}, 2, 0, "sync")
@@ -236,7 +238,7 @@ def test_wrapper_never_blocks_on_a_slow_lm_and_suggestions_fill_in(embedded_lm):
 
 def test_wrapper_oracle_goals_reward_and_goal_observation_on_real_crafter(minilm):
     from llmguide.envs import get_oracle, make_vector_env, split_infos
-    from llmguide.rewards.ellm_wrapper import ELLMGoalWrapper
+    from llmguide.methods.ellm.wrapper import ELLMGoalWrapper
 
     oracle = get_oracle("crafter")
     envs = make_vector_env({"name": "crafter", "id": "llmguide/Crafter-v0", "obs": "symbolic", "task": None,
@@ -303,9 +305,8 @@ def torch_load(path: Path) -> dict:
 
 
 def test_train_ellm_oracle_then_finetune_on_one_task(tmp_path):
-    from llmguide.core.config import load_config
     from llmguide.core.errors import ConfigError
-    from llmguide.pipelines import run
+    from llmguide.pipelines import load_config, run
 
     def train(cfg):
         return run("train", cfg)
@@ -338,9 +339,8 @@ def test_train_ellm_end_to_end_with_the_embedded_lm(tmp_path):
 
 
 def test_guided_exploration_with_a_pretrained_dqn(tmp_path):
-    from llmguide.core.config import load_config
     from llmguide.core.errors import ConfigError
-    from llmguide.pipelines import run
+    from llmguide.pipelines import load_config, run
 
     def train(cfg):
         return run("train", cfg)
@@ -359,13 +359,13 @@ def test_guided_exploration_with_a_pretrained_dqn(tmp_path):
 
 # --- ELLM's text action space and the reference reward ----------------------------------------
 def test_text_actions_map_to_crafter_with_success_flags_and_the_reference_rules():
-    from llmguide.envs.crafter import CrafterText
-    from llmguide.envs.crafter_actions import (
+    from llmguide.envs.crafter.actions import (
         ACTION_STRINGS,
         GOOD_ACTIONS,
         CrafterActionOracle,
         CrafterTextActions,
     )
+    from llmguide.envs.crafter.env import CrafterText
 
     assert len(ACTION_STRINGS) == 139 and len(GOOD_ACTIONS) == 29 and "drink stone" in ACTION_STRINGS
     env = CrafterTextActions(CrafterText(seed=3), ellm_rules=True)

@@ -10,14 +10,14 @@ from minigrid.core.world_object import Ball, Door, Wall
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from llmguide.envs import get_oracle, make_env
-from llmguide.envs.babyai_oracle import mission_subgoals
-from llmguide.envs.babyai_text import (
+from llmguide.envs.babyai.env import (
     ACTION_STRINGS,
     HELD_OUT,
     BabyAIText,
     bot_demonstrations,
     describe,
 )
+from llmguide.envs.babyai.oracle import mission_subgoals
 
 
 def _room_setup(env: BabyAIText):
@@ -182,7 +182,7 @@ def test_open_event_when_the_door_really_opens():
     assert f"pick up the {door.color} key" in info["episode_events"]
 
 
-# --- BK's S20 tasks (envs/babyai_tasks.py) ----------------------------------------------------------
+# --- BK's S20 tasks (envs/babyai/tasks.py) ----------------------------------------------------------
 @pytest.mark.parametrize("task", ["GoToLocal-RedBall-S20", "GoToLocal-PurpleBall-S20", "GoToLocal-RedKey-S20",
                                   "GoToLocal-PurpleKey-S20", "Pretraining-S20"])
 def test_bk_s20_tasks_are_bot_solvable_with_the_paper_layout(task):
@@ -216,10 +216,11 @@ def test_room_size_distractors_and_step_limit_are_env_options():
 
 
 def test_bk_oracle_program_matches_the_caption_potential():
-    from llmguide.envs.babyai_tasks import caption_potential
+    from llmguide.envs.babyai.env import VOCAB
+    from llmguide.methods.bk.babyai import caption_potential, oracle_potential_program
 
     namespace: dict = {}
-    exec(get_oracle("babyai").bk_program(), namespace)  # noqa: S102 - our own ground-truth program
+    exec(oracle_potential_program(VOCAB), namespace)  # noqa: S102 - our own ground-truth program
     env = make_env({"name": "babyai", "task": "GoToLocal-RedBall-S20"})
     obs, info = env.reset(seed=1)
     rng = np.random.default_rng(0)

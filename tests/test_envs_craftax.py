@@ -16,10 +16,11 @@ pytest.importorskip("craftax")
 from craftax.craftax_classic.constants import BlockType  # noqa: E402
 from crafter import objects  # noqa: E402
 
-from llmguide.envs import craftax_text as tx  # noqa: E402
 from llmguide.envs import get_oracle, make_env, make_vector_env, split_infos  # noqa: E402
-from llmguide.envs.craftax import TRACES, CraftaxVectorEnv, _canon  # noqa: E402
-from llmguide.envs.crafter import ACHIEVEMENTS, GOALS, ITEMS, VITALS, CrafterText, parse_caption  # noqa: E402
+from llmguide.envs.craftax import text as tx  # noqa: E402
+from llmguide.envs.craftax.env import TRACES, CraftaxVectorEnv, _canon  # noqa: E402
+from llmguide.envs.crafter.env import CrafterText  # noqa: E402
+from llmguide.envs.crafter.rules import ACHIEVEMENTS, GOALS, ITEMS, VITALS, parse_caption  # noqa: E402
 
 NOOP, DOWN, DO, PLACE_STONE, PLACE_TABLE, PLACE_PLANT, MAKE_WOOD_PICKAXE = 0, 4, 5, 7, 8, 10, 11
 CRAFTER_FACING = {1: (-1, 0), 2: (1, 0), 3: (0, -1), 4: (0, 1)}  # Craftax direction -> Crafter (dx, dy)
@@ -331,7 +332,7 @@ def cx_text() -> CraftaxVectorEnv:
 @pytest.mark.parametrize("text,block,inventory,table", TEXT_SCENARIOS)
 def test_text_actions_flags_match_crafter(cx_text, cr, text, block, inventory, table):
     """The same action string in the same situation: same primitive effect, action_success, eval_success."""
-    from llmguide.envs.crafter_actions import ACTION_STRINGS, CrafterTextActions
+    from llmguide.envs.crafter.actions import ACTION_STRINGS, CrafterTextActions
 
     cx_text.reset(seed=9)
     s, _ = set_up(cx_text, block, inventory, table_right=table)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from llmguide.envs import get_oracle, make_env
-from llmguide.envs.crafter import (
+from llmguide.envs.crafter.env import CrafterText
+from llmguide.envs.crafter.rules import (
     ACHIEVEMENTS,
     SEMANTIC_NAMES,
-    CrafterText,
     achievement_summary,
     crafter_score,
     parse_caption,

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from llmguide.envs import get_oracle, make_env
-from llmguide.envs.nethack import decode_message, message_events
+from llmguide.envs.nethack.env import decode_message
+from llmguide.envs.nethack.oracle import message_events
 
 
 def test_caption_is_the_real_message_and_status_events():

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from llmguide.envs.babyai_text import ACTION_STRINGS
-from llmguide.learners.llm_policy import (
+from llmguide.envs.babyai.env import ACTION_STRINGS
+from llmguide.methods.glam.learner import (
     GLAMPPO,
     History,
     LMPolicy,
@@ -127,8 +127,8 @@ def test_ppo_update_raises_probability_of_positive_advantage_action(lora_policy)
 
 @needs_hf
 def test_behaviour_cloning_from_bot_demonstrations_raises_demo_action_probability(lora_policy):
-    from llmguide.envs.babyai_text import bot_demonstrations
-    from llmguide.learners.llm_policy import behaviour_clone, demonstration_samples
+    from llmguide.envs.babyai.env import bot_demonstrations
+    from llmguide.methods.glam.learner import behaviour_clone, demonstration_samples
 
     demos = bot_demonstrations({"name": "babyai", "task": "GoToRedBall"}, 1, seed=3)
     prompts, actions = demonstration_samples(demos, ACTION_STRINGS, k_history=2)
@@ -214,19 +214,19 @@ class RecordingPolicy:
 
 
 def test_word_rewrite_replaces_whole_words_only():
-    from llmguide.learners.generalisation import word_rewrite
+    from llmguide.methods.glam.generalisation import word_rewrite
 
     rewrite = word_rewrite({"box": "afze", "red": "faze"})
     assert rewrite("go to the red box, You see a red boxer") == "go to the faze afze, You see a faze boxer"
     assert rewrite("Goal of the agent: pick up the blue key") == "Goal of the agent: pick up the blue key"
-    from llmguide.learners.generalisation import TESTS
+    from llmguide.methods.glam.generalisation import TESTS
 
     prompt = glam_prompt("go to the red ball", ["You see a red ball 1 step forward"], [], ACTION_STRINGS)
     assert "\n I would like the agent to: go to the red ball\n" in TESTS["goal_prefix"].rewrite()(prompt)
 
 
 def test_generalisation_tests_rewrite_prompts_and_swap_actions_then_restore():
-    from llmguide.learners.generalisation import SYNONYM_ACTIONS, run_tests
+    from llmguide.methods.glam.generalisation import SYNONYM_ACTIONS, run_tests
 
     policy = RecordingPolicy()
     env = {"name": "babyai", "task": "GoToLocal", "max_steps": 3}
@@ -245,7 +245,7 @@ def test_generalisation_tests_rewrite_prompts_and_swap_actions_then_restore():
 
 
 def test_new_composition_and_heldout_levels_are_solvable_and_mention_what_they_test():
-    from llmguide.envs.babyai_text import HELD_OUT, bot_demonstrations
+    from llmguide.envs.babyai.env import HELD_OUT, bot_demonstrations
 
     demos = bot_demonstrations({"name": "babyai", "task": "PickupPickupLocal"}, 4, seed=1)
     assert all(d["mission"].startswith("pick up") and ", then pick up" in d["mission"] for d in demos)
@@ -256,8 +256,8 @@ def test_new_composition_and_heldout_levels_are_solvable_and_mention_what_they_t
 
 @needs_hf
 def test_npae_keeps_pretrained_embeddings_and_scores_with_action_heads():
-    from llmguide.learners.llm_policy import MLPHead
     from llmguide.llm.hf import HFLM
+    from llmguide.methods.glam.learner import MLPHead
 
     torch.set_num_threads(1)
     pretrained = HFLM()
@@ -286,8 +286,8 @@ def test_npae_keeps_pretrained_embeddings_and_scores_with_action_heads():
 
 
 def test_npae_and_glam_config_errors_name_the_key():
-    from llmguide.core.config import load_config
     from llmguide.core.errors import ConfigError
+    from llmguide.pipelines import load_config
 
     cfg = load_config(["env=babyai", "method=npae", "llm=hf"])
     assert cfg.method.name == "npae" and not cfg.method.pretrained and cfg.method.action_heads and not cfg.method.lora
@@ -296,7 +296,7 @@ def test_npae_and_glam_config_errors_name_the_key():
         load_config(["env=babyai", "method=glam", "llm=hf", "method.post_tests=[french]"])
     with pytest.raises(ConfigError, match="method.bc_episodes"):
         load_config(["env=babyai", "method=glam", "llm=hf", "method.bc_episodes=-1"])
-    from llmguide.pipelines.glam import GLAMRecipe
+    from llmguide.methods.glam.recipe import GLAMRecipe
 
     with pytest.raises(ConfigError, match="method.lora"):   # before any model is loaded
         GLAMRecipe(load_config(["env=babyai", "method=npae", "llm=hf", "method.lora=true"])).check()

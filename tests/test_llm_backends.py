@@ -369,10 +369,11 @@ def test_oracle_reads_the_last_caption_line():
 
 # --- factory ----------------------------------------------------------------------------------------
 def test_make_llm_builds_each_backend_and_the_cache(tmp_path):
-    from llmguide.core.config import default_cache_dir, load_config
+    from llmguide.core.config import default_cache_dir
     from llmguide.llm import make_llm
     from llmguide.llm.http import HTTPLM
     from llmguide.llm.oracle import OracleLM
+    from llmguide.pipelines import load_config
 
     oracle = make_llm(load_config(["llm=oracle"]).llm, env_family="crafter")
     assert isinstance(oracle, OracleLM)
@@ -399,8 +400,8 @@ def test_make_llm_builds_each_backend_and_the_cache(tmp_path):
 
 
 def test_make_llm_embedded_answers_repeat_calls_from_the_cache():
-    from llmguide.core.config import load_config
     from llmguide.llm import make_llm
+    from llmguide.pipelines import load_config
 
     pytest.importorskip("llmguide.llm.cache")
     lm = make_llm(load_config(["llm=embedded"]).llm)
@@ -430,7 +431,7 @@ def test_embedded_threads_auto_leave_the_learner_a_core_online(monkeypatch):
 def test_llm_n_threads_takes_a_number_or_auto_from_the_command_line():
     """The shipped value is the string "auto"; a number must pass the config's type check too (the value
     rule decides), and anything else is refused naming the key."""
-    from llmguide.core.config import load_config
+    from llmguide.pipelines import load_config
 
     assert load_config(["method=ellm", "llm=embedded", "llm.n_threads=2"]).llm.n_threads == 2
     assert load_config(["method=ellm", "llm=embedded"]).llm.n_threads == "auto"

@@ -291,8 +291,8 @@ E2E_SCHEDULE = ("stall", "ok", "huge", "garbage", "ok", "nan_logprobs", "http_50
 
 # 1024 steps: since #19 a request for a state both envs have left is dropped, so fewer reach the server
 ELLM = ["env=crafter", "method=ellm", "total_steps=1024", "num_envs=2", "agent.num_steps=64", "agent.hidden=32",
-        "log_every=64", "eval.episodes=1", "env.max_steps=60", "method.service.timeout=120",
-        "method.service.worker_nice=0"]
+        "log_every=64", "eval.episodes=1", "env.max_steps=60", "llm.service.timeout=120",
+        "llm.service.worker_nice=0"]
 
 
 @pytest.mark.slow
@@ -327,9 +327,9 @@ def test_oni_training_against_the_fault_server(tmp_path):  # ~10 s: the one CLI 
 
 
 def test_config_keys_reach_the_backend_and_the_cache_and_bad_values_name_the_key(tmp_path):
-    from llmguide.core.config import load_config
     from llmguide.core.errors import ConfigError
     from llmguide.llm.factory import make_llm
+    from llmguide.pipelines import load_config
 
     cfg = load_config(["llm=http", "llm.timeout=1.5", "llm.backoff_base=0.1", "llm.max_response_bytes=4096",
                        "llm.max_retries=2", "llm.cache.max_bytes=50000", f"llm.cache.path={tmp_path / 'c.sqlite'}"])

@@ -12,7 +12,8 @@ from llmguide.llm.cache import LLMCache
 from llmguide.llm.cached_lm import CachedLM
 from llmguide.llm.prompts import load_template
 from llmguide.llm.service import LLMService, poll
-from llmguide.rewards.ellm import GoalSuggester, state_signature
+from llmguide.methods.ellm.signature import state_signature
+from llmguide.methods.ellm.suggester import GoalSuggester
 from test_llm_cache import NGramLM
 
 VOCAB = ["collect wood", "collect drink", "place table", "eat cow", "collect sapling"]

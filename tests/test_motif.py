@@ -8,13 +8,13 @@ import pytest
 pytest.importorskip("llama_cpp")
 pytest.importorskip("minihack")
 
-from llmguide.core.config import load_config  # noqa: E402
 from llmguide.llm.cache import LLMCache  # noqa: E402
 from llmguide.llm.cached_lm import CachedLM
 from llmguide.llm.service import LLMService  # noqa: E402
+from llmguide.methods.oni.annotator import PairAnnotator  # noqa: E402
+from llmguide.methods.oni.motif import MotifReward, PairsDB, annotate_pairs, sample_pairs, train_reward_model  # noqa: E402
+from llmguide.pipelines import load_config  # noqa: E402
 from llmguide.rewards.base import TransitionBatch  # noqa: E402
-from llmguide.rewards.motif import MotifReward, PairsDB, annotate_pairs, sample_pairs, train_reward_model  # noqa: E402
-from llmguide.rewards.oni_annotator import PairAnnotator  # noqa: E402
 from test_oni import CountingLM  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def motif_cfg(tmp_path, *extra: str):
 
 
 def test_collect_then_resumable_annotation_labels_every_pair_exactly_once(embedded, tmp_path):
-    from llmguide.pipelines.motif import collect
+    from llmguide.methods.oni.motif_recipe import collect
 
     cfg = motif_cfg(tmp_path)
     assert collect(cfg) == 0
@@ -99,7 +99,7 @@ def test_runs_started_together_fit_the_shared_reward_model_once_with_its_own_see
 
     import torch
 
-    from llmguide.pipelines import motif as pipeline
+    from llmguide.methods.oni import motif_recipe as pipeline
 
     fits: list[int] = []
 

@@ -21,15 +21,15 @@ from llmguide.llm.base import LanguageModel  # noqa: E402
 from llmguide.llm.cache import LLMCache  # noqa: E402
 from llmguide.llm.cached_lm import CachedLM
 from llmguide.llm.service import LLMService  # noqa: E402
-from llmguide.rewards.base import TransitionBatch  # noqa: E402
-from llmguide.rewards.oni import EpisodicCounter, ONIClassification, ONIRetrieval  # noqa: E402
-from llmguide.rewards.oni_annotator import (  # noqa: E402
+from llmguide.methods.oni.annotator import (  # noqa: E402
     MessageAnnotator,
     PairAnnotator,
     canonicalize_message,
     parse_label,
 )
-from llmguide.rewards.oni_ranking import ONIRanking, normalize_threshold  # noqa: E402
+from llmguide.methods.oni.ranking import ONIRanking, normalize_threshold  # noqa: E402
+from llmguide.methods.oni.reward import EpisodicCounter, ONIClassification, ONIRetrieval  # noqa: E402
+from llmguide.rewards.base import TransitionBatch  # noqa: E402
 
 KILL, GOLD, WALL, DOOR = "You kill the newt!", "You see here 7 gold pieces.", "It's solid stone.", "This door is locked."
 
@@ -141,7 +141,7 @@ from llmguide.llm.cache import LLMCache
 from llmguide.llm.cached_lm import CachedLM
 from llmguide.llm.embedded import EmbeddedLM
 from llmguide.llm.service import LLMService
-from llmguide.rewards.oni_annotator import MessageAnnotator
+from llmguide.methods.oni.annotator import MessageAnnotator
 lm = CachedLM(EmbeddedLM(), LLMCache({str(tmp_path / "cache.sqlite")!r}))
 with LLMService(lm) as svc:
     a = MessageAnnotator(svc)
@@ -280,7 +280,7 @@ def test_normalize_threshold_zeroes_below_threshold():
 
 
 def test_ellm_bow_rewards_messages_that_share_words_with_the_goal():
-    from llmguide.rewards.bow import ELLMBoW
+    from llmguide.methods.oni.bow import ELLMBoW
 
     module = ELLMBoW(num_envs=2, goal="kill monsters, collect gold, go down the stairs", threshold=0.1, beta=1.0)
     sim = module.similarity(["You kill the newt! You collect 5 gold.", "It's solid stone.", ""])

@@ -13,11 +13,13 @@ import torch
 pytest.importorskip("nle")
 pytest.importorskip("minihack")
 
-from llmguide.core.config import load_config  # noqa: E402
-from llmguide.envs.nethack import SCORE_GOAL, NetHackOracle, NetHackText, goal_events, task_goal  # noqa: E402
+from llmguide.envs.nethack.env import NetHackText  # noqa: E402
+from llmguide.envs.nethack.oracle import SCORE_GOAL, NetHackOracle, goal_events, task_goal  # noqa: E402
 from llmguide.llm.oracle import OracleLM  # noqa: E402
 from llmguide.llm.service import LLMService  # noqa: E402
-from llmguide.rewards.oni_annotator import MessageAnnotator, PairAnnotator  # noqa: E402
+from llmguide.methods.oni.annotator import MessageAnnotator, PairAnnotator  # noqa: E402
+from llmguide.methods.oni.oracle import ONIOracleAnswers  # noqa: E402
+from llmguide.pipelines import load_config  # noqa: E402
 
 KEY = "g - a key named The Master Key of Thievery."
 HELPFUL = [KEY, "You kill the newt!", "The door opens.", "There is a staircase down here.",
@@ -36,7 +38,7 @@ def _one_torch_thread():
 
 @pytest.fixture
 def oracle_service():
-    lm = OracleLM("minihack")
+    lm = OracleLM("minihack", answerers=[ONIOracleAnswers(NetHackOracle())])
     with LLMService(lm, max_batch=8) as service:
         yield lm, service
 
@@ -101,7 +103,7 @@ def test_the_goal_reaches_the_oracle_through_the_labelling_prompt(oracle_service
 
 
 def test_recipes_prompt_with_the_task_goal(tmp_path):
-    from llmguide.pipelines.oni import method_goal
+    from llmguide.methods.oni.recipe import method_goal
 
     score = load_config(["env=nethack", "env.id=NetHackScore-v0", "method=oni_retrieval", f"run.dir={tmp_path}"])
     assert method_goal(score) == SCORE_GOAL
@@ -140,7 +142,7 @@ def test_oracle_pair_preferences_from_the_same_ground_truth(oracle_service, mode
 
 
 def test_oni_recipe_builds_the_oracle_retrieval_reward_and_reference_policy(tmp_path):
-    from llmguide.pipelines.oni import ONIRecipe
+    from llmguide.methods.oni.recipe import ONIRecipe
 
     cfg = load_config(["env=minihack", "method=oni_retrieval", "llm=oracle", f"run.dir={tmp_path}"])
     assert cfg.agent.recurrent is None
@@ -189,7 +191,7 @@ def test_extrinsic_reward_is_scaled_and_clipped_and_the_raw_reward_kept(monkeypa
 
 
 def test_motif_pairs_are_sampled_over_observations():
-    from llmguide.rewards.motif import sample_pairs
+    from llmguide.methods.oni.motif import sample_pairs
 
     counts = Counter({"": 1000, "It's a wall.": 500, **{f"rare {i}": 1 for i in range(30)}})
     over_obs = sample_pairs(counts, 20, seed=0, over="observations")
@@ -206,8 +208,8 @@ def _small(tmp_path, *extra: str):
 
 
 def test_motif_collects_with_an_rnd_agent_and_trains_with_oracle_preferences(tmp_path):
+    from llmguide.methods.oni.motif_recipe import collect, label
     from llmguide.pipelines import run
-    from llmguide.pipelines.motif import collect, label
 
     cfg = _small(tmp_path, "env=minihack", "env.id=MiniHack-KeyRoom-Fixed-S5-v0", "method=motif",
                  f"method.data_dir={tmp_path / 'data'}", "method.collect_steps=128", "method.num_pairs=10",
@@ -253,8 +255,8 @@ def test_extended_action_set_adds_the_reference_actions_on_nethack_only():
 
 
 def test_labelled_fraction_counts_message_occurrences_whose_label_had_arrived(oracle_service):
+    from llmguide.methods.oni.reward import ONIRetrieval
     from llmguide.rewards.base import TransitionBatch
-    from llmguide.rewards.oni import ONIRetrieval
 
     _, service = oracle_service
     module = ONIRetrieval(MessageAnnotator(service, cache=None), num_envs=2)

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("llama_cpp")
 pytest.importorskip("minihack")
 
-from llmguide.core.config import load_config  # noqa: E402
+from llmguide.pipelines import load_config  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -52,8 +52,8 @@ def test_oni_retrieval_trains_ppo_and_records_annotation_stats(tmp_path):
 
 @pytest.mark.slow
 def test_motif_collect_label_train_end_to_end(tmp_path):
+    from llmguide.methods.oni.motif_recipe import collect, label
     from llmguide.pipelines import run
-    from llmguide.pipelines.motif import collect, label
 
     def train(cfg):
         return run("train", cfg)

@@ -46,8 +46,8 @@ def test_agent_keys_are_validated_once_learners_are_imported():
     import pytest
 
     import llmguide.learners  # noqa: F401  (registers the agent.* rules)
-    from llmguide.core.config import load_config
     from llmguide.core.errors import ConfigError
+    from llmguide.pipelines import load_config
 
     with pytest.raises(ConfigError, match="agent.n_step"):
         load_config(["agent=dqn", "agent.n_step=0"])

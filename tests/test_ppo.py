@@ -8,10 +8,10 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from llmguide.envs.toy import ContextBandit, CueMemory, vector_env
 from llmguide.learners.common import generic_split_infos, mix_rewards
 from llmguide.learners.evaluation import evaluate
 from llmguide.learners.ppo import PPO, compute_gae
-from llmguide.learners.toy_envs import ContextBandit, CueMemory, vector_env
 from llmguide.rewards.base import RewardModule, TransitionBatch
 
 torch.set_num_threads(1)

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from llmguide.envs.options import GoalObservation, OptionsVectorEnv, OptionsWrapper, lowlevel_obs
-from llmguide.learners.ptgm_goals import GoalCodebook, fit_codebook, hindsight_indices
-from llmguide.learners.ptgm_models import GoalPrior, KLToPrior, categorical_kl, train_prior
+from llmguide.methods.ptgm.goals import GoalCodebook, fit_codebook, hindsight_indices
+from llmguide.methods.ptgm.models import GoalPrior, KLToPrior, categorical_kl, train_prior
+from llmguide.methods.ptgm.options import GoalObservation, OptionsVectorEnv, OptionsWrapper, lowlevel_obs
 from llmguide.rewards.base import TransitionBatch
 
 torch.set_num_threads(1)
@@ -249,7 +249,7 @@ def test_prior_labels_are_the_nearest_code_of_the_hindsight_goal_and_are_learnab
 def test_option_ppo_counts_env_steps():
     from omegaconf import OmegaConf
 
-    from llmguide.learners.ptgm_models import OptionPPO
+    from llmguide.methods.ptgm.models import OptionPPO
 
     venv = OptionsVectorEnv([lambda: CountEnv(length=10), lambda: CountEnv(length=10)],
                             lambda obs, goals: np.zeros(len(goals), int), np.eye(3), steps=4)

@@ -8,8 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from llmguide.envs.options import AsyncOptionsVectorEnv, GoalObservationVector, lowlevel_obs
-from llmguide.learners.ptgm_goals import (
+from llmguide.methods.ptgm.goals import (
     CRAFTER_INVENTORY,
     delta_goal_features,
     env_goal_features,
@@ -19,7 +18,8 @@ from llmguide.learners.ptgm_goals import (
     state_dim,
     unsquash,
 )
-from llmguide.learners.ptgm_smdp import AsyncOptionPPO, smdp_gae
+from llmguide.methods.ptgm.options import AsyncOptionsVectorEnv, GoalObservationVector, lowlevel_obs
+from llmguide.methods.ptgm.smdp import AsyncOptionPPO, smdp_gae
 from llmguide.rewards.base import RewardModule
 
 torch.set_num_threads(1)
@@ -330,7 +330,7 @@ def test_inventory_delta_goal_is_the_change_to_the_goal_state_plus_events_in_bet
 
 
 def test_cluster_summary_names_the_mean_change_of_each_code():
-    from llmguide.pipelines.ptgm import cluster_summary
+    from llmguide.methods.ptgm.steps import cluster_summary
 
     goals = np.array([[1.0, 0.0], [3.0, 0.0], [0.0, -2.0]], np.float32)
     out = cluster_summary(goals, np.array([0, 0, 1]), ["d:wood", "d:food"], 3, top=1)
@@ -342,7 +342,7 @@ def test_cluster_summary_names_the_mean_change_of_each_code():
 def test_goal_data_builds_the_configured_goal_space(tmp_path, space):
     from llmguide.core.errors import ConfigError
     from llmguide.data import Episode, EpisodeWriter
-    from llmguide.pipelines.ptgm import goal_data
+    from llmguide.methods.ptgm.steps import goal_data
 
     rng = np.random.default_rng(0)
     writer = EpisodeWriter(tmp_path / "data" / "dataset", writer="t")
@@ -374,7 +374,7 @@ def test_goal_data_builds_the_configured_goal_space(tmp_path, space):
 def test_lowlevel_bc_reports_goal_information_as_accuracy_and_nll():
     """Actions follow the goal only half of the time (an explorer's noise): the goal lowers the val NLL and
     raises the accuracy; both are logged per epoch."""
-    from llmguide.learners.ptgm_models import make_lowlevel, train_lowlevel
+    from llmguide.methods.ptgm.models import make_lowlevel, train_lowlevel
 
     rng = np.random.default_rng(0)
     n, k = 3000, 4

@@ -37,7 +37,7 @@ def _cli(args: list[str], env: dict | None = None, timeout: float = 900) -> subp
 
 
 def _babyai(num_envs: int = 4):
-    from llmguide.core.config import load_config
+    from llmguide.pipelines import load_config
 
     return load_config(["env=babyai", "env.max_steps=12", f"num_envs={num_envs}", "agent.num_steps=32",
                         "agent.hidden=32"])
@@ -129,10 +129,10 @@ def test_restarts_are_bounded_by_max_restarts(local_ray):
 
 
 def test_lm_actor_is_shared_falls_back_counted_when_killed_then_recovers(local_ray, tmp_path):
-    from llmguide.core.config import load_config
     from llmguide.distributed.lm import ActorLM
     from llmguide.llm.factory import make_llm
     from llmguide.llm.service import LLMService
+    from llmguide.pipelines import load_config
 
     cfg = load_config(["llm=oracle", "llm.actor=true", "env=crafter"])
     lm_a, lm_b = make_llm(cfg.llm, "crafter"), make_llm(cfg.llm, "crafter")

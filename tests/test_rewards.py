@@ -9,8 +9,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from llmguide.core.config import load_config
 from llmguide.core.errors import ConfigError
+from llmguide.pipelines import load_config
 from llmguide.rewards import REWARDS, TransitionBatch, build_reward_modules, register_reward
 from llmguide.rewards.normalization import (
     IntrinsicRewardNormalizer,

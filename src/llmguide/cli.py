@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llmguide.core.config import GROUPS, group_options, load_config
+from llmguide.core.config import GROUPS, group_options
 from llmguide.core.errors import ConfigError, LLMGuideError
+from llmguide.pipelines import load_config
 
 VERBS = {
     "train": "train an agent: compose the config, validate it, run the method's pipeline into runs/<name>/",
@@ -17,7 +18,7 @@ VERBS = {
             "method.post_tests, the generalisation tests) -> RUN_DIR/eval.json",
     "report": "write report.md with PNG plots for one or more run directories (seeds are aggregated)",
     "bench": "run a benchmark script from benchmarks/ (e.g. `llmguide bench envs`)",
-    "cache": "inspect the persistent LM cache: stats | export FILE | clear",
+    "cache": "inspect the persistent LM cache: stats | export FILE | clear | check",
     "collect": "collect an episode dataset with an exploration agent (BK data collection)",
     "label": "label a collected dataset with the LM (BK-Code/Pref/Goal, Motif)",
     "codebook": "PTGM: hindsight goals of a collected dataset -> KMeans goal codebook",
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("name", help="benchmark script name in benchmarks/ (without .py)")
             p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
         elif verb == "cache":
-            p.add_argument("action", choices=["stats", "export", "clear"])
+            p.add_argument("action", choices=["stats", "export", "clear", "check"])
             p.add_argument("file", nargs="?", help="output file for export (JSONL)")
             p.add_argument("--path", default=None, help="cache file (default: the llm config's cache.path)")
     return parser

@@ -66,8 +66,11 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> ConfigEr
     return ConfigError("overrides", (text.splitlines() or [type(err).__name__])[0])
 
 
-def load_config(overrides: Sequence[str] = ()) -> DictConfig:
-    """Compose the config from ``overrides`` and validate it; raise ConfigError naming the bad key."""
+def load_config(overrides: Sequence[str] = (), providers: Sequence[Callable[[DictConfig], None]] = ()) -> DictConfig:
+    """Compose the config from ``overrides`` and validate it; raise ConfigError naming the bad key.
+
+    ``providers`` register the rules of the layers above ``core`` for this config (the CLI passes
+    :func:`llmguide.pipelines.register_rules`; ``core`` never imports those layers itself)."""
     for o in overrides:
         if "=" not in o:
             raise ConfigError(o, "an override must look like key=value (e.g. env=crafter total_steps=1000)")
@@ -78,9 +81,7 @@ def load_config(overrides: Sequence[str] = ()) -> DictConfig:
     except (HydraException, OmegaConfBaseException) as err:
         raise _translate_hydra_error(err, overrides) from None
     _check_types(cfg, base, "")
-    import llmguide  # the package root registers the rules of the layers above core
-
-    for provider in [llmguide.register_config_rules, *RULE_PROVIDERS]:
+    for provider in [*providers, *RULE_PROVIDERS]:
         provider(cfg)
     validate(cfg)
     OmegaConf.set_readonly(cfg, False)

@@ -3,7 +3,7 @@
 Three independent pieces, each switched on by one config key; ``import ray`` happens only then:
 
 * ``llmguide train -m ... sweep.launcher=ray`` -- every combination of a sweep is one Ray task
-  (:mod:`llmguide.distributed.launcher`), ``sweep.cpus``/``sweep.gpus`` each, retried ``sweep.retries``
+  (:mod:`llmguide.sweep.ray_launcher`), ``sweep.cpus``/``sweep.gpus`` each, retried ``sweep.retries``
   times; the runs land in the same run directories as local ones.
 * ``runners=N`` -- the ``num_envs`` envs of one run live in N env-runner actors behind one
   ``gymnasium.vector.VectorEnv`` (:class:`llmguide.distributed.vector.RayVectorEnv`); learners and the

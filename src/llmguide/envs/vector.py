@@ -9,30 +9,31 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from omegaconf import DictConfig, OmegaConf
+
+from llmguide.envs.base import cfg_get
+from llmguide.envs.registry import family, load, make_env
 
 TEXT_DEFAULTS: dict[str, Any] = {"caption": "", "events": [], "mission": ""}
 
 
 def _plain_cfg(env_cfg: Any) -> dict:
     """A picklable plain-dict copy of an env config (DictConfig or dict)."""
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(env_cfg, DictConfig):
-            return OmegaConf.to_container(env_cfg, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a core dependency
-        pass
+    if isinstance(env_cfg, DictConfig):
+        return OmegaConf.to_container(env_cfg, resolve=True)
     return dict(env_cfg)
 
 
 def make_vector_env(env_cfg: Any, num_envs: int, seed: int, mode: str = "sync") -> gym.vector.VectorEnv:
-    """``num_envs`` copies of ``make_env(env_cfg, seed + i)``; "async" runs each in a subprocess.
+    """``num_envs`` copies of ``make_env(env_cfg, seed + i)``; "async" runs each in a subprocess; a family
+    with its own batched env (``env=craftax``: one JAX env) builds that instead (``mode`` unused).
 
     Autoreset is SAME_STEP: a finished env's returned observation is already the reset one and
     the finished step's info is in ``info["final_info"]`` (see :func:`split_infos`).
     """
-    from llmguide.envs import make_env
-
+    batched = family(cfg_get(env_cfg, "name")).make_vector
+    if batched is not None:
+        return load(batched)(env_cfg, num_envs, seed)
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     cfg = _plain_cfg(env_cfg)

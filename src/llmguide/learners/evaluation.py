@@ -76,7 +76,7 @@ def _summary(returns: list, lengths: list, successes: list, achievements: list) 
     if successes:
         out["success_rate"] = float(np.mean(successes))
     if achievements:
-        from llmguide.envs.crafter import achievement_summary
+        from llmguide.envs.crafter.rules import achievement_summary
 
         summary = achievement_summary(achievements)
         out.update({"episode_achievements": achievements, "achievements": summary,

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from llmguide.core.config import non_negative, one_of, positive, register_rule
+from llmguide.core.config import default_cache_dir, non_negative, one_of, positive, register_rule
 from llmguide.core.errors import ConfigError
 from llmguide.llm.base import LanguageModel
+from llmguide.llm.cache import DEFAULT_MAX_BYTES, LLMCache
+from llmguide.llm.cached_lm import CachedLM
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +86,10 @@ def lm_threads(value: Any, online: bool) -> int:
     return int(value)
 
 
-def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = False) -> LanguageModel:
-    """The uncached backend named by ``llm_cfg.backend`` (``online``: it will answer beside a learner)."""
+def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = False,
+                 answerers: Sequence[Any] = ()) -> LanguageModel:
+    """The uncached backend named by ``llm_cfg.backend`` (``online``: it will answer beside a learner;
+    ``answerers``: a method's ground-truth answers to its own prompts, used by ``llm=oracle``)."""
     _validate(llm_cfg)
     backend = _get(llm_cfg, "backend")
     if backend == "embedded":
@@ -117,36 +122,22 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
         family = env_family or _get(llm_cfg, "env_family")
         if not family:
             raise ConfigError("llm.backend", "llm=oracle needs the env family (make_llm(cfg.llm, cfg.env.name))")
-        return OracleLM(family)
+        return OracleLM(family, answerers)
     raise ConfigError("llm.backend", f"unknown backend {backend!r}; choose one of {list(BACKENDS)}")
 
 
 def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str | None = None,
-             online: bool = False) -> LanguageModel:
+             online: bool = False, answerers: Sequence[Any] = ()) -> LanguageModel:
     """Backend from ``llm_cfg`` (the ``llm`` config group), wrapped in the persistent cache when enabled.
     ``online``: the LM answers during training, beside the learner (sets ``llm.n_threads=auto``).
 
     Cache file: ``llm_cfg.cache.path``, or ``default_cache_dir() / "llm_cache.sqlite"`` when null.
-    ``llm.actor=true``: a client of the one Ray actor holding this LM and its cache (:mod:`llmguide.distributed.lm`).
+    (``llm.actor=true``, the LM in a shared Ray actor, is chosen by the Runner: :mod:`llmguide.pipelines.services`.)
     """
-    if _get(llm_cfg, "actor", False):
-        from llmguide.distributed.lm import actor_lm
-
-        return actor_lm(llm_cfg, env_family, template_version)
-    backend = make_backend(llm_cfg, env_family, online)
+    backend = make_backend(llm_cfg, env_family, online, answerers)
     cache_cfg = _get(llm_cfg, "cache", {})
     if not _get(cache_cfg, "enabled", False):
         return backend
-    try:
-        from llmguide.llm.cache import DEFAULT_MAX_BYTES, LLMCache
-        from llmguide.llm.cached_lm import CachedLM
-    except ImportError as err:  # the cache module is optional at this layer
-        log.warning("LLM cache requested but llmguide.llm.cache is unavailable (%s); running uncached", err)
-        return backend
-    from pathlib import Path
-
-    from llmguide.core.config import default_cache_dir
-
     path = Path(_get(cache_cfg, "path") or default_cache_dir() / "llm_cache.sqlite").expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     version = template_version or str(_get(cache_cfg, "template_version", "v0"))

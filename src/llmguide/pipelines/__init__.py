@@ -1,4 +1,5 @@
-"""Pipelines: one Runner (:mod:`llmguide.pipelines.runner`) and one short recipe per paper method.
+"""Pipelines: the Runner (:mod:`llmguide.pipelines.runner`) that assembles every run, and the registry
+of recipes (each paper method's recipe lives in its package under :mod:`llmguide.methods`).
 
 A method's YAML (``conf/method/<name>.yaml``) names its recipe with ``recipe:`` — a short name from
 :data:`RECIPES` or ``"module:Class"`` — and, for the standard recipe, its reward module with
@@ -9,27 +10,29 @@ heavy dependencies load only when used); importing one registers its config rule
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import import_module
 from typing import Any
 
 from omegaconf import DictConfig
 
+from llmguide.core.config import load_config as core_load_config
 from llmguide.core.errors import ConfigError
 
 RECIPES: dict[str, str] = {
     "standard": "llmguide.pipelines.standard:StandardRecipe",
-    "ellm": "llmguide.pipelines.ellm:ELLMRecipe",
-    "oni": "llmguide.pipelines.oni:ONIRecipe",
-    "motif": "llmguide.pipelines.motif:MotifRecipe",
-    "bk": "llmguide.pipelines.bk:BKRecipe",
-    "glam": "llmguide.pipelines.glam:GLAMRecipe",
-    "drrn": "llmguide.pipelines.drrn:DRRNRecipe",
-    "ptgm": "llmguide.pipelines.ptgm:PTGMRecipe",
+    "ellm": "llmguide.methods.ellm.recipe:ELLMRecipe",
+    "oni": "llmguide.methods.oni.recipe:ONIRecipe",
+    "motif": "llmguide.methods.oni.motif_recipe:MotifRecipe",
+    "bk": "llmguide.methods.bk.recipe:BKRecipe",
+    "glam": "llmguide.methods.glam.recipe:GLAMRecipe",
+    "drrn": "llmguide.methods.glam.drrn_recipe:DRRNRecipe",
+    "ptgm": "llmguide.methods.ptgm.recipe:PTGMRecipe",
 }
 
 # packages whose import registers the config rules of their keys (env.*, agent.*, method.module.*, llm.*)
 RULE_OWNERS = ("llmguide.envs", "llmguide.learners", "llmguide.rewards", "llmguide.llm.factory",
-               "llmguide.distributed")
+               "llmguide.distributed", "llmguide.pipelines.services")
 
 
 def recipe_class(cfg: DictConfig) -> type:
@@ -50,6 +53,11 @@ def register_rules(cfg: DictConfig) -> None:
     for name in RULE_OWNERS:
         import_module(name)
     recipe_class(cfg)
+
+
+def load_config(overrides: Sequence[str] = ()) -> DictConfig:
+    """The validated config of ``overrides`` with every layer's rules (what ``llmguide train`` composes)."""
+    return core_load_config(overrides, providers=[register_rules])
 
 
 def run(verb: str, cfg: DictConfig) -> int | None:

@@ -135,15 +135,25 @@ def reopen_run(run_dir: str | Path) -> RunDir:
     return RunDir(run_dir, tensorboard=False)
 
 
-def train(cfg: DictConfig, recipe: Recipe) -> int:
-    """Run ``recipe`` into ``runs/<name>/``; returns 0."""
+def make_run_envs(cfg: DictConfig) -> Any:
+    """The run's vector env: local (:func:`llmguide.envs.make_vector_env`), or with ``runners=N`` the envs in
+    N Ray env-runner actors behind one ``VectorEnv`` (:class:`llmguide.distributed.vector.RayVectorEnv`)."""
+    runners = int(cfg.get("runners", 0) or 0)
+    if runners > 0:
+        from llmguide.distributed.vector import RayVectorEnv
+
+        return RayVectorEnv(cfg.env, int(cfg.num_envs), int(cfg.seed), runners, cfg.get("ray"))
     from llmguide.envs import make_vector_env
 
+    return make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
+
+
+def train(cfg: DictConfig, recipe: Recipe) -> int:
+    """Run ``recipe`` into ``runs/<name>/``; returns 0."""
     recipe.check()
     seed_everything(int(cfg.seed), bool(cfg.deterministic))
     with open_run(cfg) as run:
-        envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector),
-                               runners=int(cfg.get("runners", 0) or 0), ray_cfg=cfg.get("ray"))
+        envs = make_run_envs(cfg)
         parts = None
         try:
             parts = recipe.build(envs, run)

@@ -6,6 +6,7 @@ no recipe of its own.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from llmguide.core.rundir import RunDir
@@ -21,10 +22,9 @@ class StandardRecipe(Recipe):
         cfg = self.cfg
         service = None
         if wants_lm(cfg.method):   # an LM-backed reward gets the run's LM service (cache, batching, lm/*)
-            from llmguide.llm.factory import make_llm
-            from llmguide.llm.service import LLMService
+            from llmguide.pipelines.services import open_service
 
-            service = LLMService(make_llm(cfg.llm, str(cfg.env.name), online=True))
+            service = open_service(cfg)
         modules = build_reward_modules(cfg.method, envs.single_observation_space, envs.single_action_space,
                                        envs.num_envs, device=str(cfg.device), seed=int(cfg.seed), service=service)
         parts = Parts(envs, modules, float(cfg.method.extrinsic_coef))
@@ -33,6 +33,8 @@ class StandardRecipe(Recipe):
                                      **{f"reward/{m.name}/{k}": v for _, m in modules for k, v in m.metrics().items()}}
             parts.closers += [m.close for _, m in modules]
         if service is not None:
-            parts.closers = [service.lm.close, service.close, *parts.closers]
+            from llmguide.pipelines.services import close_service
+
+            parts.closers = [partial(close_service, service), *parts.closers]
             parts.progress = {"calls": "lm/calls", "hit_rate": "lm/hit_rate"}
         return parts

@@ -99,15 +99,6 @@ def _accepted_kwargs(cls: type) -> set[str]:
 REWARDS: dict[str, RewardFactory] = {}
 
 
-def _ellm_bow_factory(method_cfg: Any, obs_space: Any, action_space: Any, num_envs: int, **kwargs: Any) -> Any:
-    from llmguide.rewards.bow import build_ellm_bow
-
-    return build_ellm_bow(method_cfg, obs_space, action_space, num_envs, **kwargs)
-
-
-REWARDS["ellm_bow"] = _ellm_bow_factory
-
-
 def register_reward(name: str, factory: RewardFactory) -> None:
     """Register ``factory(method_cfg, obs_space, action_space, num_envs, device, seed)`` for ``method=name``.
 

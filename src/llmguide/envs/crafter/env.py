@@ -1,0 +1,224 @@
+"""Crafter with captions, events from real state changes, single-task variants and the Crafter score.
+
+Observation (``obs: symbolic``, the default): ``image`` = one-hot semantic planes of the local
+9x7 view (C=19, H=7, W=9, float32) and ``vector`` = inventory/9, facing one-hot, sleeping,
+daylight.  With ``obs: pixels`` the ``image`` is Crafter's own (3, 64, 64) uint8 render; the
+render is skipped entirely in symbolic mode.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import crafter
+import crafter.engine
+import gymnasium as gym
+import numpy as np
+from crafter import constants
+
+from llmguide.envs.base import cfg_get, normalize_goal
+from llmguide.envs.crafter.rules import (
+    ACHIEVEMENTS,
+    ITEMS,
+    OBJECT_TYPES,
+    SEMANTIC_NAMES,
+    caption,
+)
+
+DIRECTIONS = [(-1, 0), (1, 0), (0, -1), (0, 1)]
+
+
+class _Chunk(dict):
+    """A chunk's objects in insertion order (crafter keeps a ``set``, whose order follows memory addresses)."""
+
+    def add(self, obj: Any) -> None:
+        self[obj] = None
+
+    def remove(self, obj: Any) -> None:
+        del self[obj]
+
+
+class _OrderedWorld(crafter.engine.World):
+    """Crafter's world with insertion-ordered chunks: its balancing picks a creature to despawn from a
+    chunk's objects, so with sets two envs of the same seed diverged once a chunk held two creatures."""
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self._chunks = collections.defaultdict(_Chunk)
+
+
+class _Core(crafter.Env):
+    """crafter.Env that renders only when pixels are requested; reproducible per seed in one process."""
+
+    render_pixels = False
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._world.__class__ = _OrderedWorld
+
+    def _obs(self):
+        return self.render() if self.render_pixels else None
+
+
+class CrafterText(gym.Env):
+    """Crafter as a Gymnasium env with ``caption``, ``events`` and ``mission`` in ``info``."""
+
+    metadata = {"render_modes": []}
+    action_strings: list[str] = [a.replace("_", " ") for a in constants.actions]
+
+    def __init__(self, obs: str = "symbolic", task: str | None = None, max_steps: int = 10000,
+                 size: int = 9, seed: int | None = None):
+        if obs not in ("symbolic", "pixels"):
+            raise ValueError(f"env.obs must be 'symbolic' or 'pixels', got {obs!r}")
+        if size < 3 or size % 2 == 0:
+            raise ValueError(f"env.size (local view width) must be odd and >= 3, got {size}")
+        self.task = _task_name(task)
+        self.obs_mode = obs
+        self.view = (size, size - 2)  # width, height of the local view (Crafter: 9x7)
+        self._core = _Core(area=(64, 64), view=(9, 9), size=(64, 64), length=max_steps,
+                           seed=0 if seed is None else seed)
+        self._core.render_pixels = obs == "pixels"
+        self._seeded = seed is not None
+        n_sem = len(SEMANTIC_NAMES)
+        if obs == "pixels":
+            image = gym.spaces.Box(0, 255, (3, 64, 64), np.uint8)
+        else:
+            image = gym.spaces.Box(0.0, 1.0, (n_sem, self.view[1], self.view[0]), np.float32)
+        vector = gym.spaces.Box(0.0, 1.0, (len(ITEMS) + 4 + 2,), np.float32)
+        self.observation_space = gym.spaces.Dict({"image": image, "vector": vector})
+        self.action_space = gym.spaces.Discrete(len(constants.actions))
+        self._prev_ach: dict[str, int] = {}
+        self._prev_health = 0
+        self._ids = np.zeros(self.view, np.int64)
+
+    # --- gymnasium API ------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._core._seed, self._core._episode = int(seed), 0
+        elif not self._seeded:
+            self._core._seed, self._core._episode = int(self.np_random.integers(2**31 - 1)), 0
+            self._seeded = True
+        pixels = self._core.reset()
+        self._prev_ach = dict(self._core._player.achievements)
+        self._prev_health = self._core._player.health
+        self._ids = self._local_ids()
+        return self._observation(pixels), self._info(events=[])
+
+    def step(self, action: int):
+        pixels, reward, done, core_info = self._core.step(int(action))
+        player = self._core._player
+        events = []
+        for name, count in player.achievements.items():
+            if count > self._prev_ach.get(name, 0):
+                events.append(name.replace("_", " "))
+        if player.health < self._prev_health:
+            events.append("take damage")
+        dead = player.health <= 0
+        if dead:
+            events.append("die")
+        self._prev_ach = dict(player.achievements)
+        self._prev_health = player.health
+        terminated, truncated = dead, bool(done and not dead)
+        self._ids = self._local_ids()
+        info = self._info(events=events)
+        if self.task is not None:
+            success = self.task.replace("_", " ") in events
+            reward = 1.0 if success else 0.0
+            terminated = terminated or success
+            info["success"] = success
+        return self._observation(pixels), float(reward), terminated, truncated, info
+
+    # --- observation and text -----------------------------------------------------------
+    def _local_ids(self) -> np.ndarray:
+        """Semantic ids of the local view, shape (width, height), 0 outside the world."""
+        world, (px, py) = self._core._world, self._core._player.pos
+        w, h = self.view
+        x0, y0 = px - w // 2, py - h // 2
+        out = np.zeros((w, h), np.int64)
+        ax, ay = world.area
+        xs, xe, ys, ye = max(x0, 0), min(x0 + w, ax), max(y0, 0), min(y0 + h, ay)
+        out[xs - x0:xe - x0, ys - y0:ye - y0] = world._mat_map[xs:xe, ys:ye]
+        objs = world._obj_map[xs:xe, ys:ye]
+        n_mat = len(constants.materials) + 1
+        for i, j in zip(*np.nonzero(objs), strict=True):
+            obj = world._objects[objs[i, j]]
+            out[xs - x0 + i, ys - y0 + j] = n_mat + OBJECT_TYPES.index(type(obj).__name__.lower())
+        return out
+
+    def _observation(self, pixels: np.ndarray | None) -> dict[str, np.ndarray]:
+        player = self._core._player
+        inv = np.array([player.inventory[k] for k in ITEMS], np.float32) / 9.0
+        facing = np.zeros(4, np.float32)
+        facing[DIRECTIONS.index(tuple(int(v) for v in player.facing))] = 1.0
+        extra = np.array([float(player.sleeping), float(self._core._world.daylight)], np.float32)
+        vector = np.concatenate([inv, facing, np.clip(extra, 0.0, 1.0)])
+        if self.obs_mode == "pixels":
+            image = np.ascontiguousarray(pixels.transpose(2, 0, 1))
+        else:
+            image = np.zeros(self.observation_space["image"].shape, np.float32)
+            ids = self._ids.T  # (H, W)
+            image[ids, np.arange(ids.shape[0])[:, None], np.arange(ids.shape[1])[None, :]] = 1.0
+        return {"image": image, "vector": vector}
+
+    def _info(self, events: list[str]) -> dict[str, Any]:
+        player, world = self._core._player, self._core._world
+        visible = _visible_by_distance(self._ids)
+        target = player.pos + np.array(player.facing)
+        material, obj = world[target]
+        facing = type(obj).__name__.lower() if obj is not None else (material or "nothing")
+        inventory = dict(player.inventory)
+        info: dict[str, Any] = {
+            "caption": caption(visible, facing, inventory, player.sleeping),
+            "events": events,
+            "mission": self.task.replace("_", " ") if self.task else "",
+            "achievements": dict(player.achievements),
+            "inventory": inventory,
+            "visible": visible,
+            "facing": facing,
+            "sleeping": bool(player.sleeping),
+        }
+        if self.task is not None:
+            info["success"] = False
+        return info
+
+
+def _visible_by_distance(ids: np.ndarray) -> list[str]:
+    """Names in the local view, nearest first (ties by name); the player itself is left out."""
+    w, h = ids.shape
+    cx, cy = w // 2, h // 2
+    best: dict[str, int] = {}
+    for i in range(w):
+        for j in range(h):
+            name = SEMANTIC_NAMES[ids[i, j]]
+            if name is None or name == "player":
+                continue
+            d = abs(i - cx) + abs(j - cy)
+            if d < best.get(name, 1 << 30):
+                best[name] = d
+    return sorted(best, key=lambda n: (best[n], n))
+
+
+def _task_name(task: str | None) -> str | None:
+    if task in (None, "", "null", "none"):
+        return None
+    name = normalize_goal(task).replace(" ", "_")
+    if name not in ACHIEVEMENTS:
+        raise ValueError(f"env.task: unknown Crafter task {task!r}; choose one of {ACHIEVEMENTS} or null")
+    return name
+
+
+def make_crafter(env_cfg: Any, seed: int | None = None) -> gym.Env:
+    """Build :class:`CrafterText` from an ``env`` config (keys obs, task, max_steps, size), with ELLM's
+    139 text actions when ``actions: text`` (and its rule changes with ``ellm_rules: true``)."""
+    env = CrafterText(obs=cfg_get(env_cfg, "obs", "symbolic"), task=cfg_get(env_cfg, "task"),
+                      max_steps=int(cfg_get(env_cfg, "max_steps", 10000)),
+                      size=int(cfg_get(env_cfg, "size", 9)), seed=seed)
+    if cfg_get(env_cfg, "actions", "primitive") == "text":
+        from llmguide.envs.crafter.actions import CrafterTextActions
+
+        return CrafterTextActions(env, ellm_rules=bool(cfg_get(env_cfg, "ellm_rules", False)))
+    if cfg_get(env_cfg, "ellm_rules", False):
+        raise ValueError("env.ellm_rules needs env.actions=text (ELLM's rules come with its action space)")
+    return env

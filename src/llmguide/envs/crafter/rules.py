@@ -1,0 +1,174 @@
+"""Crafter's rules as the env family's knowledge: names, the caption grammar, the requirement tree read
+from Crafter's own constants, the Crafter score and the ground-truth goal oracle.  The env
+(:mod:`llmguide.envs.crafter.env`), its text actions and Craftax-Classic's oracle import this module."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from crafter import constants
+
+from llmguide.envs.base import Oracle
+
+ACHIEVEMENTS: list[str] = list(constants.achievements)  # the 22 names, e.g. "collect_wood"
+GOALS: list[str] = [a.replace("_", " ") for a in ACHIEVEMENTS]
+EVENTS: list[str] = GOALS + ["take damage", "die"]
+ITEMS: list[str] = list(constants.items)  # health, food, drink, energy, sapling, wood, ...
+VITALS = ("health", "food", "drink", "energy")
+FEELINGS = {"health": "hurt", "food": "hungry", "drink": "thirsty", "energy": "sleepy"}
+FEEL_BELOW = 5  # "You feel thirsty." when drink < 5 (of 9)
+OBJECT_TYPES = ["player", "cow", "zombie", "skeleton", "arrow", "plant"]
+SEMANTIC_NAMES: list[str | None] = [None, *constants.materials, *OBJECT_TYPES]  # 19 classes
+
+
+def caption(visible: Sequence[str], facing: str, inventory: dict[str, int], sleeping: bool = False) -> str:
+    """"You see tree, cow, water. You face tree. You have 2 wood. You feel thirsty." """
+    parts = []
+    if visible:
+        parts.append("You see " + ", ".join(visible) + ".")
+    parts.append(f"You face {facing}.")
+    items = [f"{n} {k.replace('_', ' ')}" for k, n in inventory.items() if k not in VITALS and n > 0]
+    if items:
+        parts.append("You have " + ", ".join(items) + ".")
+    feelings = [FEELINGS[k] for k in VITALS if inventory.get(k, 9) < FEEL_BELOW]
+    if feelings:
+        parts.append("You feel " + ", ".join(feelings) + ".")
+    if sleeping:
+        parts.append("You are sleeping.")
+    return " ".join(parts)
+
+
+def parse_caption(text: str) -> dict[str, Any]:
+    """Inverse of :func:`caption`: visible names, facing, inventory (vitals 9 unless felt low)."""
+    inventory = {k: 0 for k in ITEMS}
+    inventory.update({k: 9 for k in VITALS})
+    visible: list[str] = []
+    facing = "nothing"
+    for sentence in re.split(r"(?<=\.)\s+", text.strip()):
+        sentence = sentence.strip().rstrip(".").lower()
+        if sentence.startswith("you see "):
+            visible = [s.strip() for s in sentence[8:].split(",") if s.strip()]
+        elif sentence.startswith("you face "):
+            facing = sentence[9:].strip()
+        elif sentence.startswith("you have "):
+            for part in sentence[9:].split(","):
+                m = re.match(r"\s*(\d+)\s+(.+)", part)
+                if m and m.group(2).strip().replace(" ", "_") in inventory:
+                    inventory[m.group(2).strip().replace(" ", "_")] = int(m.group(1))
+        elif sentence.startswith("you feel "):
+            for feel in sentence[9:].split(","):
+                for k, v in FEELINGS.items():
+                    if feel.strip() == v:
+                        inventory[k] = FEEL_BELOW - 1
+    if facing not in visible and facing != "nothing":
+        visible.append(facing)
+    return {"visible": visible, "facing": facing, "inventory": inventory, "achievements": {}}
+
+
+# --- score -----------------------------------------------------------------------------------
+def crafter_score(success_rates_percent: Sequence[float]) -> float:
+    """Crafter score (%) = exp(mean ln(1 + s_i)) - 1 over the per-achievement success rates s_i in %."""
+    rates = np.asarray(list(success_rates_percent), np.float64)
+    if rates.size == 0:
+        raise ValueError("crafter_score needs at least one success rate")
+    if np.any(rates < 0) or np.any(rates > 100):
+        raise ValueError(f"success rates must be percentages in [0, 100], got {rates.tolist()}")
+    return float(np.exp(np.mean(np.log1p(rates))) - 1.0)
+
+
+def achievement_summary(episodes: Sequence[dict[str, int]]) -> dict[str, Any]:
+    """From per-episode achievement count dicts: success rate (%) per achievement, score, mean count.
+
+    Returns ``{"success_rates_percent": {name: %}, "crafter_score_percent": float,
+    "achievements_per_episode": float, "episodes": n}``.
+    """
+    if not episodes:
+        raise ValueError("achievement_summary needs at least one episode")
+    rates = {}
+    for name in ACHIEVEMENTS:
+        rates[name] = 100.0 * float(np.mean([1.0 if ep.get(name, 0) > 0 else 0.0 for ep in episodes]))
+    per_episode = [sum(1 for n in ACHIEVEMENTS if ep.get(n, 0) > 0) for ep in episodes]
+    return {
+        "success_rates_percent": rates,
+        "crafter_score_percent": crafter_score(list(rates.values())),
+        "achievements_per_episode": float(np.mean(per_episode)),
+        "episodes": len(episodes),
+    }
+
+
+# --- oracle ----------------------------------------------------------------------------------
+_SOURCE = {"wood": "tree", "stone": "stone", "coal": "coal", "iron": "iron", "diamond": "diamond",
+           "drink": "water", "sapling": "grass"}
+
+
+def _requirements() -> dict[str, tuple[dict[str, int], list[str]]]:
+    """goal -> (inventory needed, things that must be visible), read from Crafter's rules."""
+    req: dict[str, tuple[dict[str, int], list[str]]] = {}
+    for material, rule in constants.collect.items():
+        for item in rule["receive"]:
+            req[f"collect {item}"] = (dict(rule["require"]), [material])
+    for name, rule in constants.place.items():
+        req[f"place {name}"] = (dict(rule["uses"]), [])
+    for name, rule in constants.make.items():
+        req[f"make {name.replace('_', ' ')}"] = (dict(rule["uses"]), list(rule["nearby"]))
+    req.update({"eat cow": ({}, ["cow"]), "eat plant": ({}, ["plant"]),
+                "defeat zombie": ({}, ["zombie"]), "defeat skeleton": ({}, ["skeleton"]),
+                "wake up": ({}, [])})
+    return req
+
+
+def _prerequisites() -> dict[str, list[str]]:
+    pre: dict[str, list[str]] = {}
+    for goal, (items, near) in _requirements().items():
+        needs = []
+        for item in items:
+            if item in _SOURCE:
+                needs.append(f"collect {item}")
+            else:  # a tool
+                needs.append(f"make {item.replace('_', ' ')}")
+        if goal.startswith("make "):
+            needs += [f"place {n}" for n in near]
+        pre[goal] = sorted(set(needs))
+    pre["eat plant"] = ["place plant"]
+    return {g: pre[g] for g in GOALS}
+
+
+class CrafterOracle(Oracle):
+    """The 22 achievements, their prerequisites from Crafter's rules, feasibility from the state."""
+
+    family = "crafter"
+    goals = GOALS
+    prerequisites = _prerequisites()
+    requirements = _requirements()
+
+    def feasible(self, info: dict) -> set[str]:
+        inventory = info.get("inventory") or {}
+        visible = set(info.get("visible") or ()) | {info.get("facing")}
+        out = set()
+        for goal, (items, near) in self.requirements.items():
+            if any(inventory.get(k, 0) < v for k, v in items.items()):
+                continue
+            if any(n not in visible for n in near):
+                continue
+            if goal == "wake up" and not (inventory.get("energy", 9) < 9 or info.get("sleeping")):
+                continue
+            out.add(goal)
+        return out
+
+    def achieved(self, info: dict) -> set[str]:
+        ach = info.get("achievements") or {}
+        return {k.replace("_", " ") for k, v in ach.items() if v > 0}
+
+    def feasible_from_caption(self, caption_text: str) -> set[str]:
+        return self.feasible(parse_caption(caption_text))
+
+    def suggest_from_caption(self, caption: str) -> list[str]:
+        state = parse_caption(caption)
+        feasible = self.feasible(state)
+        have = state["inventory"]
+        # what the caption shows is already owned is not suggested again (e.g. "make wood pickaxe")
+        owned = {f"make {k.replace('_', ' ')}" for k in constants.make if have.get(k, 0) > 0}
+        return [g for g in self.goals if g in feasible and g not in owned]

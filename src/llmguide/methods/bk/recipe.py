@@ -1,0 +1,138 @@
+"""BK pipeline: ``collect`` (RND-driven PPO saves episodes) → ``label`` (LM → potential) → ``train``.
+
+Each step reads and writes run directories, so any step can be re-run::
+
+    llmguide collect env=babyai env.task=Pretraining-S20 method=bk_code total_steps=65536 run.name=bk-data
+    llmguide label   env=babyai env.task=GoToLocal-RedBall-S20 method=bk_code method.data=runs/bk-data run.name=bk-code-labels
+    llmguide train   env=babyai env.task=GoToLocal-RedBall-S20 method=bk_code method.labels=runs/bk-code-labels
+
+``label`` (:mod:`llmguide.methods.bk.label`) writes ``<run>/bk/`` and ``<run>/bk/manifest.json``; a failed
+labelling step raises and leaves ``bk/failed.json``; :func:`check_labels` makes ``train`` refuse it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from llmguide.core.config import one_of, register_rule
+from llmguide.core.errors import ConfigError
+from llmguide.core.rundir import RunDir
+from llmguide.core.seeding import seed_everything
+from llmguide.data import EpisodeDataset, EpisodeRecorder, EpisodeWriter
+from llmguide.methods.bk.inputs import make_sandbox, paths, variant_of
+from llmguide.methods.bk.label import label
+from llmguide.pipelines.runner import Parts, Recipe, open_run
+
+log = logging.getLogger(__name__)
+
+register_rule("method.code.isolation", one_of("os", "python"))
+
+
+
+# --- collect -----------------------------------------------------------------------------------
+def collect(cfg: DictConfig) -> int:
+    """RND-driven PPO for ``total_steps``; every finished episode is saved to ``<run>/dataset/``."""
+    from llmguide.envs import make_vector_env
+    from llmguide.learners.ppo import PPO
+    from llmguide.rewards.rnd import RND
+
+    variant_of(cfg)
+    seed_everything(int(cfg.seed))
+    c = cfg.method.collect
+    with open_run(cfg) as run:
+        writer = EpisodeWriter(run.path / "dataset", writer=f"s{int(cfg.seed)}-{uuid.uuid4().hex[:6]}",
+                               meta={"env": str(cfg.env.name), "task": cfg.env.get("task"), "seed": int(cfg.seed)})
+        max_eps = int(c.get("max_episodes", 0) or 0)
+        envs = EpisodeRecorder(make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.get("vector", "sync"))),
+                               writer, keep_every=int(c.get("keep_every", 1)),
+                               max_episodes=max_eps or None)
+        try:
+            rnd = RND(envs.single_observation_space, envs.num_envs, gamma=float(cfg.agent.gamma), seed=int(cfg.seed),
+                      device=str(cfg.device))
+            agent = PPO(envs, cfg.agent, reward_modules=[(float(c.intrinsic_coef), rnd)],
+                        extrinsic_coef=float(c.extrinsic_coef), run=run, seed=int(cfg.seed), device=str(cfg.device))
+            agent.learn(int(cfg.total_steps), progress=bool(cfg.progress))
+        finally:
+            envs.close()
+        stats = EpisodeDataset(run.path / "dataset").stats()
+        run.write_json("collect_summary.json", {**stats, "saved_by_this_run": envs.saved,
+                                                "finished_episodes": envs.finished})
+        print(f"collected {envs.saved} episodes into {run.path / 'dataset'} "
+              f"(dataset now {stats['episodes']} episodes, {stats['transitions']} transitions)")
+    return 0
+
+
+# --- train -------------------------------------------------------------------------------------
+def build_module(cfg: DictConfig, labels_dir: str | Path, gamma: float, run_path: Path | None = None):
+    """The shaping reward module of ``method.name`` from a label run directory."""
+    from llmguide.methods import bk
+
+    variant = variant_of(cfg)
+    out = Path(labels_dir) / "bk"
+    manifest = check_labels(out, variant)
+    names = manifest.get("action_names")
+    k = cfg.method
+
+    def shaping(potential, name: str):
+        return bk.TransitionPotentialShaping(potential, gamma, name=name, scale=float(k.get("potential_scale", 1.0)),
+                                             normalize=bool(k.get("normalize_potential", True)))
+
+    if variant == "bk_code":
+        potential = bk.CodePotential((out / "final.py").read_text(), make_sandbox(cfg, (run_path or out) / "scratch"),
+                                     clip=float(k.code.clip),
+                                     error_log=(run_path / "bk_code_errors.jsonl") if run_path else None)
+        return shaping(potential, "bk_code")
+    if variant == "bk_pref":
+        pref = bk.PreferencePotential(out / "pref_model.pt")
+        return shaping(lambda obs, infos, actions: pref(obs), "bk_pref")
+    from llmguide.llm.embeddings import SentenceEmbedder
+
+    library = json.loads((out / "library.json").read_text())
+    return shaping(bk.GoalPotential(library, SentenceEmbedder(), names, top_k=int(k.goal.top_k)), "bk_goal")
+
+
+def check_labels(out: Path, variant: str) -> dict[str, Any]:
+    """The manifest of a finished, successful ``variant`` label directory; ConfigError otherwise."""
+    manifest_file = out / "manifest.json"
+    if not manifest_file.exists():
+        raise ConfigError("method.labels", f"{out.parent} holds no BK labels (no {manifest_file}); "
+                          f"run `llmguide label method={variant}` first")
+    manifest = json.loads(manifest_file.read_text())
+    if manifest["method"] != variant:
+        raise ConfigError("method.labels", f"{out.parent} holds {manifest['method']} labels, not {variant}")
+    failed = manifest.get("failed") or ((out / "failed.json").exists() and
+                                        json.loads((out / "failed.json").read_text()).get("reason"))
+    if failed:
+        raise ConfigError("method.labels", f"{out.parent}: its {variant} labelling failed ({failed}); "
+                          "a failed label run is never trained on")
+    needed = {"bk_code": "final.py", "bk_pref": "pref_model.pt", "bk_goal": "library.json"}[variant]
+    if not (out / needed).exists():
+        raise ConfigError("method.labels", f"{out.parent} has no {needed}")
+    return manifest
+
+
+class BKRecipe(Recipe):
+    """BK-Code / BK-Pref / BK-Goal: PPO on ``extrinsic_coef · r_env + intrinsic_coef · F`` with the
+    potential from the label run ``method.labels``."""
+
+    agents = ("ppo",)
+
+    def check(self) -> None:
+        super().check()
+        variant_of(self.cfg)
+        self.labels_dir = paths(self.cfg.method.get("labels"), "method.labels")[0]
+        check_labels(self.labels_dir / "bk", variant_of(self.cfg))
+
+    steps = {"collect": collect, "label": label}
+
+    def build(self, envs: Any, run: RunDir | None) -> Parts:
+        cfg = self.cfg
+        module = build_module(cfg, self.labels_dir, float(cfg.agent.gamma), run.path if run else None)
+        return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef),
+                     metrics=lambda: {f"reward/{module.name}/{k}": v for k, v in module.metrics().items()})

@@ -1,0 +1,178 @@
+"""Motif pipeline (offline), one CLI verb per step, all state in ``<data_dir>`` so any step can be re-run:
+
+- ``llmguide collect method=motif env=minihack ...``: run the collection policy (``method.collect_policy``:
+  ``rnd`` = PPO learning from extrinsic + RND reward, a policy that does something as the reference's
+  score-maximising agents; ``random``) for ``method.collect_steps`` env steps, count its messages, sample
+  ``method.num_pairs`` pairs (``method.pair_sampling``: ``observations`` = both sides drawn over the
+  collected observations, as the reference; ``unique`` = over unique messages) → ``pairs.sqlite``;
+- ``llmguide label method=motif ...``: LM preferences in committed batches (resumable; ``method.max_batches``
+  stops early, a rerun continues);
+- ``llmguide train method=motif ...``: train the Bradley-Terry reward model (→ ``reward_model.pt``) if
+  absent, then PPO with :class:`~llmguide.methods.oni.motif.MotifReward` through the Runner.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from llmguide.core.rundir import RunDir, atomic_torch_save
+from llmguide.core.seeding import seed_everything
+from llmguide.methods.oni.motif import MotifReward, PairsDB, annotate_pairs, sample_pairs, train_reward_model
+from llmguide.pipelines.runner import Parts, Recipe
+
+log = logging.getLogger(__name__)
+
+
+def data_dir(cfg: DictConfig) -> Path:
+    """``method.data_dir``, else ``<run.dir>/<run.name or motif-<env id>>/motif``."""
+    if cfg.method.get("data_dir"):
+        return Path(cfg.method.data_dir)
+    name = cfg.run.name or f"motif-{str(cfg.env.get('id', cfg.env.name)).replace('/', '_')}"
+    return Path(cfg.run.dir) / name / "motif"
+
+
+def _collect_rnd(cfg: DictConfig, envs: Any) -> tuple[Counter[str], dict[str, float]]:
+    """Messages met by a PPO agent learning from the extrinsic reward plus RND (``method.collect_extrinsic_coef``)."""
+    from llmguide.learners.callbacks import Callback
+    from llmguide.learners.ppo import PPO
+    from llmguide.rewards.rnd import RND
+
+    counts: Counter[str] = Counter()
+
+    class Messages(Callback):
+        def on_step(self, step: Any) -> bool:
+            counts.update(str(i.get("caption") or "") for i in step.infos)
+            return True
+
+    rnd = RND(envs.single_observation_space, envs.num_envs, seed=int(cfg.seed))
+    agent = PPO(envs, cfg.agent, reward_modules=[(1.0, rnd)],
+                extrinsic_coef=float(cfg.method.get("collect_extrinsic_coef", 1.0)), seed=int(cfg.seed))
+    agent.learn(int(cfg.method.collect_steps), callback=Messages(), progress=False)
+    episodes = list(agent.episodes)
+    last = episodes[-max(1, len(episodes) // 10):]  # the last 10% of its episodes
+    stats = {"episodes": float(len(episodes)),
+             "success_last10pct": float(np.mean([e.get("charts/success", 0.0) for e in last] or [0.0])),
+             "return_last10pct": float(np.mean([e["charts/episodic_return"] for e in last] or [0.0]))}
+    return counts, stats
+
+
+def collect(cfg: DictConfig) -> int:
+    """Collection-policy rollouts → message counts and sampled pairs in ``pairs.sqlite``."""
+    from llmguide.envs import make_vector_env, split_infos
+    from llmguide.methods.oni.recipe import use_reference_policy
+
+    use_reference_policy(cfg)
+    seed_everything(int(cfg.seed))
+    envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
+    counts: Counter[str] = Counter()
+    policy = str(cfg.method.get("collect_policy", "random"))
+    stats: dict[str, Any] = {"policy": policy, "steps": int(cfg.method.collect_steps)}
+    try:
+        if policy == "rnd":
+            counts, agent_stats = _collect_rnd(cfg, envs)
+            stats.update(agent_stats)
+        elif policy == "random":
+            envs.reset(seed=int(cfg.seed))
+            envs.action_space.seed(int(cfg.seed))
+            for _ in range(max(1, int(cfg.method.collect_steps) // envs.num_envs)):
+                _, _, _, _, infos = envs.step(envs.action_space.sample())
+                counts.update(str(i.get("caption") or "") for i in split_infos(infos, envs.num_envs))
+        else:
+            raise ValueError(f"method.collect_policy must be 'rnd' or 'random', got {policy!r}")
+    finally:
+        envs.close()
+    db = PairsDB(data_dir(cfg) / "pairs.sqlite")
+    db.add_messages(counts)
+    added = db.add_pairs(sample_pairs(db.messages(), int(cfg.method.num_pairs), int(cfg.seed),
+                                      over=str(cfg.method.get("pair_sampling", "observations"))))
+    stats.update({"messages": sum(counts.values()), "unique_messages": len(counts), "pairs": db.count()})
+    (data_dir(cfg) / "collect_stats.json").write_text(json.dumps(stats, indent=2))
+    print(f"collected {sum(counts.values())} messages ({len(counts)} unique); {added} new pairs, "
+          f"{db.count()} in {db.path}; collection policy {stats}")
+    db.close()
+    return 0
+
+
+def label(cfg: DictConfig) -> int:
+    """Annotate the pairs still to do (resumable)."""
+    from llmguide.envs import get_oracle
+    from llmguide.methods.oni.annotator import PairAnnotator
+    from llmguide.methods.oni.oracle import ONIOracleAnswers
+    from llmguide.methods.oni.recipe import method_goal
+    from llmguide.pipelines.services import service_for
+
+    db = PairsDB(data_dir(cfg) / "pairs.sqlite")
+    if db.count() == 0:
+        raise FileNotFoundError(f"no pairs in {db.path}; run `llmguide collect method=motif ...` first")
+    with service_for(cfg, answerers=[ONIOracleAnswers(get_oracle(str(cfg.env.name)))]) as service:
+        annot = PairAnnotator(service, template=cfg.method.template or "motif_pref", mode=cfg.method.label_mode,
+                              max_tokens=int(cfg.method.max_tokens), goal=method_goal(cfg))
+        result = annotate_pairs(db, annot, int(cfg.method.label_batch), int(cfg.method.max_batches))
+        result.update({"lm_submitted": service.metrics()["submitted"], **annot.counts})
+    (data_dir(cfg) / "label_stats.json").write_text(json.dumps(result, indent=2))
+    print(f"labelled: {result}")
+    db.close()
+    return 0
+
+
+def fit_reward_model(cfg: DictConfig) -> Path:
+    """Train the Bradley-Terry reward model from the labelled pairs unless ``reward_model.pt`` exists.
+
+    Every run on the same data shares the model: runs started together wait on a file lock so that it is
+    fitted once, with ``method.reward_model_seed`` (not the run's seed)."""
+    folder = data_dir(cfg)
+    model_path = folder / "reward_model.pt"
+    with open(folder / "reward_model.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not model_path.exists():
+            _fit(cfg, folder, model_path)
+    return model_path
+
+
+def _fit(cfg: DictConfig, folder: Path, model_path: Path) -> None:
+    """Bradley-Terry fit on ``pairs.sqlite`` → ``reward_model.pt`` and its metrics."""
+    db = PairsDB(folder / "pairs.sqlite")
+    ckpt, metrics = train_reward_model(db, epochs=int(cfg.method.epochs), lr=float(cfg.method.lr),
+                                       batch_size=int(cfg.method.batch_size),
+                                       threshold_quantile=float(cfg.method.threshold_quantile),
+                                       seed=int(cfg.method.reward_model_seed))
+    db.close()
+    atomic_torch_save(ckpt, model_path)
+    (folder / "reward_model_metrics.json").write_text(json.dumps(metrics, indent=2))
+    (folder / "train_norm_quantiles.json").write_text(json.dumps(ckpt["quantiles"], indent=2))
+    print(f"reward model: {metrics}")
+
+
+class MotifRecipe(Recipe):
+    """Motif: offline collect → label → reward model, then PPO with the Motif reward."""
+
+    agents = ("ppo",)
+    steps = {"collect": collect, "label": label}
+
+    def check(self) -> None:
+        from llmguide.methods.oni.recipe import use_reference_policy
+
+        super().check()
+        use_reference_policy(self.cfg)
+
+    def build(self, envs: Any, run: RunDir | None) -> Parts:
+        cfg = self.cfg
+        ckpt = torch.load(fit_reward_model(cfg), map_location="cpu", weights_only=False)
+        module = MotifReward(ckpt, envs.num_envs, beta=float(cfg.method.beta), count_scope=str(cfg.method.count_scope),
+                             canonicalize=bool(cfg.method.canonicalize))
+        return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef))
+
+    def finish(self, parts: Parts, run: RunDir) -> None:
+        """The messages met in training and their rewards → ``motif_reward.json``."""
+        module = parts.modules[0][1]
+        run.write_json("motif_reward.json", {"threshold": module.threshold, "messages": dict(module.table),
+                                             "mean_reward": float(np.mean(list(module.table.values()) or [0]))})

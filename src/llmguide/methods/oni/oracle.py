@@ -1,0 +1,54 @@
+"""ONI's and Motif's questions answered by the env's ground truth (``llm=oracle``).
+
+A label prompt (``oni_label*``) has a ``Message:`` line, a pair prompt (``motif_pref``) ``A:`` / ``B:``
+lines (quotes stripped); a ``Goal:`` line (the ``*_goal`` templates) conditions the answer on that
+goal, as it conditions an LM's.  The env oracle must know messages (``helpful(message, goal=...)`` and
+``prefer(a, b, goal=...)``: NetHack / MiniHack, from the message events).  ``generate`` answers in the
+``<answer>`` tag; ``score`` gives 0.0 to the true answer and ``MISS_SCORE`` to the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from llmguide.llm.oracle import MISS_SCORE, last_line
+
+
+class ONIOracleAnswers:
+    """Ground-truth message labels and pair preferences from ``env_oracle`` (an :class:`~llmguide.llm.oracle.Answerer`)."""
+
+    name = "oni"
+
+    def __init__(self, env_oracle: Any):
+        self.oracle = env_oracle
+
+    def answer(self, prompt: str) -> str | None:
+        """``"yes"``/``"no"`` for a label prompt, ``"A > B"``/``"B > A"``/``"A = B"`` for a pair prompt,
+        None if ``prompt`` is neither or the env oracle has no message ground truth."""
+        if not hasattr(self.oracle, "helpful"):
+            return None
+        a, b = last_line(prompt, "A:"), last_line(prompt, "B:")
+        goal = last_line(prompt, "Goal:")
+        by_goal = {"goal": goal} if goal else {}  # no Goal: line: the oracle's task-agnostic answer
+        if a is not None and b is not None and hasattr(self.oracle, "prefer"):
+            return {"A": "A > B", "B": "B > A", "=": "A = B"}[self.oracle.prefer(a, b, **by_goal)]
+        message = last_line(prompt, "Message:")
+        if message is not None:
+            return "yes" if self.oracle.helpful(message, **by_goal) else "no"
+        return None
+
+    def generate(self, prompt: str) -> str | None:
+        answer = self.answer(prompt)
+        return None if answer is None else f"<answer>{answer}</answer>"
+
+    def score(self, prompt: str, candidates: Sequence[str]) -> list[float] | None:
+        answer = self.answer(prompt)
+        if answer is None:
+            return None
+        return [0.0 if _norm_answer(c) == _norm_answer(answer) else MISS_SCORE for c in candidates]
+
+
+def _norm_answer(candidate: str) -> str:
+    """A score candidate in the form of :meth:`ONIOracleAnswers.answer` (" yes" → "yes", "A>B" → "a>b")."""
+    return candidate.strip().lower().replace(" ", "")

@@ -1,0 +1,136 @@
+"""ONI pipeline: ``llmguide train method=oni_retrieval|oni_classification|oni_ranking|ellm_bow env=minihack|nethack``.
+
+PPO on the env; the intrinsic reward module labels the agent's messages online through the async
+:class:`~llmguide.llm.service.LLMService` (never blocking the learner; labels persisted in the LM
+cache, so later runs and seeds reuse them).  The Runner writes metrics (``lm/*`` and
+``reward/<module>/*``), checkpoints (agent incl. the reward module's labels and weights), ``eval.json``
+and the report.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+from llmguide.core.config import in_range, non_negative, one_of, positive, register_rule
+from llmguide.core.rundir import RunDir
+from llmguide.pipelines.runner import Parts, Recipe
+from llmguide.rewards.base import RewardModule
+
+log = logging.getLogger(__name__)
+
+ONI_METHODS = ("oni_retrieval", "oni_classification", "oni_ranking")
+
+for _key, _rule in {
+    "method.beta": non_negative, "method.count_scope": one_of("episode", "global"),
+    "method.label_mode": one_of("score", "generate"), "method.max_in_flight": positive,
+    "method.max_tokens": positive, "method.lr": positive,
+    "method.batch_size": positive, "method.steps_per_round": positive, "method.duty": in_range(0.01, 1.0),
+    "method.pairs_per_batch": positive, "method.max_messages": positive, "method.min_labels": positive,
+    "method.min_pairs": positive, "method.drain_timeout": non_negative,
+}.items():
+    register_rule(_key, _rule)
+
+
+def use_reference_policy(cfg: Any) -> None:
+    """The ONI/Motif reference policy by default: ``agent.recurrent`` := ``method.recurrent`` (gru) when the
+    agent has no core, and the message bytes in the observation (``env.message_obs``) on NetHack/MiniHack.
+    ``method.recurrent=null`` keeps a feed-forward policy."""
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        if cfg.method.get("recurrent") and cfg.agent.get("recurrent") is None:
+            cfg.agent.recurrent = str(cfg.method.recurrent)
+        if str(cfg.env.name) in ("nethack", "minihack") and cfg.env.get("message_obs") is None:
+            cfg.env.message_obs = True
+
+
+def method_goal(cfg: Any) -> str | None:
+    """The goal the labeller is prompted with: ``method.goal``; null → the task's goal
+    (:func:`llmguide.envs.nethack.env.task_goal` of ``env.id``: the ONI/Motif reference's goal strings, e.g. the
+    score goal on ``NetHackScore-v0``; none for MiniHack); ``""`` → no goal (task-agnostic prompts)."""
+    goal = cfg.method.get("goal")
+    if goal is not None:
+        return str(goal) or None
+    if str(cfg.env.name) in ("nethack", "minihack"):
+        from llmguide.envs.nethack.oracle import task_goal
+
+        return task_goal(cfg.env.get("id"))
+    return None
+
+
+def build_oni_module(method_cfg: Any, num_envs: int, service: Any, seed: int = 0,
+                     goal: str | None = None) -> RewardModule:
+    """The reward module of an ONI method; ``service`` is the LLMService the annotator talks to, ``goal``
+    the task's goal in the labelling prompt (:func:`method_goal`)."""
+    from llmguide.methods.oni.annotator import MessageAnnotator, PairAnnotator
+    from llmguide.methods.oni.ranking import ONIRanking
+    from llmguide.methods.oni.reward import ONIClassification, ONIRetrieval
+
+    m = method_cfg
+    common = {"beta": float(m.beta), "count_scope": str(m.count_scope), "pending_default": float(m.pending_default),
+              "canonicalize": bool(m.canonicalize)}
+    if m.name == "oni_ranking":
+        annot = PairAnnotator(service, template=m.template or "motif_pref", mode=m.label_mode,
+                              max_tokens=int(m.max_tokens), max_in_flight=int(m.max_in_flight), goal=goal)
+        return ONIRanking(annot, num_envs, threshold=float(m.threshold), pairs_per_batch=int(m.pairs_per_batch),
+                          max_messages=int(m.max_messages), min_pairs=int(m.min_pairs), lr=float(m.lr),
+                          batch_size=int(m.batch_size), steps_per_round=int(m.steps_per_round),
+                          duty=float(m.duty), seed=seed, **common)
+    annot = MessageAnnotator(service, template=m.get("template"), mode=m.label_mode, max_tokens=int(m.max_tokens),
+                             score_margin=float(m.get("score_margin", 1.0)), max_in_flight=int(m.max_in_flight),
+                             goal=goal)
+    if m.name == "oni_classification":
+        return ONIClassification(annot, num_envs, threshold=float(m.threshold), min_labels=int(m.min_labels),
+                                 lr=float(m.lr), batch_size=int(m.batch_size),
+                                 steps_per_round=int(m.steps_per_round), duty=float(m.duty), seed=seed, **common)
+    return ONIRetrieval(annot, num_envs, **common)
+
+
+def lm_metrics(service: Any, module: Any) -> dict[str, float]:
+    """``lm/*`` as the LM service defines them, plus the annotator's counts and parse errors."""
+    out: dict[str, float] = dict(service.lm_metrics()) if service is not None else {}
+    annot = getattr(module, "annotator", None)
+    if annot is not None:
+        out.update({f"lm/annot_{k}": v for k, v in annot.metrics().items()})
+        out["lm/parse_errors"] = float(sum(annot.stats.malformed.values()))
+    return out
+
+
+class ONIRecipe(Recipe):
+    """ONI (and ELLM-BoW): PPO with an intrinsic reward from online, asynchronous LM labels."""
+
+    agents = ("ppo",)
+
+    def check(self) -> None:
+        super().check()
+        use_reference_policy(self.cfg)
+
+    def build(self, envs: Any, run: RunDir | None) -> Parts:
+        cfg = self.cfg
+        if cfg.method.name == "ellm_bow":
+            from llmguide.methods.oni.bow import build_ellm_bow
+
+            module = build_ellm_bow(cfg.method, envs.single_observation_space, envs.single_action_space,
+                                    envs.num_envs)
+            return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef),
+                         closers=[module.close])
+        from llmguide.envs import get_oracle
+        from llmguide.methods.oni.oracle import ONIOracleAnswers
+        from llmguide.pipelines.services import close_service, open_service
+
+        service = open_service(cfg, answerers=[ONIOracleAnswers(get_oracle(str(cfg.env.name)))])
+        module = build_oni_module(cfg.method, envs.num_envs, service, int(cfg.seed), goal=method_goal(cfg))
+        self.module = module
+        return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef),
+                     metrics=lambda: lm_metrics(service, module),
+                     progress={"calls": "lm/calls", "hit_rate": "lm/hit_rate"},
+                     closers=[partial(close_service, service), module.close])
+
+    def finish(self, parts: Parts, run: RunDir) -> None:
+        """Training is over: let in-flight labels land in the cache."""
+        annot = getattr(getattr(self, "module", None), "annotator", None)
+        if annot is not None and annot.pending:
+            drained = annot.wait(float(self.cfg.method.get("drain_timeout", 60.0)))
+            log.info("annotation drain at the end: %s", "complete" if drained else f"{annot.pending} left")

@@ -1,0 +1,66 @@
+"""The run's language model and its one :class:`~llmguide.llm.service.LLMService`, built in one place.
+
+Every method that asks an LM (ELLM's suggester, ONI's labeller, BK's and Motif's label steps, an
+LM-backed reward of the standard recipe) gets its service from :func:`open_service`: the backend and
+its persistent cache (:func:`llmguide.llm.factory.make_llm`), or, with ``llm.actor=true``, a client of
+the one Ray actor holding the LM for the cluster (:mod:`llmguide.distributed.lm`); batching, queue,
+retries, timeout and the worker's niceness come from the ``llm.service`` config block.
+:func:`close_service` stops the service's worker before the LM is freed (an embedded llama.cpp model
+freed under a running worker crashes the process).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from omegaconf import DictConfig
+
+from llmguide.core.config import non_negative, positive, register_rule
+from llmguide.core.errors import ConfigError
+from llmguide.llm.base import LanguageModel
+from llmguide.llm.factory import make_llm
+from llmguide.llm.service import LLMService
+
+for _key, _rule in {"llm.service.max_batch": positive, "llm.service.max_queue": positive,
+                    "llm.service.max_retries": non_negative, "llm.service.timeout": positive,
+                    "llm.service.worker_nice": non_negative}.items():
+    register_rule(_key, _rule)
+
+
+def make_run_lm(cfg: DictConfig, answerers: Sequence[Any] = (), online: bool = True) -> LanguageModel:
+    """The run's LM: backend + cache, or the shared Ray actor's client with ``llm.actor=true``."""
+    if bool(cfg.llm.get("actor", False)):
+        if answerers:
+            raise ConfigError("llm.actor", "the oracle's method answers (BK, ONI) run in the learner process; "
+                                           "use llm.actor=false with llm=oracle")
+        from llmguide.distributed.lm import actor_lm
+
+        return actor_lm(cfg.llm, str(cfg.env.name), None)
+    return make_llm(cfg.llm, str(cfg.env.name), online=online, answerers=answerers)
+
+
+def open_service(cfg: DictConfig, answerers: Sequence[Any] = (), online: bool = True) -> LLMService:
+    """The run's LM behind an :class:`LLMService` configured by ``llm.service``; close it with :func:`close_service`."""
+    s = cfg.llm.service
+    return LLMService(make_run_lm(cfg, answerers, online), max_batch=int(s.max_batch), max_queue=int(s.max_queue),
+                      max_retries=int(s.max_retries), timeout=float(s.timeout), worker_nice=int(s.worker_nice))
+
+
+def close_service(service: LLMService) -> None:
+    """Stop the service (its worker joined) and then free the LM."""
+    try:
+        service.close()
+    finally:
+        service.lm.close()
+
+
+@contextmanager
+def service_for(cfg: DictConfig, answerers: Sequence[Any] = (), online: bool = False) -> Iterator[LLMService]:
+    """:func:`open_service` for an offline step (labelling), closed in the right order on exit."""
+    service = open_service(cfg, answerers, online)
+    try:
+        yield service
+    finally:
+        close_service(service)

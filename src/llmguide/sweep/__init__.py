@@ -1,0 +1,71 @@
+"""Sweeps: ``llmguide train -m seed=0,1,2 method=ellm_oracle,rnd`` (Hydra's multirun syntax).
+
+Every combination of the comma-separated values (and Hydra sweep functions such as ``range(0,3)``)
+is one run, in its own process, ``sweep.jobs`` at a time, each in ``<run.dir>/<sweep name>/<key-value_...>``.
+Every combination's config is composed and validated before the first run starts.  A failed run is
+started again up to ``sweep.retries`` times (resumed from its last checkpoint if it wrote one, else from
+scratch), then reported (and makes the exit code 1), never dropped silently; the ``llmguide report``
+command that aggregates the finished runs is printed at the end.
+
+``sweep.launcher=ray`` runs every combination as a Ray task (``sweep.cpus``/``sweep.gpus`` each) on the
+cluster of ``ray.address`` instead of ``sweep.jobs`` local processes (:mod:`llmguide.sweep.ray_launcher`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from llmguide.pipelines import load_config
+from llmguide.sweep.local import run_locally
+
+
+def expand(overrides: list[str]) -> tuple[list[list[str]], set[str]]:
+    """All combinations of the sweep overrides (each a plain override list), and the swept keys."""
+    choices, swept = [], set()
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            swept.add(key)
+            values = list(override.sweep_string_iterator())
+        else:
+            values = [override.get_value_element_as_str()]
+        choices.append([f"{key}={v}" for v in values])
+    return [list(combo) for combo in itertools.product(*choices)], swept
+
+
+def _name(combo: list[str], swept: set[str]) -> str:
+    parts = [o.replace("=", "-", 1) for o in combo if o.split("=", 1)[0] in swept]
+    return "_".join(parts).replace("/", "_").replace(",", "_") or "run"
+
+
+def run_sweep(overrides: list[str]) -> int:
+    """Run every combination; returns 0 when all succeeded."""
+    combos, swept = expand(overrides)
+    first = load_config(combos[0])
+    sweep_name = str(first.run.name or f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    root = Path(str(first.run.dir)).resolve() / sweep_name
+    jobs = []
+    for combo in combos:
+        name = _name(combo, swept)
+        args = [o for o in combo if not o.startswith("run.name=")] + [f"run.name={name}", f"run.dir={root}"]
+        load_config(args)  # a bad combination fails here, before any run starts
+        jobs.append((name, args))
+    retries = int(first.sweep.retries)
+    if str(first.sweep.launcher) == "ray":
+        from llmguide.sweep.ray_launcher import run_on_ray
+
+        results = run_on_ray(jobs, root, first)
+    else:
+        results = run_locally(jobs, root, max(1, int(first.sweep.jobs)), retries)
+    done = [str(root / name) for name, code in results if code == 0]
+    failed = [name for name, code in results if code != 0]
+    if done:
+        print("aggregate with:\n  llmguide report " + " ".join(done))
+    if failed:
+        print(f"sweep: {len(failed)} of {len(results)} runs failed: {failed}", file=sys.stderr)
+    return 1 if failed else 0
