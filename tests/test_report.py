@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from llmguide.cli import main
-from llmguide.core.config import load_config
 from llmguide.core.rundir import RunDir
+from llmguide.pipelines import load_config
 from llmguide.report import CRAFTER_ACHIEVEMENTS, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -55,7 +55,7 @@ LM_ORDER = ("calls", "hits", "hit_rate", "fallbacks", "parse_errors", "latency_p
 CURVE_POINTS = 25
 FINAL_FRACTION = 0.1  # final return = mean over episodes in the last 10% of a run's steps
 
-# The 22 Crafter achievements (crafter.constants.achievements), used if llmguide.envs.crafter is absent.
+# The 22 Crafter achievements (crafter.constants.achievements), used if llmguide.envs.crafter.env is absent.
 CRAFTER_ACHIEVEMENTS = [
     "collect_coal", "collect_diamond", "collect_drink", "collect_iron", "collect_sapling", "collect_stone",
     "collect_wood", "defeat_skeleton", "defeat_zombie", "eat_cow", "eat_plant", "make_iron_pickaxe",
@@ -67,7 +67,7 @@ CRAFTER_ACHIEVEMENTS = [
 def crafter_score(success_rates_percent: list[float]) -> float:
     """Crafter score (%) = exp(mean ln(1 + s_i)) - 1; uses the env package's function when present."""
     try:
-        from llmguide.envs.crafter import crafter_score as env_score
+        from llmguide.envs.crafter.rules import crafter_score as env_score
     except ImportError:
         return float(np.exp(np.mean(np.log1p(np.asarray(success_rates_percent, np.float64)))) - 1.0)
     return env_score(success_rates_percent)
@@ -75,7 +75,7 @@ def crafter_score(success_rates_percent: list[float]) -> float:
 
 def _crafter_names() -> list[str]:
     try:
-        from llmguide.envs.crafter import ACHIEVEMENTS
+        from llmguide.envs.crafter.rules import ACHIEVEMENTS
     except ImportError:
         return list(CRAFTER_ACHIEVEMENTS)
     return list(ACHIEVEMENTS)
