@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
         elif verb == "report":
             p.add_argument("run_dirs", nargs="+", help="run directories (several seeds of one or more methods)")
             p.add_argument("--out", default=None, help="output folder (default: the first run directory)")
+            p.add_argument("--control", default=None,
+                           help="arm the others are compared with seed by seed (paired statistics), e.g. ppo")
+            p.add_argument("--metric", default=None,
+                           help="metrics.jsonl key of the per-run value (default: the episodic return)")
+            p.add_argument("--group-by", choices=["method", "folder"], default="method",
+                           help="arms by method.name, or by the run's parent folder (llmguide train -m layout)")
         elif verb == "bench":
             p.add_argument("name", help="benchmark script name in benchmarks/ (without .py)")
             p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
@@ -108,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "report":
             from llmguide.report import write_report
 
-            path = write_report(args.run_dirs, out=args.out)
+            path = write_report(args.run_dirs, out=args.out, group_by=args.group_by, control=args.control,
+                                metric=args.metric)
             print(f"report: {path}")
             return 0
         if args.verb == "bench":
