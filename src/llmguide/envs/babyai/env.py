@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 import re
 from typing import Any
 
@@ -41,7 +40,6 @@ from minigrid.envs.babyai.core.verifier import (
 from llmguide.envs.babyai.tasks import PAPER_TASKS, build_bk_level
 from llmguide.envs.base import cfg_get
 
-log = logging.getLogger(__name__)
 ACTION_STRINGS = ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
 HELD_OUT = ("yellow box", "red key", "red door", "green ball", "grey door")
 OBJ_TYPES = ("ball", "box", "key")
@@ -350,38 +348,13 @@ def make_babyai(env_cfg: Any, seed: int | None = None) -> BabyAIText:
 
 # --- bot demonstrations --------------------------------------------------------------------
 def bot_demonstrations(env_cfg: Any, num_episodes: int, seed: int) -> list[dict[str, Any]]:
-    """Expert episodes from minigrid's ``BabyAIBot``: mission, captions, actions, rewards, success.
-
-    An episode where the bot raises is kept as it stands (``bot_error`` names the failure, logged).
-
-    ``captions[t]`` is the text the agent saw before taking ``actions[t]``; ``rewards[t]`` follows it.
+    """Expert episodes from minigrid's ``BabyAIBot`` (:func:`~llmguide.envs.babyai.bot.bot_episodes`, seeds
+    ``seed + i``): mission, captions, actions, rewards, success; ``bot_error`` names a failure (the episode
+    is kept as it stands).  ``captions[t]`` is the text the agent saw before ``actions[t]``; ``rewards[t]`` follows it.
     """
-    from minigrid.utils.baby_ai_bot import BabyAIBot
+    from llmguide.envs.babyai.bot import bot_episodes
 
-    env = make_babyai(env_cfg)
-    episodes = []
-    for ep in range(num_episodes):
-        _, info = env.reset(seed=seed + ep)
-        bot = BabyAIBot(env.level)
-        captions, actions, rewards = [], [], []
-        done, success = False, False
-        bot_error = ""
-        while not done:
-            try:
-                action = int(bot.replan())
-            except Exception as err:  # the bot gives up on rare layouts: keep the partial episode
-                bot_error = f"{type(err).__name__}: {err}"
-                log.warning("BabyAIBot failed on episode %d (seed %d): %s", ep, seed + ep, bot_error)
-                break
-            if action >= len(ACTION_STRINGS):  # "done" is never offered to agents
-                break
-            captions.append(info["caption"])
-            actions.append(action)
-            _, reward, terminated, truncated, info = env.step(action)
-            rewards.append(reward)
-            done, success = terminated or truncated, info["success"]
-        episodes.append({"mission": env.level.mission, "captions": captions, "actions": actions,
-                         "action_strings": [ACTION_STRINGS[a] for a in actions],
-                         "rewards": rewards, "success": success, "max_steps": env.level.max_steps,
-                         "bot_error": bot_error})
-    return episodes
+    return [{"mission": ep.mission, "captions": [i["caption"] for i in ep.infos[:-1]], "actions": ep.actions,
+             "action_strings": [ACTION_STRINGS[a] for a in ep.actions], "rewards": ep.rewards, "success": ep.success,
+             "max_steps": ep.max_steps, "bot_error": ep.error}
+            for ep in bot_episodes([make_babyai(env_cfg)], range(seed, seed + num_episodes))]

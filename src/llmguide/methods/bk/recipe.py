@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,48 +22,22 @@ from omegaconf import DictConfig
 from llmguide.core.config import one_of, register_rule
 from llmguide.core.errors import ConfigError
 from llmguide.core.rundir import RunDir
-from llmguide.core.seeding import seed_everything
-from llmguide.data import EpisodeDataset, EpisodeRecorder, EpisodeWriter
 from llmguide.methods.bk.inputs import make_sandbox, paths, variant_of
 from llmguide.methods.bk.label import label
-from llmguide.pipelines.runner import Parts, Recipe, open_run
+from llmguide.pipelines.collect import Collection, explore
+from llmguide.pipelines.runner import Parts, Recipe
 
 log = logging.getLogger(__name__)
 
 register_rule("method.code.isolation", one_of("os", "python"))
 
 
-
 # --- collect -----------------------------------------------------------------------------------
 def collect(cfg: DictConfig) -> int:
-    """RND-driven PPO for ``total_steps``; every finished episode is saved to ``<run>/dataset/``."""
-    from llmguide.envs import make_vector_env
-    from llmguide.learners.ppo import PPO
-    from llmguide.rewards.rnd import RND
-
+    """The exploring collector (:mod:`llmguide.pipelines.collect`) for ``total_steps`` with ``method.collect``
+    (PPO on ``extrinsic_coef · r_env + intrinsic_coef · RND``); episodes → ``<run>/dataset/``."""
     variant_of(cfg)
-    seed_everything(int(cfg.seed))
-    c = cfg.method.collect
-    with open_run(cfg) as run:
-        writer = EpisodeWriter(run.path / "dataset", writer=f"s{int(cfg.seed)}-{uuid.uuid4().hex[:6]}",
-                               meta={"env": str(cfg.env.name), "task": cfg.env.get("task"), "seed": int(cfg.seed)})
-        max_eps = int(c.get("max_episodes", 0) or 0)
-        envs = EpisodeRecorder(make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.get("vector", "sync"))),
-                               writer, keep_every=int(c.get("keep_every", 1)),
-                               max_episodes=max_eps or None)
-        try:
-            rnd = RND(envs.single_observation_space, envs.num_envs, gamma=float(cfg.agent.gamma), seed=int(cfg.seed),
-                      device=str(cfg.device))
-            agent = PPO(envs, cfg.agent, reward_modules=[(float(c.intrinsic_coef), rnd)],
-                        extrinsic_coef=float(c.extrinsic_coef), run=run, seed=int(cfg.seed), device=str(cfg.device))
-            agent.learn(int(cfg.total_steps), progress=bool(cfg.progress))
-        finally:
-            envs.close()
-        stats = EpisodeDataset(run.path / "dataset").stats()
-        run.write_json("collect_summary.json", {**stats, "saved_by_this_run": envs.saved,
-                                                "finished_episodes": envs.finished})
-        print(f"collected {envs.saved} episodes into {run.path / 'dataset'} "
-              f"(dataset now {stats['episodes']} episodes, {stats['transitions']} transitions)")
+    explore(cfg, Collection.from_block(cfg.method.collect, int(cfg.total_steps)))
     return 0
 
 
