@@ -16,7 +16,7 @@ from llmguide.llm.cached_lm import CachedLM
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("embedded", "http", "hf", "oracle")
+BACKENDS = ("embedded", "http", "hf", "oracle", "random", "shuffled", "constant")
 
 
 def _url(value: Any) -> str | None:
@@ -49,6 +49,8 @@ LLM_RULES = {
     "llm.backoff_max": non_negative,
     "llm.max_response_bytes": positive,
     "llm.cache.max_bytes": positive,
+    "llm.positive_rate": lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v!r}",
+    "llm.tie_rate": lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v!r}",
 }
 for _key, _rule in LLM_RULES.items():
     register_rule(_key, _rule, any_type=_key == "llm.n_threads")   # "auto" or a number
@@ -87,9 +89,10 @@ def lm_threads(value: Any, online: bool) -> int:
 
 
 def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = False,
-                 answerers: Sequence[Any] = ()) -> LanguageModel:
+                 answerers: Sequence[Any] = (), actions: str = "primitive") -> LanguageModel:
     """The uncached backend named by ``llm_cfg.backend`` (``online``: it will answer beside a learner;
-    ``answerers``: a method's ground-truth answers to its own prompts, used by ``llm=oracle``)."""
+    ``answerers``: a method's ground-truth answers to its own prompts and ``actions`` the env's action
+    vocabulary, used by ``llm=oracle`` and the counterfactual LMs built on it)."""
     _validate(llm_cfg)
     backend = _get(llm_cfg, "backend")
     if backend == "embedded":
@@ -116,25 +119,32 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
         return HFLM(model_path=_get(llm_cfg, "model_path"), gguf_file=_get(llm_cfg, "gguf_file"),
                     device=_get(llm_cfg, "device", "cpu"), dtype=_get(llm_cfg, "dtype", "float32"),
                     trainable=bool(_get(llm_cfg, "trainable", False)), max_batch=int(_get(llm_cfg, "max_batch", 16)))
-    if backend == "oracle":
+    if backend in ("oracle", "random", "shuffled", "constant"):
         from llmguide.llm.oracle import OracleLM
 
         family = env_family or _get(llm_cfg, "env_family")
         if not family:
-            raise ConfigError("llm.backend", "llm=oracle needs the env family (make_llm(cfg.llm, cfg.env.name))")
-        return OracleLM(family, answerers)
+            raise ConfigError("llm.backend", f"llm={backend} needs the env family (make_llm(cfg.llm, cfg.env.name))")
+        oracle = OracleLM(family, answerers, actions)
+        if backend == "oracle":
+            return oracle
+        from llmguide.llm.counterfactual import CounterfactualLM
+
+        return CounterfactualLM(backend, oracle, seed=int(_get(llm_cfg, "seed", 0)),
+                                positive_rate=float(_get(llm_cfg, "positive_rate", 0.5)),
+                                tie_rate=float(_get(llm_cfg, "tie_rate", 0.0)))
     raise ConfigError("llm.backend", f"unknown backend {backend!r}; choose one of {list(BACKENDS)}")
 
 
 def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str | None = None,
-             online: bool = False, answerers: Sequence[Any] = ()) -> LanguageModel:
+             online: bool = False, answerers: Sequence[Any] = (), actions: str = "primitive") -> LanguageModel:
     """Backend from ``llm_cfg`` (the ``llm`` config group), wrapped in the persistent cache when enabled.
     ``online``: the LM answers during training, beside the learner (sets ``llm.n_threads=auto``).
 
     Cache file: ``llm_cfg.cache.path``, or ``default_cache_dir() / "llm_cache.sqlite"`` when null.
     (``llm.actor=true``, the LM in a shared Ray actor, is chosen by the Runner: :mod:`llmguide.pipelines.services`.)
     """
-    backend = make_backend(llm_cfg, env_family, online, answerers)
+    backend = make_backend(llm_cfg, env_family, online, answerers, actions)
     cache_cfg = _get(llm_cfg, "cache", {})
     if not _get(cache_cfg, "enabled", False):
         return backend

@@ -50,12 +50,12 @@ class OracleLM(LanguageModel):
 
     backend = "oracle"
 
-    def __init__(self, env_family: str, answerers: Sequence[Answerer] = ()):
+    def __init__(self, env_family: str, answerers: Sequence[Answerer] = (), actions: str = "primitive"):
         from llmguide.envs import get_oracle
 
         self.env_family = env_family
-        self.model_id = f"oracle-{env_family}"
-        self.oracle = get_oracle(env_family)
+        self.model_id = f"oracle-{env_family}" + ("-text" if actions == "text" else "")
+        self.oracle = get_oracle(env_family, actions)   # actions="text": goals are ELLM's action strings
         self.answerers = list(answerers)
         self.stats: dict[str, Any] = {"no_caption": 0, **{f"{a.name}_answers": 0 for a in self.answerers}}
 

@@ -38,7 +38,8 @@ def make_run_lm(cfg: DictConfig, answerers: Sequence[Any] = (), online: bool = T
         from llmguide.distributed.lm import actor_lm
 
         return actor_lm(cfg.llm, str(cfg.env.name), None)
-    return make_llm(cfg.llm, str(cfg.env.name), online=online, answerers=answerers)
+    return make_llm(cfg.llm, str(cfg.env.name), online=online, answerers=answerers,
+                    actions=str(cfg.env.get("actions") or "primitive"))
 
 
 def open_service(cfg: DictConfig, answerers: Sequence[Any] = (), online: bool = True) -> LLMService:

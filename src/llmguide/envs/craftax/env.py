@@ -352,7 +352,7 @@ def make_oracle(actions: str = "primitive") -> Any:
     if actions == "text":
         from llmguide.envs.crafter.actions import CrafterActionOracle
 
-        return CrafterActionOracle()
+        return CrafterActionOracle(CraftaxOracle())   # ELLM's action strings, Craftax-Classic's recipe costs
     return CraftaxOracle()
 
 

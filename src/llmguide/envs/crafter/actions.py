@@ -162,8 +162,8 @@ class CrafterActionOracle(Oracle):
 
     family = "crafter"
 
-    def __init__(self) -> None:
-        self.base = CrafterOracle()
+    def __init__(self, base: Oracle | None = None) -> None:
+        self.base = base or CrafterOracle()   # the rules (recipe costs) behind the goals: Craftax passes its own
         self.goals = list(dict.fromkeys(ACHIEVEMENT_ACTIONS[g] for g in self.base.goals))
         self.prerequisites = {ACHIEVEMENT_ACTIONS[g]: [ACHIEVEMENT_ACTIONS[p] for p in pre]
                               for g, pre in self.base.prerequisites.items()}

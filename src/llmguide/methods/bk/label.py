@@ -25,11 +25,15 @@ from llmguide.methods.bk.inputs import action_names, data_hash, make_sandbox, pa
 from llmguide.pipelines.runner import open_run
 
 
-def task_mission(cfg: DictConfig) -> str:
-    """The mission of ``env.task`` (first episode), told to the oracle LM only."""
+def task_mission(cfg: DictConfig, task: str | None = None) -> str:
+    """The mission of ``env.task`` (or of ``task``: ``llm.target``, wrong knowledge) in the first episode,
+    told to the oracle LM only."""
+    from omegaconf import OmegaConf
+
     from llmguide.envs import make_env
 
-    env = make_env(cfg.env, int(cfg.seed))
+    env_cfg = cfg.env if task is None else OmegaConf.merge(cfg.env, {"task": task})
+    env = make_env(env_cfg, int(cfg.seed))
     try:
         _, info = env.reset(seed=int(cfg.seed))
         return str(info.get("mission", ""))
@@ -106,7 +110,8 @@ def label(cfg: DictConfig) -> int:
         raise LLMGuideError(f"no readable episodes in {dataset.roots}")
     names = action_names(cfg)
     rng = np.random.default_rng(int(cfg.seed))
-    oracle_mission = task_mission(cfg) if str(cfg.llm.backend) == "oracle" else None   # the LM arms never see it
+    knows = str(cfg.llm.backend) in ("oracle", "random", "shuffled", "constant")   # the oracle and its controls
+    oracle_mission = task_mission(cfg, cfg.llm.get("target")) if knows else None   # the LM arms never see it
     answerers = [] if oracle_mission is None else [BKOracleAnswers(get_oracle(str(cfg.env.name)), oracle_mission)]
     lm = make_run_lm(cfg, answerers, online=False)
     with open_run(cfg) as run:

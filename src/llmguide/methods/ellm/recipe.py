@@ -42,6 +42,7 @@ MODES = ("pretrain", "finetune", "guided")
 for _key, _rule in {
     "method.mode": one_of(*MODES),
     "method.suggester": one_of(*SUGGESTERS, "all_actions"),
+    "method.vocabulary": one_of("goals", "actions"),
     "method.match_on": one_of("auto", "events", "action"),
     "method.top_k": positive,
     "method.threshold": in_range(-1.0, 1.0),
@@ -100,6 +101,12 @@ class ELLMRecipe(Recipe):
         if match_on == "action" and not text_actions:
             raise ConfigError("method.match_on", "matching the action string needs env.actions=text")
         mode, vocabulary = str(m.suggester), list(oracle.goals)
+        if str(m.vocabulary) == "actions":   # open vocabulary: the LM ranks every action string, not the 22
+            if not text_actions:
+                raise ConfigError("method.vocabulary", "the action-string vocabulary needs env.actions=text")
+            from llmguide.envs.crafter.actions import ACTION_STRINGS
+
+            vocabulary = list(ACTION_STRINGS)
         if mode == "all_actions":   # the novelty baseline: every action string is a goal
             from llmguide.envs.crafter.actions import ACTION_STRINGS
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from llmguide.llm.oracle import MISS_SCORE
 from llmguide.methods.ellm.signature import StateSignature, state_signature
 from llmguide.methods.ellm.warm_start import cached_answers, record_seen
 
@@ -323,13 +324,16 @@ class GoalSuggester:
         return n
 
     def _goals_from(self, result: Any) -> list[str] | None:
-        """Goals from a generated text (generate) or a score row (score); None when unusable."""
+        """Goals from a generated text (generate) or a score row (score); None when unusable.  A score row
+        ranks the vocabulary; the top ``top_k`` are kept, except candidates scored ``MISS_SCORE`` (the oracle
+        and the counterfactual LMs' "not suggested"; a real LM's log-probabilities are never that low)."""
         if self.mode == "generate":
             return self._parse(str(result))
         if result is None or len(result) != len(self.vocabulary) or any(s is None for s in result):
             return None
-        order = np.argsort(-np.asarray(result, dtype=np.float64), kind="stable")
-        return [self.vocabulary[j] for j in order[: self.top_k]]
+        scores = np.asarray(result, dtype=np.float64)
+        order = np.argsort(-scores, kind="stable")
+        return [self.vocabulary[j] for j in order[: self.top_k] if scores[j] > MISS_SCORE / 2]
 
     def _answer(self, future: Future, info: dict) -> list[str] | None:
         """Goals from a finished future, or None (counted fallback) when it failed."""
@@ -345,11 +349,10 @@ class GoalSuggester:
                 return None
             goals = self._parse(getattr(result, "text", ""))
         else:
-            if result is None or any(s is None for s in result):
+            goals = self._goals_from(result)
+            if goals is None:
                 self.stats.fallbacks += 1
                 return None
-            order = np.argsort(-np.asarray(result, dtype=np.float64), kind="stable")
-            goals = [self.vocabulary[j] for j in order[: self.top_k]]
         self.stats.answered += 1
         if info:
             self._grade(goals, info)

@@ -104,16 +104,14 @@ def collect(cfg: DictConfig) -> int:
 
 def label(cfg: DictConfig) -> int:
     """Annotate the pairs still to do (resumable)."""
-    from llmguide.envs import get_oracle
     from llmguide.methods.oni.annotator import PairAnnotator
-    from llmguide.methods.oni.oracle import ONIOracleAnswers
-    from llmguide.methods.oni.recipe import method_goal
+    from llmguide.methods.oni.recipe import method_goal, oracle_answers
     from llmguide.pipelines.services import service_for
 
     db = PairsDB(data_dir(cfg) / "pairs.sqlite")
     if db.count() == 0:
         raise FileNotFoundError(f"no pairs in {db.path}; run `llmguide collect method=motif ...` first")
-    with service_for(cfg, answerers=[ONIOracleAnswers(get_oracle(str(cfg.env.name)))]) as service:
+    with service_for(cfg, answerers=[oracle_answers(cfg)]) as service:
         annot = PairAnnotator(service, template=cfg.method.template or "motif_pref", mode=cfg.method.label_mode,
                               max_tokens=int(cfg.method.max_tokens), goal=method_goal(cfg))
         result = annotate_pairs(db, annot, int(cfg.method.label_batch), int(cfg.method.max_batches))

@@ -20,8 +20,9 @@ class ONIOracleAnswers:
 
     name = "oni"
 
-    def __init__(self, env_oracle: Any):
+    def __init__(self, env_oracle: Any, goal: str | None = None):
         self.oracle = env_oracle
+        self.goal = goal   # llm.target: answer for this goal whatever the prompt's Goal: line says (wrong knowledge)
 
     def answer(self, prompt: str) -> str | None:
         """``"yes"``/``"no"`` for a label prompt, ``"A > B"``/``"B > A"``/``"A = B"`` for a pair prompt,
@@ -29,7 +30,7 @@ class ONIOracleAnswers:
         if not hasattr(self.oracle, "helpful"):
             return None
         a, b = last_line(prompt, "A:"), last_line(prompt, "B:")
-        goal = last_line(prompt, "Goal:")
+        goal = self.goal or last_line(prompt, "Goal:")
         by_goal = {"goal": goal} if goal else {}  # no Goal: line: the oracle's task-agnostic answer
         if a is not None and b is not None and hasattr(self.oracle, "prefer"):
             return {"A": "A > B", "B": "B > A", "=": "A = B"}[self.oracle.prefer(a, b, **by_goal)]

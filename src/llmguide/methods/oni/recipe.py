@@ -60,6 +60,21 @@ def method_goal(cfg: Any) -> str | None:
     return None
 
 
+def oracle_answers(cfg: Any) -> Any:
+    """ONI's questions answered by the env's ground truth (``llm=oracle`` and its controls); with ``llm.target``
+    (a task id) the oracle answers for that task's goal instead (wrong knowledge)."""
+    from llmguide.envs import get_oracle
+    from llmguide.methods.oni.oracle import ONIOracleAnswers
+
+    target = cfg.llm.get("target")
+    goal = None
+    if target:
+        from llmguide.envs.nethack.oracle import task_goal
+
+        goal = (task_goal(str(target)) if str(cfg.env.name) in ("nethack", "minihack") else None) or str(target)
+    return ONIOracleAnswers(get_oracle(str(cfg.env.name)), goal=goal)
+
+
 def build_oni_module(method_cfg: Any, num_envs: int, service: Any, seed: int = 0,
                      goal: str | None = None) -> RewardModule:
     """The reward module of an ONI method; ``service`` is the LLMService the annotator talks to, ``goal``
@@ -116,11 +131,9 @@ class ONIRecipe(Recipe):
                                     envs.num_envs)
             return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef),
                          closers=[module.close])
-        from llmguide.envs import get_oracle
-        from llmguide.methods.oni.oracle import ONIOracleAnswers
         from llmguide.pipelines.services import close_service, open_service
 
-        service = open_service(cfg, answerers=[ONIOracleAnswers(get_oracle(str(cfg.env.name)))])
+        service = open_service(cfg, answerers=[oracle_answers(cfg)])
         module = build_oni_module(cfg.method, envs.num_envs, service, int(cfg.seed), goal=method_goal(cfg))
         self.module = module
         return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef),
