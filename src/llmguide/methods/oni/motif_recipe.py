@@ -2,9 +2,10 @@
 
 - ``llmguide collect method=motif env=minihack ...``: run the collection policy (``method.collect_policy``:
   ``rnd`` = PPO learning from extrinsic + RND reward, a policy that does something as the reference's
-  score-maximising agents; ``random``) for ``method.collect_steps`` env steps, count its messages, sample
-  ``method.num_pairs`` pairs (``method.pair_sampling``: ``observations`` = both sides drawn over the
-  collected observations, as the reference; ``unique`` = over unique messages) → ``pairs.sqlite``;
+  score-maximising agents; ``random``) for ``method.collect_steps`` env steps through the exploring collector
+  (:mod:`llmguide.pipelines.collect`; ``<data_dir>`` is its run directory, episodes in ``dataset/``), count its
+  messages, sample ``method.num_pairs`` pairs (``method.pair_sampling``: ``observations`` = both sides drawn over
+  the collected observations, as the reference; ``unique`` = over unique messages) → ``pairs.sqlite``;
 - ``llmguide label method=motif ...``: LM preferences in committed batches (resumable; ``method.max_batches``
   stops early, a rerun continues);
 - ``llmguide train method=motif ...``: train the Bradley-Terry reward model (→ ``reward_model.pt``) if
@@ -24,12 +25,16 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from llmguide.core.config import register_rule
 from llmguide.core.rundir import RunDir, atomic_torch_save
-from llmguide.core.seeding import seed_everything
 from llmguide.methods.oni.motif import MotifReward, PairsDB, annotate_pairs, sample_pairs, train_reward_model
+from llmguide.pipelines.collect import Collection, check_intrinsic, explore
 from llmguide.pipelines.runner import Parts, Recipe
 
 log = logging.getLogger(__name__)
+
+register_rule("method.collect_policy", lambda value: None if value == "random" else check_intrinsic(value),
+              recipe="motif")
 
 
 def data_dir(cfg: DictConfig) -> Path:
@@ -40,56 +45,30 @@ def data_dir(cfg: DictConfig) -> Path:
     return Path(cfg.run.dir) / name / "motif"
 
 
-def _collect_rnd(cfg: DictConfig, envs: Any) -> tuple[Counter[str], dict[str, float]]:
-    """Messages met by a PPO agent learning from the extrinsic reward plus RND (``method.collect_extrinsic_coef``)."""
-    from llmguide.learners.callbacks import Callback
-    from llmguide.learners.ppo import PPO
-    from llmguide.rewards.rnd import RND
-
-    counts: Counter[str] = Counter()
-
-    class Messages(Callback):
-        def on_step(self, step: Any) -> bool:
-            counts.update(str(i.get("caption") or "") for i in step.infos)
-            return True
-
-    rnd = RND(envs.single_observation_space, envs.num_envs, seed=int(cfg.seed))
-    agent = PPO(envs, cfg.agent, reward_modules=[(1.0, rnd)],
-                extrinsic_coef=float(cfg.method.get("collect_extrinsic_coef", 1.0)), seed=int(cfg.seed))
-    agent.learn(int(cfg.method.collect_steps), callback=Messages(), progress=False)
-    episodes = list(agent.episodes)
-    last = episodes[-max(1, len(episodes) // 10):]  # the last 10% of its episodes
-    stats = {"episodes": float(len(episodes)),
-             "success_last10pct": float(np.mean([e.get("charts/success", 0.0) for e in last] or [0.0])),
-             "return_last10pct": float(np.mean([e["charts/episodic_return"] for e in last] or [0.0]))}
-    return counts, stats
+def collection(cfg: DictConfig) -> Collection:
+    """Motif's ``method.collect_*`` keys as a collection into :func:`data_dir` (the collect step's run directory):
+    ``collect_policy`` ``random``, or an exploring PPO agent on ``collect_extrinsic_coef · r_env + RND`` (``rnd``;
+    another intrinsic reward by name: ``noveld``, ``icm``, ``apt``, ``package.module:Class``)."""
+    policy = str(cfg.method.collect_policy)
+    return Collection(steps=int(cfg.method.collect_steps), policy="random" if policy == "random" else "ppo",
+                      intrinsic="none" if policy == "random" else policy, intrinsic_coef=1.0,
+                      extrinsic_coef=float(cfg.method.collect_extrinsic_coef), run_dir=data_dir(cfg))
 
 
 def collect(cfg: DictConfig) -> int:
-    """Collection-policy rollouts → message counts and sampled pairs in ``pairs.sqlite``."""
-    from llmguide.envs import make_vector_env, split_infos
+    """The collection policy's episodes (the collect step's run directory is :func:`data_dir`: ``dataset/``,
+    ``collect_summary.json``, ``metrics.jsonl``), its message counts and sampled pairs in ``pairs.sqlite``."""
     from llmguide.methods.oni.recipe import use_reference_policy
 
     use_reference_policy(cfg)
-    seed_everything(int(cfg.seed))
-    envs = make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
+    spec = collection(cfg)
     counts: Counter[str] = Counter()
-    policy = str(cfg.method.get("collect_policy", "random"))
-    stats: dict[str, Any] = {"policy": policy, "steps": int(cfg.method.collect_steps)}
-    try:
-        if policy == "rnd":
-            counts, agent_stats = _collect_rnd(cfg, envs)
-            stats.update(agent_stats)
-        elif policy == "random":
-            envs.reset(seed=int(cfg.seed))
-            envs.action_space.seed(int(cfg.seed))
-            for _ in range(max(1, int(cfg.method.collect_steps) // envs.num_envs)):
-                _, _, _, _, infos = envs.step(envs.action_space.sample())
-                counts.update(str(i.get("caption") or "") for i in split_infos(infos, envs.num_envs))
-        else:
-            raise ValueError(f"method.collect_policy must be 'rnd' or 'random', got {policy!r}")
-    finally:
-        envs.close()
+    summary = explore(cfg, spec, on_infos=lambda infos: counts.update(str(i.get("caption") or "") for i in infos))
+    stats: dict[str, Any] = {"policy": str(cfg.method.collect_policy), "steps": spec.steps}
+    if spec.policy == "ppo":
+        stats.update({"episodes": float(summary["finished_episodes"]),
+                      "success_last10pct": summary.get("success_last10pct", 0.0),
+                      "return_last10pct": summary.get("return_last10pct", 0.0)})
     db = PairsDB(data_dir(cfg) / "pairs.sqlite")
     db.add_messages(counts)
     added = db.add_pairs(sample_pairs(db.messages(), int(cfg.method.num_pairs), int(cfg.seed),

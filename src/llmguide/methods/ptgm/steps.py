@@ -1,5 +1,5 @@
 """PTGM's offline steps, each a CLI verb that reads and writes run directories: ``collect`` (the BabyAI
-bot over many missions; on Crafter / Craftax an exploring PPO+RND agent), ``codebook`` (hindsight
+bot over many missions; on Crafter / Craftax the exploring collector, PPO+RND), ``codebook`` (hindsight
 goals + KMeans) and ``pretrain`` (goal-conditioned BC low level + goal priors).  The recipe that
 trains over the codebook options is :mod:`llmguide.methods.ptgm.recipe`."""
 
@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from llmguide.core.errors import ConfigError
 from llmguide.core.seeding import seed_everything
+from llmguide.pipelines.collect import Collection, explore
 from llmguide.pipelines.runner import open_run
 
 log = logging.getLogger(__name__)
@@ -35,122 +36,47 @@ def run_input(cfg: DictConfig, key: str, sub: str = "") -> Path:
 
 # --- collect --------------------------------------------------------------------------------------
 def collect(cfg: DictConfig) -> int:
-    """Task-agnostic episodes → ``<run>/dataset/`` (llmguide.data format): the BabyAI bot over
-    ``method.collect.tasks`` on env=babyai, an exploring PPO agent elsewhere (:func:`collect_agent`)."""
+    """Task-agnostic episodes → ``<run>/dataset/`` (llmguide.data format): on env=babyai the BabyAI bot
+    (:func:`~llmguide.envs.babyai.bot.bot_episodes`) round robin over ``method.collect.tasks``; elsewhere the
+    exploring collector (:mod:`llmguide.pipelines.collect`): PPO on ``extrinsic_coef · r_env + intrinsic_coef · RND``
+    for ``method.collect.agent_steps`` env steps, every finished episode saved, so the data mix early
+    (near-random) and later (exploring) play.  The default ``extrinsic_coef: 0`` is task-agnostic (no task
+    reward ever reaches the data); ``> 0`` with ``env.task`` null adds the game's own reward (all 22
+    achievements), i.e. general play."""
+    c = cfg.method.collect
     if str(cfg.env.name) != "babyai":
-        return collect_agent(cfg)
-    from minigrid.utils.baby_ai_bot import BabyAIBot
-
+        explore(cfg, Collection.from_block(c, int(c.agent_steps), writer="agent-"))
+        return 0
     from llmguide.data import Episode, EpisodeDataset, EpisodeWriter
-    from llmguide.envs.babyai.env import ACTION_STRINGS, BabyAIText
+    from llmguide.envs.babyai.bot import bot_episodes
+    from llmguide.envs.babyai.env import BabyAIText
 
-    c, seed = cfg.method.collect, int(cfg.seed)
+    seed = int(cfg.seed)
     seed_everything(seed)
     tasks = [str(t) for t in c.tasks]
     with open_run(cfg) as run:
         writer = EpisodeWriter(run.path / "dataset", writer=f"bot-s{seed}",
                                meta={"env": "babyai", "collector": "BabyAIBot", "seed": seed})
-        envs = {t: BabyAIText(task=t) for t in tasks}
+        envs = [BabyAIText(task=t) for t in tasks]
         errors = 0
-        for i in range(int(c.episodes)):
-            task = tasks[i % len(tasks)]
-            env = envs[task]
-            obs, info = env.reset(seed=seed * 1_000_003 + i)
-            bot = BabyAIBot(env.level)
-            frames, actions, rewards, captions, events = [obs], [], [], [info["caption"]], []
-            term = trunc = False
-            while not (term or trunc):
-                try:
-                    action = _replan(bot, float(c.replan_timeout))
-                except Exception:  # the bot gives up (or loops) on rare layouts: keep the partial episode
-                    errors += 1
-                    break
-                if action >= len(ACTION_STRINGS):
-                    break
-                obs, reward, term, trunc, info = env.step(action)
-                frames.append(obs)
-                actions.append(action)
-                rewards.append(reward)
-                captions.append(info["caption"])
-                events.append(info["events"])
-            if not actions:
+        seeds = (seed * 1_000_003 + i for i in range(int(c.episodes)))
+        for i, ep in enumerate(bot_episodes(envs, seeds, timeout=float(c.replan_timeout))):
+            errors += bool(ep.error)
+            if not ep.actions:
                 continue
-            writer.write(Episode(obs={"image": np.stack([f["image"] for f in frames]).astype(np.uint8),
-                                      "vector": np.stack([f["vector"] for f in frames])},
-                                 actions=np.asarray(actions), rewards=np.asarray(rewards, np.float32),
-                                 captions=captions, events=events,
-                                 meta={"mission": env.level.mission, "task": task, "success": bool(info["success"]),
-                                       "terminated": bool(term), "truncated": bool(trunc),
-                                       "return": float(sum(rewards)), "length": len(actions)}))
+            writer.write(Episode(obs={"image": np.stack([o["image"] for o in ep.obs]).astype(np.uint8),
+                                      "vector": np.stack([o["vector"] for o in ep.obs])},
+                                 actions=np.asarray(ep.actions), rewards=np.asarray(ep.rewards, np.float32),
+                                 captions=[info["caption"] for info in ep.infos],
+                                 events=[info["events"] for info in ep.infos[1:]],
+                                 meta={"mission": ep.mission, "task": tasks[i % len(tasks)], "success": ep.success,
+                                       "terminated": bool(ep.terminated), "truncated": bool(ep.truncated),
+                                       "return": float(sum(ep.rewards)), "length": len(ep.actions)}))
         stats = EpisodeDataset(run.path / "dataset").stats()
         run.write_json("collect_summary.json", {**stats, "tasks": tasks, "bot_errors": errors})
         print(f"collected {stats['episodes']} bot episodes ({stats['transitions']} transitions, "
               f"success {stats['success_rate']:.2f}) into {run.path / 'dataset'}")
     return 0
-
-
-def collect_agent(cfg: DictConfig) -> int:
-    """Crafter / Craftax: an exploring agent, PPO on ``extrinsic_coef · r_env + intrinsic_coef · RND`` for
-    ``method.collect.agent_steps`` env steps (``num_envs`` envs, ``agent`` settings); every finished
-    episode of its training is saved, so the data mix early (near-random) and later (exploring) play.
-    The default ``extrinsic_coef: 0`` is task-agnostic (RND only: no task reward ever reaches the data);
-    ``> 0`` with ``env.task`` null adds the game's own reward (all 22 achievements), i.e. general play."""
-    import uuid
-
-    from llmguide.data import EpisodeDataset, EpisodeRecorder, EpisodeWriter
-    from llmguide.envs import make_vector_env
-    from llmguide.learners.ppo import PPO
-    from llmguide.rewards.rnd import RND
-
-    c, seed = cfg.method.collect, int(cfg.seed)
-    seed_everything(seed)
-    with open_run(cfg) as run:
-        writer = EpisodeWriter(run.path / "dataset", writer=f"agent-s{seed}-{uuid.uuid4().hex[:6]}",
-                               meta={"env": str(cfg.env.name), "task": cfg.env.get("task"), "seed": seed,
-                                     "collector": "ppo+rnd"})
-        envs = EpisodeRecorder(make_vector_env(cfg.env, int(cfg.num_envs), seed, str(cfg.vector)), writer)
-        try:
-            modules = []
-            if float(c.intrinsic_coef) > 0:
-                modules.append((float(c.intrinsic_coef), RND(envs.single_observation_space, envs.num_envs,
-                                                              gamma=float(cfg.agent.gamma), seed=seed,
-                                                              device=str(cfg.device))))
-            agent = PPO(envs, cfg.agent, reward_modules=modules, extrinsic_coef=float(c.extrinsic_coef), run=run,
-                        seed=seed, device=str(cfg.device))
-            agent.learn(int(c.agent_steps), progress=bool(cfg.progress))
-        finally:
-            envs.close()
-        stats = EpisodeDataset(run.path / "dataset").stats()
-        ach = [e.get("charts/achievements_per_episode") for e in agent.episodes]
-        ach = [a for a in ach if a is not None]
-        summary = {**stats, "collector": "ppo+rnd", "agent_steps": int(agent.global_step),
-                   "saved_by_this_run": envs.saved, "finished_episodes": envs.finished,
-                   "achievements_per_episode_mean": float(np.mean(ach)) if ach else None,
-                   "achievements_per_episode_last10pct": float(np.mean(ach[-max(1, len(ach) // 10):])) if ach else None}
-        run.write_json("collect_summary.json", summary)
-        print(f"collected {envs.saved} agent episodes ({stats['transitions']} transitions) into {run.path / 'dataset'}; "
-              f"achievements/episode {summary['achievements_per_episode_mean']}")
-    return 0
-
-
-class _BotTimeout(Exception):
-    pass
-
-
-def _replan(bot, timeout: float) -> int:
-    """``bot.replan()`` with a wall-clock limit (minigrid's bot can search forever on rare layouts)."""
-    import signal
-
-    def stop(signum, frame):
-        raise _BotTimeout(f"BabyAIBot.replan took more than {timeout}s")
-
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, timeout)
-    try:
-        return int(bot.replan())
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 # --- hindsight goals (shared by codebook and pretrain: same seed, same goals) ----------------------
