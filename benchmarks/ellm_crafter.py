@@ -3,8 +3,13 @@
 Arms (ELLM paper's controls, every one intrinsic-only, ``extrinsic_coef=0``, same PPO agent, network,
 env and budget; ELLM's text action space and rules, ``env.actions=text env.ellm_rules=true``):
 
-* ``ellm-oracle``   — ELLM with ground-truth suggestions (``method=ellm_oracle``, the reference SimpleOracle)
+* ``ellm-oracle``   — ELLM with ground-truth suggestions through the LM path (``method=ellm llm=oracle``)
 * ``ellm-embedded`` — ELLM with the embedded LM scoring the goal vocabulary (``method=ellm llm=embedded``)
+* knowledge controls, the same method with the knowledge taken out: ``ellm-random`` (a random 5 of the
+  vocabulary per state signature), ``ellm-shuffled`` (the oracle's suggestions for another state),
+  ``ellm-all-goals`` (every goal suggested)
+* ``-open`` arms: the same over the open vocabulary of all 139 action strings (``method.vocabulary=actions``),
+  where a ranking must know which actions are achievements
 * ``novelty``       — every executed action string pays once per episode, no success check (``method=ellm_novelty``)
 * ``rnd``, ``apt``  — exploration bonuses with the env reward off
 * ``no-reward``     — PPO with no reward at all (the control)
@@ -29,15 +34,25 @@ from harness import plot_summary as plot  # noqa: F401  (ellm_finetune.py import
 
 COMMON = ["env.actions=text", "agent=ppo", "eval.episodes=0", "num_envs=4", "env.max_steps=400"]
 CRAFTER_ONLY = ["env.ellm_rules=true"]  # ELLM's rule changes patch Crafter's game logic
+ELLM = ["method=ellm", "method.suggester=score", "method.match=exact", "method.extrinsic_coef=0.0"]
+OPEN = ["method.vocabulary=actions"]   # the LM ranks all 139 action strings, not the 22 achievement ones
 ARMS = {  # name -> overrides (all intrinsic-only but the labelled upper reference)
-    "ellm-oracle": ["method=ellm_oracle", "method.extrinsic_coef=0.0"],
-    "ellm-embedded": ["method=ellm", "llm=embedded", "method.suggester=score", "method.extrinsic_coef=0.0"],
+    "no-reward": ["method=none", "method.extrinsic_coef=0.0"],
+    # closed vocabulary (the 22 achievement actions): any ranking pays achievements
+    "ellm-oracle": [*ELLM, "llm=oracle"],
+    "ellm-random": [*ELLM, "llm=random"],          # a random 5 of the 22 per state signature
+    "ellm-shuffled": [*ELLM, "llm=shuffled"],      # the oracle's suggestions for another state
+    "ellm-embedded": [*ELLM, "llm=embedded"],
+    # open vocabulary (all 139 action strings): the knowledge has to pick the achievement actions
+    "ellm-oracle-open": [*ELLM, *OPEN, "llm=oracle"],
+    "ellm-random-open": [*ELLM, *OPEN, "llm=random"],
+    "ellm-embedded-open": [*ELLM, *OPEN, "llm=embedded"],
+    "ellm-all-goals": ["method=ellm_all_goals", "method.match=exact", "method.extrinsic_coef=0.0"],
     # the reference conditions on the text of all ~139 open actions joined: one long sentence embedding per
     # env whenever an action is first executed (~5 steps/s with 64 envs here); we condition on one open action
     "novelty": ["method=ellm_novelty", "method.extrinsic_coef=0.0", "method.goal_choice=random"],
     "rnd": ["method=rnd", "method.extrinsic_coef=0.0"],
     "apt": ["method=apt", "method.extrinsic_coef=0.0"],
-    "no-reward": ["method=none", "method.extrinsic_coef=0.0"],
     "ground-truth": ["method=none", "method.extrinsic_coef=1.0"],
 }
 
