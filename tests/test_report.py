@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from llmguide.cli import main
 from llmguide.core.rundir import RunDir
 from llmguide.pipelines import load_config
-from llmguide.report import CRAFTER_ACHIEVEMENTS, write_report
+from llmguide.report import CRAFTER_ACHIEVEMENTS, study_report, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FINALS = {"none": [1.0, 2.0, 3.0, 10.0], "rnd": [4.0, 4.0, 5.0, 5.0]}
@@ -33,9 +35,22 @@ def make_run(tmp_path, method: str, seed: int, final: float, table_every: int, l
             record["achievements/place_table"] = float(ep % table_every == 0)
             run.log(step, record)
             if lm:
-                run.log(step, {"lm/calls": 10.0 * (ep + 1), "lm/hit_rate": 0.5, "lm/fallbacks": seed})
+                run.log(step, lm_record(ep, seed))
             run.log(step, {"charts/sps": 1000.0, "losses/value": 0.1})
     return str(run.path)
+
+
+def lm_record(ep: int, seed: int) -> dict[str, float]:
+    """The service's lm/* metrics after episode ``ep`` (cumulative), plus the long tail a reader never needs."""
+    requests = 10.0 * (ep + 1)
+    return {"lm/requests": requests, "lm/deduplicated": requests / 5, "lm/cache_hits": requests / 4,
+            "lm/calls": requests / 2, "lm/hit_rate": 0.5, "lm/answered_fraction": 0.9, "lm/fresh_fraction": 0.25,
+            "lm/latency_p50": 0.1 * (seed + 1), "lm/latency_p95": 0.5, "lm/fallbacks": seed, "lm/errors": 2.0,
+            **{f"lm/{k}": 0.0 for k in ("errors_http", "errors_decode", "errors_timeout", "errors_connection",
+                                       "errors_oversize", "rejected_nonfinite", "truncated", "errors_backend",
+                                       "cache_rejected", "cache_evictions", "cache_bytes", "http_requests",
+                                       "redacted", "mean_batch_size", "tokens", "queue_depth", "inflight",
+                                       "circuit_open", "dropped_stale", "retries", "completed")}}
 
 
 def test_report_over_seeds_and_methods(tmp_path):
@@ -65,10 +80,19 @@ def test_report_over_seeds_and_methods(tmp_path):
         assert f"| {method} | 4 | 80 | {score:.2f} ± 0.00 | {per_episode:.2f} ± 0.00 |" in text
     assert re.search(r"\| place_table \| 50\.0 \| 25\.0 \|", text)
     assert re.search(r"\| collect_diamond \| 0\.0 \| 0\.0 \|", text)
-    # LM statistics: last value per run, mean over seeds; only rnd logged any
-    lm_row = next(line for line in text.splitlines() if line.startswith("| rnd | 4 | 200.000"))
-    assert "| 0.500 |" in lm_row and "1.500" in lm_row  # fallbacks = seed -> mean(0..3)
-    assert "| none | 4 | 200" not in text
+    # LM statistics: a short table of the figures a reader needs (last value per run, mean over seeds; only
+    # rnd logged any); the other 20-odd lm/* metrics only in lm_stats.json
+    lm = text.split("## LM statistics")[1].split("\n## ")[0]
+    table = [line for line in lm.splitlines() if line.startswith("|")]
+    assert table[0] == ("| method | runs | requests | answered | fresh | latency p50 (s) | latency p95 (s) | "
+                        "fallbacks | errors | cache hit |")
+    # requests 200; cache hit = cache_hits / (requests - deduplicated) = 50 / 160; fallbacks = seed -> 1.5
+    assert table[2:] == ["| rnd | 4 | 200 | 90.0% | 25.0% | 0.250 | 0.500 | 1.5 | 2 | 31.2% |"]
+    assert "errors_http" not in text and "mean_batch_size" not in text and "[lm_stats.json](lm_stats.json)" in lm
+    dump = json.loads((out / "lm_stats.json").read_text())
+    assert set(dump) == {"rnd"} and len(dump["rnd"]["runs"]) == 4
+    assert dump["rnd"]["mean"]["lm/mean_batch_size"] == 0.0 and dump["rnd"]["mean"]["lm/fallbacks"] == 1.5
+    assert len(dump["rnd"]["mean"]) == len(lm_record(0, 0))
     assert "only one seed" not in text
 
 
@@ -82,7 +106,7 @@ def test_report_handles_single_seed_and_broken_runs(tmp_path):
     (bare / "metrics.jsonl").write_text('{"step": 10, "charts/sps": 5}\n{"step": 20, "charts/ep')
     path = write_report([good, str(empty), str(bare)])
     text = path.read_text()
-    assert path.parent == tmp_path / "icm-s0"
+    assert path.parent.parent == tmp_path and path.parent.name.startswith("report-")  # a new folder
     assert "icm: only one seed, so no interval" in text
     assert "| icm | 1 | 20 | 3.00 (1 seed, no interval) |" in text
     assert "empty: no config.yaml" in text and "empty: metrics.jsonl is empty" in text
@@ -181,3 +205,103 @@ def test_report_names_a_missing_control(tmp_path):
     text = write_report(dirs, out=str(tmp_path / "out"), reps=100, control="ppo").read_text()
     assert "control `ppo` has no values (arms: apt); no paired statistics" in text
     assert "| apt | 2 | 1.500 | range [1.000, 2.000] |" in text
+
+
+def test_report_without_out_never_replaces_a_runs_own_report(tmp_path, capsys):
+    dirs = [make_run(tmp_path / "runs", m, s, 1.0 + s, table_every=2) for m in ("none", "rnd") for s in range(2)]
+    own = {d: write_report([d]) for d in dirs}        # one run: its own report.md (what the Runner writes)
+    assert all(path == tmp_path / "runs" / Path(d).name / "report.md" for d, path in own.items())
+    before = {d: path.read_text() for d, path in own.items()}
+    assert "| none | 1 |" in before[dirs[0]] and "| rnd |" not in before[dirs[0]]
+    # several runs, no --out: a new folder in their common parent, whatever order the runs come in
+    assert main(["report", *reversed(dirs)]) == 0
+    printed = capsys.readouterr().out.strip()
+    folder = Path(printed.removeprefix("report: ")).parent
+    assert folder.parent == tmp_path / "runs" and re.fullmatch(r"report-\d{8}-\d{6}", folder.name)
+    text = (folder / "report.md").read_text()
+    assert "| none | 2 | 40 |" in text and "| rnd | 2 | 40 |" in text
+    assert {d: Path(d, "report.md").read_text() for d in dirs} == before   # no run's report replaced
+    again = write_report(dirs[:2])                    # the same second: the next free name, never the same folder
+    assert again.parent.parent == tmp_path / "runs" and again.parent != folder
+    assert {d: Path(d, "report.md").read_text() for d in dirs} == before
+
+
+def progress_only_run(path, rewards: list[float]) -> str:
+    """A run that never finished an episode: one record per update with the mean rewards per step."""
+    cfg = load_config(["method=rnd", "seed=0", "env=crafter"])
+    with RunDir(path, cfg, tensorboard=False) as run:
+        for i, r in enumerate(rewards):
+            run.log(128 * (i + 1), {"charts/extrinsic_reward": r, "charts/intrinsic_reward": 0.5 * r,
+                                    "charts/sps": 900.0, "lm/requests": 3.0})
+    return str(run.path)
+
+
+def test_a_run_with_no_finished_episode_still_gets_a_plot(tmp_path):
+    run = progress_only_run(tmp_path / "short", [0.0, 0.01, 0.02, 0.0, 0.03])
+    path = write_report([run])
+    text = path.read_text()
+    assert path == tmp_path / "short" / "report.md"
+    png = (tmp_path / "short" / "learning_curves.png").read_bytes()
+    assert png.startswith(PNG_MAGIC) and len(png) > 10_000
+    assert "![learning curves](learning_curves.png)" in text
+    assert "No run finished an episode" in text and "`charts/extrinsic_reward`" in text
+    assert "No episodic returns in any run." in text and "short: no episodic returns logged" in text
+
+
+def test_smoothing_changes_the_curves_not_the_values(tmp_path):
+    rng = np.random.default_rng(0)
+    dirs = []
+    for arm in ("ctl", "treat"):
+        for s in range(3):
+            cfg = load_config(["method=none", f"seed={s}", "env=crafter"])
+            with RunDir(tmp_path / arm / f"seed-{s}", cfg, tensorboard=False) as run:
+                for ep in range(60):   # noisy returns: a smoothed curve differs from the raw one
+                    run.log(10 * (ep + 1), {"charts/episodic_return": float(rng.integers(0, 2) + (arm == "treat"))})
+            dirs.append(str(run.path))
+    raw_path, raw = study_report(dirs, tmp_path / "raw", reps=100, group_by="folder", control="ctl")
+    smooth_path, smoothed = study_report(dirs, tmp_path / "smooth", reps=100, group_by="folder", control="ctl",
+                                         smooth=8)
+    for arm in ("ctl", "treat"):
+        a, b = raw["arms"][arm], smoothed["arms"][arm]
+        assert a["values"] == b["values"]                                # the statistics are unchanged
+        assert a["curve"]["steps"] == b["curve"]["steps"] and a["curve"]["smooth"] == 1 and b["curve"]["smooth"] == 8
+        assert np.std(np.diff(b["curve"]["mean"])) < np.std(np.diff(a["curve"]["mean"]))   # smoother
+    assert smoothed["paired"] == raw["paired"]
+    for name in ("learning_curves.png", "curves.png"):
+        assert (tmp_path / "raw" / name).read_bytes() != (tmp_path / "smooth" / name).read_bytes()
+    text = smooth_path.read_text()
+    assert "trailing mean over its last 8 episodes" in text and "trailing mean over its last 8 logged values" in text
+    assert "smoothed" not in raw_path.read_text()
+    # 3 seeds: every interval the report names is a range, never a CI (the rule sentence aside)
+    body = text.replace("95% CI of the mean with 6-9", "").replace("bootstrap CI with >= 10", "")
+    body = body.replace("the Student-t 95% CI with 6-9, and also a BCa bootstrap 95% CI with >= 10", "")
+    assert "CI" not in body.replace("(not a CI)", "").replace("(not a confidence interval)", "")
+    assert "range [" in text
+    # the CLI flag
+    assert main(["report", *dirs, "--out", str(tmp_path / "cli"), "--smooth", "8"]) == 0
+    assert "last 8 episodes" in (tmp_path / "cli" / "report.md").read_text()
+    assert main(["report", dirs[0], "--smooth", "0"]) == 1
+
+
+def test_a_sweep_writes_its_report_and_a_report_failure_does_not_fail_it(tmp_path, monkeypatch, capsys):
+    from llmguide import report
+    from llmguide.sweep import write_sweep_report
+
+    root = tmp_path / "sw"
+    arms = {}
+    for lr in ("1", "2"):
+        for s in range(2):
+            make_run(tmp_path, "none", s, float(lr) + s, table_every=2, path=root / f"lr-{lr}_seed-{s}")
+            arms[f"lr-{lr}_seed-{s}"] = f"agent.lr={lr}"
+    path = write_sweep_report(root, arms)
+    assert path == root / "report" / "report.md" and f"report: {path}" in capsys.readouterr().out
+    text = path.read_text()   # arms are the swept values, not the method (every run is method=none)
+    assert "| agent.lr=1 | 2 | 40 |" in text and "| agent.lr=2 | 2 | 40 |" in text
+    assert not any(Path(root, name, "report.md").exists() for name in arms)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(report, "write_report", broken)
+    assert write_sweep_report(root, arms) is None
+    assert "sweep: report not written (RuntimeError: disk full)" in capsys.readouterr().err

@@ -59,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. eval.episodes=20")
         elif verb == "report":
             p.add_argument("run_dirs", nargs="+", help="run directories (several seeds of one or more methods)")
-            p.add_argument("--out", default=None, help="output folder (default: the first run directory)")
+            p.add_argument("--out", default=None, help="output folder (default: a single run's own folder; several "
+                           "runs: a new <their common parent>/report-<timestamp>/)")
+            p.add_argument("--smooth", type=int, default=None, metavar="N",
+                           help="smooth each run's curve: trailing mean over its last N logged values (episodes)")
             p.add_argument("--control", default=None,
                            help="arm the others are compared with seed by seed (paired statistics), e.g. ppo")
             p.add_argument("--metric", default=None,
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             from llmguide.report import write_report
 
             path = write_report(args.run_dirs, out=args.out, group_by=args.group_by, control=args.control,
-                                metric=args.metric)
+                                metric=args.metric, smooth=args.smooth)
             print(f"report: {path}")
             return 0
         if args.verb == "bench":

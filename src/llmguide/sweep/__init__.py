@@ -4,8 +4,10 @@ Every combination of the comma-separated values (and Hydra sweep functions such 
 is one run, in its own process, ``sweep.jobs`` at a time, each in ``<run.dir>/<sweep name>/<key-value_...>``.
 Every combination's config is composed and validated before the first run starts.  A failed run is
 started again up to ``sweep.retries`` times (resumed from its last checkpoint if it wrote one, else from
-scratch), then reported (and makes the exit code 1), never dropped silently; the ``llmguide report``
-command that aggregates the finished runs is printed at the end.
+scratch), then reported (and makes the exit code 1), never dropped silently.  At the end the finished
+runs are aggregated into ``<run.dir>/<sweep name>/report/`` (arms: the swept values other than the seed;
+a failure there is a warning, never a failed sweep), and the ``llmguide report`` command that aggregates
+them again (e.g. with ``--control``) is printed.
 
 ``sweep.launcher=ray`` runs every combination as a Ray task (``sweep.cpus``/``sweep.gpus`` each) on the
 cluster of ``ray.address`` instead of ``sweep.jobs`` local processes (:mod:`llmguide.sweep.ray_launcher`).
@@ -49,12 +51,13 @@ def run_sweep(overrides: list[str]) -> int:
     first = load_config(combos[0])
     sweep_name = str(first.run.name or f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     root = Path(str(first.run.dir)).resolve() / sweep_name
-    jobs = []
+    jobs, arms = [], {}
     for combo in combos:
         name = _name(combo, swept)
         args = [o for o in combo if not o.startswith("run.name=")] + [f"run.name={name}", f"run.dir={root}"]
         load_config(args)  # a bad combination fails here, before any run starts
         jobs.append((name, args))
+        arms[name] = " ".join(o for o in combo if o.split("=", 1)[0] in swept - {"seed"})
     retries = int(first.sweep.retries)
     if str(first.sweep.launcher) == "ray":
         from llmguide.sweep.ray_launcher import run_on_ray
@@ -65,7 +68,24 @@ def run_sweep(overrides: list[str]) -> int:
     done = [str(root / name) for name, code in results if code == 0]
     failed = [name for name, code in results if code != 0]
     if done:
+        write_sweep_report(root, {name: arms[name] for name, code in results if code == 0})
         print("aggregate with:\n  llmguide report " + " ".join(done))
     if failed:
         print(f"sweep: {len(failed)} of {len(results)} runs failed: {failed}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def write_sweep_report(root: Path, arms: dict[str, str]) -> Path | None:
+    """``<root>/report/report.md`` over the finished runs ``{run name: arm}`` (an empty arm: grouped by
+    method); printed.  A failure is a warning on stderr, never a failed sweep; returns the report or None."""
+    try:
+        from llmguide.report import write_report
+
+        labels = {str(root / name): arm for name, arm in arms.items() if arm}
+        path = write_report([str(root / name) for name in arms], out=str(root / "report"),
+                            group_by=labels if len(labels) == len(arms) else "method")
+    except Exception as err:  # noqa: BLE001 - the runs are done; a report problem must not fail the sweep
+        print(f"sweep: report not written ({type(err).__name__}: {err})", file=sys.stderr)
+        return None
+    print(f"report: {path}")
+    return path
