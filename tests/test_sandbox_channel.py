@@ -85,7 +85,7 @@ def test_the_marker_is_not_readable_from_argv_environment_or_proc():
             "os._exit(0)\n")
     sandbox, res = run(code)
     assert not res.ok and res.values.tolist() == [0.0] and "FORGED" not in res.stdout
-    assert "before it returned its results" in res.error and sandbox.failures == 1
+    assert sandbox.failures == 1 and ("before it returned its results" in res.error or ISOLATION != "os")
 
 
 DEEP = "[" * 100_000 + "]" * 100_000
