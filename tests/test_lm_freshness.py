@@ -56,8 +56,8 @@ def test_a_newer_request_of_the_same_owner_drops_the_queued_one():
         new = service.submit_generate("state three", max_tokens=2, owner=("env", 0))
         assert old.cancelled() and poll([old]) == [None]           # dropped, not a fallback
         assert not new.done() and not other.done()
-        m = service.metrics()
-        assert m["dropped_stale"] == 1 and m["queue_depth"] == 2 and m["fallbacks"] == 0
+        m = service.lm_metrics()
+        assert m["lm/dropped_stale"] == 1 and m["lm/queue_depth"] == 2 and m["lm/fallbacks"] == 0
         lm.gate.set()
         assert new.result(10).text and other.result(10).text
         assert "state one" not in lm.prompts_seen                  # never reached the backend

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,6 +18,24 @@ MAX_CHARS_PER_TOKEN = 8
 def char_cap(max_tokens: int) -> int:
     """Most characters an answer of ``max_tokens`` tokens may have (see :data:`MAX_CHARS_PER_TOKEN`)."""
     return max(1, int(max_tokens)) * MAX_CHARS_PER_TOKEN
+
+
+def _canonical(obj: Any) -> Any:
+    """Make ``obj`` JSON-canonical: tuples -> lists, integral floats -> ints, sorted dict keys."""
+    if isinstance(obj, dict):
+        return {str(k): _canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, list | tuple):
+        return [_canonical(v) for v in obj]
+    if isinstance(obj, float) and math.isfinite(obj) and obj.is_integer():
+        return int(obj)
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        return _canonical(obj.item())
+    return obj
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON of a request: the material of cache keys and of in-flight de-duplication."""
+    return json.dumps(_canonical(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass
@@ -66,6 +86,13 @@ class LanguageModel(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release resources (processes, sockets)."""
+
+    def interrupt(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Cut short the calls in progress (their retries and backoff waits): the caller is shutting down.
+
+        Called from another thread than the one in the call; calls made afterwards are unaffected.  A call
+        in progress still returns (or raises) normally, only sooner.  The default does nothing.
+        """
 
     def io_stats(self) -> dict[str, float]:
         """Counters of this backend's I/O (HTTP requests, retries, errors by kind, truncations ...).

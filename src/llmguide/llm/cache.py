@@ -24,14 +24,16 @@ until ``bytes <= 0.9 * max_bytes``.  Evictions are counted persistently (``evict
 checkpointed every 256 pages and truncated to 4 MiB, so the files on disk stay near ``max_bytes``
 (SQLite page overhead included, roughly ``1.5 * max_bytes + 4 MiB`` at worst).
 
-Warm start: a caller may also record which *inputs* it asked about (:meth:`LLMCache.add_seen`, e.g. the
-ELLM suggester records each answered state signature's caption per prompt version) and a later run reads
-them back (:meth:`LLMCache.seen`) to rebuild its requests and look their answers up (the keys are hashes,
-so the inputs cannot be recovered from the entries themselves).  ``seen`` rows are small and not
-counted in ``bytes``; :meth:`LLMCache.clear` deletes them too.
+Warm start: :meth:`LLMCache.add_seen` / :meth:`LLMCache.seen` record and read back which *inputs* a
+caller asked about (the :class:`~llmguide.llm.cache_seen.SeenLedger` in the same file).
 
-The :class:`~llmguide.llm.cached_lm.CachedLM` wrapper (re-exported here) answers from this store;
-``llmguide cache stats|export|clear`` is in :mod:`llmguide.llm.cache_cli`.
+A corrupt file (:mod:`llmguide.llm.cache_file`): with ``on_corrupt="move"`` (the default, what training
+uses) it is moved aside to ``<file>.corrupt-<time>`` (never deleted), a warning is logged and an empty
+cache takes its place; with ``on_corrupt="raise"`` opening raises :class:`CacheCorruptError`, one line
+naming the file and the fix.
+
+The :class:`~llmguide.llm.cached_lm.CachedLM` wrapper answers from this store;
+``llmguide cache stats|export|clear|check`` is in :mod:`llmguide.llm.cache_cli`.
 """
 
 from __future__ import annotations
@@ -39,13 +41,20 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from llmguide.llm import cache_file
+from llmguide.llm.base import canonical_json
+from llmguide.llm.cache_file import CacheCorruptError
+from llmguide.llm.cache_seen import SCHEMA as _SEEN_SCHEMA
+from llmguide.llm.cache_seen import SeenLedger
+
+__all__ = ["DEFAULT_MAX_BYTES", "CacheCorruptError", "LLMCache", "canonical_json", "default_cache_path"]
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +72,7 @@ CREATE TABLE IF NOT EXISTS entries (
     accessed REAL
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS seen (namespace TEXT NOT NULL, item TEXT NOT NULL, PRIMARY KEY (namespace, item));
-"""
+""" + _SEEN_SCHEMA
 
 DEFAULT_MAX_BYTES = 256 * 2**20
 ROW_OVERHEAD = 64          # bytes charged per entry besides its text (row header, index entry)
@@ -77,31 +85,16 @@ def _entry_size(key: str, value: str, meta: str) -> int:
     return 2 * len(key.encode()) + len(value.encode()) + len(meta.encode()) + ROW_OVERHEAD
 
 
-def _canonical(obj: Any) -> Any:
-    """Make ``obj`` JSON-canonical: tuples -> lists, integral floats -> ints, sorted dict keys."""
-    if isinstance(obj, dict):
-        return {str(k): _canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
-    if isinstance(obj, list | tuple):
-        return [_canonical(v) for v in obj]
-    if isinstance(obj, float) and math.isfinite(obj) and obj.is_integer():
-        return int(obj)
-    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
-        return _canonical(obj.item())
-    return obj
-
-
-def canonical_json(obj: Any) -> str:
-    """Deterministic JSON used for cache keys and in-flight de-duplication."""
-    return json.dumps(_canonical(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 class LLMCache:
     """Key/value store of LM answers in one SQLite file (thread-, process- and kill-safe)."""
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 60.0, flush_every: int = 256,
-                 max_bytes: int = DEFAULT_MAX_BYTES):
+                 max_bytes: int = DEFAULT_MAX_BYTES, on_corrupt: str = "move"):
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        if on_corrupt not in ("move", "raise"):
+            raise ValueError(f"on_corrupt must be 'move' or 'raise', got {on_corrupt!r}")
+        self.on_corrupt = on_corrupt
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.busy_timeout = busy_timeout
@@ -117,60 +110,57 @@ class LLMCache:
         self._process_hits = 0
         self._process_misses = 0
         self._unflushed = {"hits": 0, "misses": 0}
+        self._ledger = SeenLedger(self._connect, self._lock)
         self._connect()
 
     # -- connection -------------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
-        conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout, check_same_thread=False,
-                               isolation_level=None)  # autocommit; explicit BEGIN where needed
-        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            log.warning("LLM cache %s: could not enable WAL (journal_mode=%s)", self.path, mode)
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
-        conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
-        conn.executescript(_SCHEMA)
-        self._migrate(conn)
+        try:
+            conn = self._open()
+        except sqlite3.DatabaseError as err:
+            if not cache_file.is_corruption(err):
+                raise
+            if self.on_corrupt == "raise":
+                raise CacheCorruptError(self.path, str(err)) from None
+            cache_file.recover(self.path, str(err))
+            try:
+                conn = self._open()
+            except sqlite3.DatabaseError as again:
+                if not cache_file.is_corruption(again):
+                    raise
+                raise CacheCorruptError(self.path, str(again)) from None
         self._conn, self._pid = conn, os.getpid()
         return conn
 
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        """Add ``size``/``accessed`` to a cache file written before the size bound, and the ``bytes`` counter."""
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(entries)")}
-        has_bytes = conn.execute("SELECT 1 FROM counters WHERE name = 'bytes'").fetchone() is not None
-        if {"size", "accessed"} <= columns and has_bytes:
-            conn.execute("CREATE INDEX IF NOT EXISTS entries_accessed ON entries (accessed)")
-            return
-        conn.execute("BEGIN IMMEDIATE")
+    def _open(self) -> sqlite3.Connection:
+        """A configured connection to a sound file (schema created, migrated); closed again on any error."""
+        conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout, check_same_thread=False,
+                               isolation_level=None)  # autocommit; explicit BEGIN where needed
         try:
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(entries)")}
-            for name, kind in (("size", "INTEGER"), ("accessed", "REAL")):
-                if name not in columns:
-                    conn.execute(f"ALTER TABLE entries ADD COLUMN {name} {kind}")
-            conn.execute(
-                "UPDATE entries SET size = 2 * length(CAST(key AS BLOB)) + length(CAST(value AS BLOB)) + "
-                f"length(CAST(coalesce(meta, '') AS BLOB)) + {ROW_OVERHEAD} WHERE size IS NULL")
-            conn.execute("UPDATE entries SET accessed = coalesce(created, 0) WHERE accessed IS NULL")
-            conn.execute("INSERT OR REPLACE INTO counters (name, value) "
-                         "SELECT 'bytes', coalesce(SUM(size), 0) FROM entries")
-            conn.execute("CREATE INDEX IF NOT EXISTS entries_accessed ON entries (accessed)")
-            conn.execute("COMMIT")
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning("LLM cache %s: could not enable WAL (journal_mode=%s)", self.path, mode)
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
+            conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+            conn.executescript(_SCHEMA)
+            cache_file.migrate(conn, ROW_OVERHEAD)
+            conn.execute("SELECT COUNT(*), coalesce(SUM(size), 0) FROM entries").fetchone()
         except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            conn.close()
             raise
+        return conn
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": str(self.path), "busy_timeout": self.busy_timeout, "flush_every": self.flush_every,
-                "max_bytes": self.max_bytes}
+                "max_bytes": self.max_bytes, "on_corrupt": self.on_corrupt}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["path"], busy_timeout=state["busy_timeout"], flush_every=state["flush_every"],
-                      max_bytes=state.get("max_bytes", DEFAULT_MAX_BYTES))
+                      max_bytes=state.get("max_bytes", DEFAULT_MAX_BYTES), on_corrupt=state.get("on_corrupt", "move"))
 
     @property
     def journal_mode(self) -> str:
@@ -352,20 +342,11 @@ class LLMCache:
 
     def add_seen(self, namespace: str, items: list[str]) -> None:
         """Record that ``items`` (e.g. state captions) were asked about under ``namespace`` (warm start)."""
-        if not items:
-            return
-        with self._lock:
-            conn = self._connect()
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany("INSERT OR IGNORE INTO seen (namespace, item) VALUES (?, ?)",
-                             [(namespace, str(i)) for i in items])
-            conn.execute("COMMIT")
+        self._ledger.add(namespace, items)
 
     def seen(self, namespace: str, limit: int | None = None) -> list[str]:
         """The items recorded under ``namespace`` (at most ``limit``)."""
-        with self._lock:
-            sql = "SELECT item FROM seen WHERE namespace = ?" + (f" LIMIT {int(limit)}" if limit else "")
-            return [row[0] for row in self._connect().execute(sql, (namespace,))]
+        return self._ledger.items(namespace, limit)
 
     def clear(self) -> int:
         """Delete every entry and counter; returns the number of entries removed."""
@@ -373,10 +354,15 @@ class LLMCache:
             conn = self._connect()
             removed = int(conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute("DELETE FROM entries")
-            conn.execute("DELETE FROM counters")
-            conn.execute("DELETE FROM seen")
-            conn.execute("COMMIT")
+            try:
+                conn.execute("DELETE FROM entries")
+                conn.execute("DELETE FROM counters")
+                SeenLedger.clear(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
             self._unflushed = {"hits": 0, "misses": 0}
             self._touched, self._bytes = {}, 0
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -398,7 +384,6 @@ class LLMCache:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
 
 
 def default_cache_path() -> Path:

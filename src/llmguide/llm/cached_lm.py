@@ -212,6 +212,9 @@ class CachedLM(LanguageModel):
                     "cache_bytes": self.cache.bytes})
         return {k: float(v) for k, v in out.items()}
 
+    def interrupt(self) -> None:
+        getattr(self.inner, "interrupt", lambda: None)()
+
     def close(self) -> None:
         self.cache.flush()
         self.inner.close()

@@ -42,6 +42,7 @@ retries), ``redacted`` (answers or messages in which the key was found and remov
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import random
@@ -67,6 +68,7 @@ from llmguide.llm.http_transport import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _MESSAGE_CHARS = 300
 
@@ -106,6 +108,9 @@ class HTTPLM(LanguageModel):
         self._counts: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._closing = threading.Event()
+        self._idle = threading.Condition()   # guards _active (requests being sent) and _epoch (interrupts)
+        self._active = 0
+        self._epoch = 0
         http_client = openai.DefaultHttpxClient(
             transport=CappedTransport(self.max_response_bytes, 3 * self.timeout),
             timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)))
@@ -150,8 +155,27 @@ class HTTPLM(LanguageModel):
     def _where(self) -> str:
         return f"LM server {self.base_url} (model {self.model_id!r})"
 
+    def _closed_fault(self) -> Fault:
+        return Fault("connection", f"{self._where()}: the backend was closed", retryable=False)
+
     def _post(self, chat: bool, **kwargs: Any) -> dict[str, Any]:
-        """One HTTP request; the decoded JSON object, or a :class:`Fault`."""
+        """One HTTP request; the decoded JSON object, or a :class:`Fault` (never sent once closing)."""
+        with self._idle:
+            if self._closing.is_set():
+                raise self._closed_fault()
+            self._active += 1
+        try:
+            return self._send(chat, **kwargs)
+        except RuntimeError as err:   # httpx: "Cannot send a request, as the client has been closed"
+            if self._closing.is_set():
+                raise self._closed_fault() from err
+            raise
+        finally:
+            with self._idle:
+                self._active -= 1
+                self._idle.notify_all()
+
+    def _send(self, chat: bool, **kwargs: Any) -> dict[str, Any]:
         resource = self._client.chat.completions if chat else self._client.completions
         self._bump("http_requests")
         try:
@@ -187,26 +211,35 @@ class HTTPLM(LanguageModel):
         return data
 
     def _attempts(self, attempt: Callable[[], T]) -> T:
-        """``attempt()`` until it succeeds, at most ``1 + max_retries`` times; counted faults, backoff."""
+        """``attempt()`` until it succeeds, at most ``1 + max_retries`` times; counted faults, backoff.
+        :meth:`interrupt` and :meth:`close` end the retries (and the wait before the next one)."""
+        epoch = self._epoch
+        cut = lambda: self._closing.is_set() or self._epoch != epoch  # noqa: E731
         for i in range(self.max_retries + 1):
             try:
                 return attempt()
             except Fault as fault:
                 self._bump("rejected_nonfinite" if fault.kind == "nonfinite" else f"errors_{fault.kind}")
-                if not fault.retryable or i >= self.max_retries or self._closing.is_set():
+                if not fault.retryable or i >= self.max_retries or cut():
                     self._bump("failed")
                     tries = f" after {i} retries" if i else ""
                     raise LLMUnavailableError(f"{fault.message}{tries}") from None
                 self._bump("retries")
                 delay = min(self.backoff_max, self.backoff_base * 2**i) * random.uniform(0.5, 1.0)
-                self._closing.wait(delay)
+                with self._idle:
+                    self._idle.wait_for(cut, delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _map(self, fn: Callable[[Any], T], items: Sequence[Any]) -> list[T]:
         """``fn`` over ``items`` with up to ``concurrency`` in flight, results in input order."""
         if len(items) <= 1:
             return [fn(x) for x in items]
-        return list(self._pool.map(fn, items))
+        try:
+            return list(self._pool.map(fn, items))
+        except RuntimeError as err:   # "cannot schedule new futures after shutdown": closed meanwhile
+            if self._closing.is_set():
+                raise LLMUnavailableError(self._closed_fault().message) from err
+            raise
 
     @staticmethod
     def _settle(fn: Callable[[Any], T]) -> Callable[[Any], T | LLMUnavailableError]:
@@ -336,8 +369,21 @@ class HTTPLM(LanguageModel):
             raise errors[0]
         return out
 
+    def interrupt(self) -> None:
+        """End the retries of the calls in progress (see :meth:`LanguageModel.interrupt`)."""
+        with self._idle:
+            self._epoch += 1
+            self._idle.notify_all()
+
     def close(self) -> None:
-        """Stop the worker threads (cutting retry waits short) and close the HTTP connection pool."""
-        self._closing.set()
+        """Refuse new requests, end retries, wait for the requests being sent (from any thread; bounded by
+        their response deadline), then close the HTTP connection pool.  A call made after or during close
+        fails with :class:`LLMUnavailableError` ("the backend was closed"), never with a traceback."""
+        with self._idle:
+            self._closing.set()
+            self._idle.notify_all()
         self._pool.shutdown(wait=True)
+        with self._idle:
+            if not self._idle.wait_for(lambda: self._active == 0, 3 * self.timeout + 5.0):
+                log.warning("%s: %d request(s) still running at close", self._where(), self._active)
         self._client.close()

@@ -1,8 +1,9 @@
-"""The ``lm/*`` metrics of :class:`~llmguide.llm.service.LLMService`: their definition and computation.
+"""The ``lm/*`` metrics of :class:`~llmguide.llm.service.LLMService` (definition and computation), its
+token / dollar :class:`Budget`, and :func:`check_answered_fraction` (``llm.require_fraction``).
 
-The service snapshots its counters (:class:`ServiceState`) and the functions here turn a snapshot
-into :meth:`~llmguide.llm.service.LLMService.metrics` (the older, unprefixed counters) and
-:meth:`~llmguide.llm.service.LLMService.lm_metrics` (the canonical ``lm/*`` metrics below).
+The service snapshots its counters (:class:`ServiceState`) and :func:`lm_metrics` turns a snapshot
+into :meth:`~llmguide.llm.service.LLMService.lm_metrics` (the canonical ``lm/*`` metrics below).
+:func:`legacy_metrics` is the older unprefixed view (:meth:`LLMService.metrics`, kept for callers not yet moved).
 
 The ``lm/*`` metrics
 --------------------
@@ -19,9 +20,17 @@ key                        meaning
                            backend call (a request re-sent after a failed call counts again)
 ``lm/hit_rate``            answered without a backend call / answered: ``(cache_hits + deduplicated) /
                            (cache_hits + deduplicated + calls)``; callers add their own memo hits if any
-``lm/completed``           requests resolved with a real answer (not a fallback)
+``lm/completed``           distinct requests answered by the backend or the cache (not a fallback, not a
+                           backend answer with an error)
+``lm/answered_fraction``   ``completed / (requests - deduplicated)``: the share of distinct requests the LM or
+                           its cache answered.  A submission that joined an identical request is neither
+                           answered nor counted; dropped-stale requests and fallbacks count as not answered.
+                           Only present once a request was made (:func:`check_answered_fraction`)
 ``lm/fallbacks``           requests resolved with the fallback (server down, timeout, queue full, budget, a
                            request that failed after its retries, a score row with a NaN / missing value)
+``lm/fallbacks_REASON``    fallbacks by reason (only those that happened): ``unavailable`` (server down),
+                           ``timeout`` (waited too long in the queue), ``queue_full``, ``budget``, ``error``
+                           (a backend bug or an answer with an error), ``closed`` (service closed)
 ``lm/retries``             re-sent HTTP requests (backend) + re-tried backend calls (service)
 ``lm/errors``              failed HTTP attempts of every kind (the five below + ``rejected_nonfinite``)
 ``lm/errors_http``         HTTP 4xx/5xx answers
@@ -39,6 +48,7 @@ key                        meaning
 ``lm/cache_bytes``         total size of the cache entries (bytes) after this process's last write
 ``lm/http_requests``       HTTP requests sent (retries included)
 ``lm/redacted``            server answers or messages in which the API key was found and removed
+``lm/mean_batch_size``     requests per backend call of the service (0 before the first call)
 ``lm/tokens``              prompt + completion tokens spent on backend calls (cache hits cost none)
 ``lm/latency_p50``         median seconds from submit to resolved (fallbacks included)
 ``lm/latency_p95``         95th percentile of the same
@@ -53,21 +63,21 @@ key                        meaning
 ``lm/parse_errors``        only when the caller passes ``parse_errors=`` (answers its parser rejected)
 =========================  ===================================================================================
 
-Counters a backend does not have (e.g. HTTP errors of the embedded model) are 0.  :meth:`LLMService.metrics`
-keeps the older, unprefixed service counters for existing callers.
+Counters a backend does not have (e.g. HTTP errors of the embedded model) are 0.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-SERVICE_COUNTERS = ("submitted", "completed", "deduplicated", "dropped_stale", "fallbacks", "retries", "backend_calls",
-                    "cache_hits",
-                    "backend_errors", "fallback_queue_full", "fallback_budget", "fallback_unavailable",
-                    "fallback_timeout", "fallback_error", "fallback_closed")
+from llmguide.core.errors import LLMGuideError
+
+FALLBACK_REASONS = ("unavailable", "timeout", "queue_full", "budget", "error", "closed")
 HTTP_ERROR_KINDS = ("http", "decode", "timeout", "connection", "oversize")
 
 
@@ -89,27 +99,10 @@ def _percentile(lat: np.ndarray, q: float) -> float:
     return float(np.percentile(lat, q)) if lat.size else 0.0
 
 
-def service_metrics(state: ServiceState, dollars: float, cache_stats: dict[str, Any] | None) -> dict[str, Any]:
-    """Counters, queue depth, latency percentiles, tokens, dollars (and ``cache_stats``' hits and hit rate)."""
-    counts, sizes = state.counts, state.batch_sizes
-    calls = sum(sizes.values())
-    out: dict[str, Any] = {name: counts.get(name, 0) for name in SERVICE_COUNTERS}
-    out.update({
-        "queue_depth": state.queue_depth, "inflight": state.inflight, "circuit_open": state.circuit_open,
-        "mean_batch_size": sum(k * v for k, v in sizes.items()) / calls if calls else 0.0,
-        "latency_p50": _percentile(state.latencies, 50),
-        "latency_p95": _percentile(state.latencies, 95),
-        "tokens": state.tokens, "dollars": dollars,
-    })
-    if cache_stats is not None:
-        out["cache_hits"] = cache_stats["hits"]
-        out["cache_hit_rate"] = cache_stats["hit_rate"]
-    return out
-
-
 def lm_metrics(state: ServiceState, io: dict[str, Any], parse_errors: float | None = None) -> dict[str, float]:
     """The canonical ``lm/*`` metrics (the table above) from a snapshot and the backend's ``io_stats()``."""
-    counts = state.counts
+    counts, sizes = state.counts, state.batch_sizes
+    n_calls = sum(sizes.values())
     cache_hits = float(io.get("cache_hits", counts.get("cache_hits", 0)))
     calls = float(io.get("sent", counts.get("sent", 0)))
     dedup = float(counts.get("deduplicated", 0))
@@ -122,6 +115,8 @@ def lm_metrics(state: ServiceState, io: dict[str, Any], parse_errors: float | No
         "lm/hit_rate": without / (without + calls) if without + calls else 0.0,
         "lm/completed": float(counts.get("completed", 0)),
         "lm/fallbacks": float(counts.get("fallbacks", 0)),
+        **{f"lm/fallbacks_{r}": float(counts[f"fallback_{r}"]) for r in FALLBACK_REASONS
+           if counts.get(f"fallback_{r}")},
         "lm/retries": float(counts.get("retries", 0)) + float(io.get("retries", 0)),
     }
     errors = {f"lm/errors_{k}": float(io.get(f"errors_{k}", 0)) for k in HTTP_ERROR_KINDS}
@@ -137,6 +132,7 @@ def lm_metrics(state: ServiceState, io: dict[str, Any], parse_errors: float | No
         "lm/cache_bytes": float(io.get("cache_bytes", 0)),
         "lm/http_requests": float(io.get("http_requests", 0)),
         "lm/redacted": float(io.get("redacted", 0)),
+        "lm/mean_batch_size": sum(k * v for k, v in sizes.items()) / n_calls if n_calls else 0.0,
         "lm/tokens": float(state.tokens),
         "lm/latency_p50": _percentile(state.latencies, 50),
         "lm/latency_p95": _percentile(state.latencies, 95),
@@ -145,8 +141,73 @@ def lm_metrics(state: ServiceState, io: dict[str, Any], parse_errors: float | No
         "lm/circuit_open": 1.0 if state.circuit_open else 0.0,
         "lm/dropped_stale": float(counts.get("dropped_stale", 0)),
     })
+    distinct = out["lm/requests"] - dedup
+    if distinct > 0:
+        out["lm/answered_fraction"] = min(1.0, out["lm/completed"] / distinct)
     if state.fresh[1]:
         out["lm/fresh_fraction"] = state.fresh[0] / state.fresh[1]
     if parse_errors is not None:
         out["lm/parse_errors"] = float(parse_errors)
     return out
+
+
+def legacy_metrics(lm: Mapping[str, float]) -> dict[str, float]:
+    """The older unprefixed view of :func:`lm_metrics`' output: the keys without ``lm/``, plus ``submitted``
+    (= ``requests``).  For callers of :meth:`LLMService.metrics` not yet moved to ``lm_metrics``."""
+    out = {key.removeprefix("lm/"): value for key, value in lm.items()}
+    out["submitted"] = out["requests"]
+    return out
+
+
+class AnsweredTooFewError(LLMGuideError):
+    """Too few LM requests were answered (``llm.require_fraction``)."""
+
+
+def check_answered_fraction(metrics: Mapping[str, Any], required: float | None) -> None:
+    """Raise :class:`AnsweredTooFewError` when ``metrics`` (an ``lm_metrics()`` dict) says that less than
+    ``required`` of the distinct LM requests were answered by the LM or its cache.
+
+    ``required`` None or 0: no check.  Metrics without ``lm/answered_fraction`` (no LM service, or no request
+    made yet -- e.g. every state answered from a warm-started memo) pass: nothing went unanswered.
+    """
+    if required is None or float(required) <= 0:
+        return
+    if not float(required) <= 1.0:
+        raise ValueError(f"required answered fraction must be in [0, 1], got {required}")
+    fraction = metrics.get("lm/answered_fraction")
+    if fraction is None or float(fraction) >= float(required):
+        return
+    distinct = float(metrics.get("lm/requests", 0)) - float(metrics.get("lm/deduplicated", 0))
+    reasons = ", ".join(f"{r} {int(metrics[f'lm/fallbacks_{r}'])}" for r in FALLBACK_REASONS
+                        if metrics.get(f"lm/fallbacks_{r}"))
+    raise AnsweredTooFewError(
+        f"the LM answered {int(metrics.get('lm/completed', 0))} of {int(distinct)} requests ({float(fraction):.1%}), "
+        f"llm.require_fraction={float(required):g} requires more; fallbacks {int(metrics.get('lm/fallbacks', 0))}"
+        f"{f' ({reasons})' if reasons else ''}, dropped as stale {int(metrics.get('lm/dropped_stale', 0))}. "
+        "Check that the LM server answers (llm.base_url, llm.timeout) or lower llm.require_fraction")
+
+
+class Budget:
+    """Token and dollar budget of a service: ``tokens`` spent so far (``tokens / 1000 * price_per_1k_tokens``
+    dollars); :meth:`exhausted` names the limit reached, if any (then requests get the fallback)."""
+
+    def __init__(self, tokens: int | None = None, dollars: float | None = None, price_per_1k_tokens: float = 0.0):
+        self.token_limit, self.dollar_limit, self.price_per_1k_tokens = tokens, dollars, price_per_1k_tokens
+        self.tokens = 0
+        self._lock = threading.Lock()
+
+    def spend(self, tokens: int) -> None:
+        with self._lock:
+            self.tokens += int(tokens)
+
+    @property
+    def dollars(self) -> float:
+        return self.tokens / 1000.0 * self.price_per_1k_tokens
+
+    def exhausted(self) -> str | None:
+        """Why no more requests may be sent (a fallback reason containing "budget"), or None."""
+        if self.token_limit is not None and self.tokens >= self.token_limit:
+            return f"token budget exhausted ({self.tokens} >= {self.token_limit})"
+        if self.dollar_limit is not None and self.price_per_1k_tokens > 0 and self.dollars >= self.dollar_limit:
+            return f"dollar budget exhausted (${self.dollars:.4f} >= ${self.dollar_limit})"
+        return None
