@@ -318,6 +318,20 @@ def test_cached_lm_with_real_embedded_backend(tmp_path):
     assert cached.score(["Is water wet? Answer:"], [[" yes", " no"]]) == sa and lm.calls == 2
 
 
+def test_seen_ledger_records_inputs_per_namespace_survives_reopen_and_is_cleared(tmp_path):
+    path = tmp_path / "seen.sqlite"
+    with LLMCache(path) as cache:
+        cache.add_seen("ellm/v1", ["tree", "water", "tree"])
+        cache.add_seen("ellm/v2", ["cow"])
+        cache.add_seen("ellm/v1", [])
+    with LLMCache(path) as cache:   # another run
+        assert sorted(cache.seen("ellm/v1")) == ["tree", "water"] and cache.seen("ellm/v2") == ["cow"]
+        assert len(cache.seen("ellm/v1", limit=1)) == 1 and cache.seen("nobody") == []
+        assert len(cache) == 0 and cache.stats()["bytes"] == 0     # not entries, not counted in bytes
+        cache.clear()
+        assert cache.seen("ellm/v1") == [] and cache.seen("ellm/v2") == []
+
+
 # ---------------------------------------------------------------- CLI
 
 
