@@ -1,0 +1,439 @@
+"""A scripted expert for Crafter and Craftax-Classic (``policy=expert`` for datasets; the ``bot`` row).
+
+:class:`ExpertPolicy` acts for a whole vector env from what a learner gets — the observation (9x7
+semantic view + inventory / facing / sleeping vector) and the info's per-episode achievement counts —
+so the same code drives ``env=crafter`` and ``env=craftax`` (no access to the simulator's state).  Per env an
+:class:`_Agent` keeps a map of the cells it has seen within ``radius`` (:mod:`.expert_nav`), and each
+step, in order:
+
+1. fights a zombie or skeleton close by (flees instead when its defeat is excluded);
+2. keeps the vitals up: drinks, eats (cow, ripe plant), sleeps in a sealed two-cell pocket;
+3. pursues a goal, resolved through the requirement tree (:mod:`.expert_plan`) into one step that the
+   skills (:mod:`.expert_skills`) turn into an action: walk (Dijkstra on the seen map, digging through
+   stone and trees), face, do / place / make.
+
+``mode="plain"`` picks, among the goals not achieved this episode, the feasible one that is cheapest
+to reach now.  ``mode="data"`` samples each subgoal among the feasible goals of the tree's frontier
+(prerequisites achieved), takes ε-random actions (``eps``) and short random exploration segments
+(``explore_prob``): competent, varied play for offline datasets.  ``exclude`` names goals the expert
+never pursues (nor anything needing them; its random actions avoid completing them too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from llmguide.envs.base import normalize_goal
+from llmguide.envs.crafter.expert_nav import MOVES, SEM, LocalMap, view_ids
+from llmguide.envs.crafter.expert_plan import ACTIONS, DO, NOOP, SLEEP, RequirementTree, Step
+from llmguide.envs.crafter.expert_skills import (
+    do_step,
+    explore,
+    find_pocket,
+    flee,
+    make_step,
+    mob_mask,
+    place_step,
+    pocket_step,
+    random_move,
+    station_stand,
+    target_mask,
+    toward,
+    walkable_do_step,
+)
+from llmguide.envs.crafter.rules import ITEMS
+
+# steps a placed sapling needs before it can be eaten (Crafter: grown > 300; Craftax-Classic: age >= 600)
+RIPE_AFTER = {"crafter": 310, "craftax": 610}
+_FACING = [MOVES[a] for a in (1, 2, 3, 4)]  # the vector's facing one-hot: left, right, up, down
+_COLLECTS = {SEM["tree"]: "collect wood", SEM["stone"]: "collect stone", SEM["coal"]: "collect coal",
+             SEM["iron"]: "collect iron", SEM["diamond"]: "collect diamond", SEM["water"]: "collect drink",
+             SEM["grass"]: "collect sapling", SEM["cow"]: "eat cow", SEM["zombie"]: "defeat zombie",
+             SEM["skeleton"]: "defeat skeleton", SEM["plant"]: "eat plant"}
+
+
+@dataclass
+class ExpertSettings:
+    mode: str = "plain"
+    eps: float = 0.0  # probability of a random action each step (data mode default 0.1)
+    explore_prob: float = 0.0  # probability that a subgoal pick becomes a random walk (data mode default 0.15)
+    explore_len: tuple[int, int] = (4, 16)
+    radius: int = 24  # memory: cells farther than this (Chebyshev) are forgotten
+    goal_budget: int = 300  # steps on one goal before it is dropped for a while (data mode default 150)
+    ban_steps: int = 200
+    station_range: float = 20.0  # a known table / furnace farther than this (path cost) is rebuilt
+    drink_below: int = 4
+    food_below: int = 4
+    energy_below: int = 3
+    ripe_after: int = 310
+    night_below: float = 0.45  # daylight under which the agent shelters in a pocket (zombies spawn in the dark)
+    day_above: float = 0.5
+
+
+def _cfg(cfg: Any, key: str, default: Any) -> Any:
+    value = cfg.get(key, default) if cfg is not None and hasattr(cfg, "get") else default
+    return default if value is None else value
+
+
+class _Agent:
+    """One env's expert: map memory, current goal and vital routine."""
+
+    def __init__(self, tree: RequirementTree, cfg: ExpertSettings, excluded: set[str], rng: np.random.Generator):
+        self.tree, self.cfg, self.excluded, self.rng = tree, cfg, excluded, rng
+        self.map = LocalMap(cfg.radius)
+        self.t, self.facing, self.inventory = 0, (0, 1), {k: 0 for k in ITEMS}
+        self.counts: dict[str, int] = dict.fromkeys(tree.goals, 0)
+        self.goal: str | None = None
+        self.goal_t = self.goal_count = 0
+        self.banned: dict[str, int] = {}
+        self.vital: str | None = None
+        self.pocket: tuple | None = None
+        self.pocket_search_t = -99
+        self.heading, self.heading_until = None, 0
+        self.segment, self.segment_dir = 0, 0
+        self.last_action: int | None = None
+        self.asleep = False
+        self.daylight = 1.0
+        self.tried: dict[tuple[int, int], int] = {}
+        self.plan = None
+        self._usable: dict[str, bool] = {}
+
+    # --- the planner's Context ------------------------------------------------------------
+    def station_usable(self, name: str) -> bool:
+        if name not in self._usable:
+            self._usable[name] = self._station_usable(name)
+        return self._usable[name]
+
+    def _station_usable(self, name: str) -> bool:
+        if name == "plant":
+            return bool(self.ripe_plants())
+        mask = self.plan.window(self.map.mat) == SEM[name]
+        found = self.plan.reach(mask)
+        if found is None or found[0] > self.cfg.station_range:
+            return False
+        others = [o for o in self.tree.companions.get(name, ()) if (self.map.mat == SEM[o]).any()]
+        return not others or name == "table" or station_stand(self, self.plan, (name, *others)) is not None
+
+    def plant_growing(self) -> bool:
+        return bool(self.map.plants) and not self.ripe_plants()
+
+    def ripe_plants(self) -> list[tuple[int, int]]:
+        t = self.map.t
+        return [c for c, t0 in self.map.plants.items()
+                if t - t0 >= self.cfg.ripe_after and t - self.tried.get(c, -10**9) > 40]
+
+    # --- one step ----------------------------------------------------------------------------
+    def observe(self, ids: np.ndarray, vector: np.ndarray, counts: dict[str, int] | None) -> None:
+        self.map.observe(ids, self.last_action, self.asleep)
+        inv = np.rint(np.asarray(vector[:len(ITEMS)], np.float64) * 9.0).astype(int)
+        self.inventory = dict(zip(ITEMS, inv.tolist(), strict=True))
+        self.facing = _FACING[int(np.argmax(vector[len(ITEMS):len(ITEMS) + 4]))]
+        asleep = bool(vector[len(ITEMS) + 4] > 0.5)
+        self.daylight = float(vector[len(ITEMS) + 5])
+        if self.asleep and not asleep:  # woke up: the sleep routine is over
+            self.vital, self.pocket = (None, None) if self.vital == "sleep" else (self.vital, self.pocket)
+        self.asleep = asleep
+        if counts is not None:
+            if self.goal is not None and any(counts.get(g, 0) > c for g, c in self.counts.items()):
+                self.goal = None  # something was achieved: choose again (plain mode: the cheapest now)
+            self.counts.update(counts)
+        self.t += 1
+
+    def act(self, mode_data: bool) -> int:
+        if self.asleep:
+            action = NOOP
+        else:
+            self.plan = self.map.plan(dig_stone=self._has_pickaxe())
+            self._usable = {}
+            action = self._decide(mode_data)
+            if self.rng.random() < self.cfg.eps:
+                action = self.random_action()
+        if action == DO and self.map.at(self.map.facing_cell(self.facing)) == SEM["plant"]:
+            self.tried[self.map.facing_cell(self.facing)] = self.map.t
+        self.last_action = int(action)
+        return int(action)
+
+    def _has_pickaxe(self) -> bool:
+        return any(self.inventory.get(k, 0) > 0 for k in ("wood_pickaxe", "stone_pickaxe", "iron_pickaxe"))
+
+    def _decide(self, mode_data: bool) -> int:
+        if self.segment > 0:  # a random exploration segment (data mode)
+            self.segment -= 1
+            if self.rng.random() < 0.3 or not self.segment_dir:
+                self.segment_dir = random_move(self)
+            return self.segment_dir
+        for rule in (self._threat, self._vitals):
+            action = rule()
+            if action is not None:
+                return action
+        return self._pursue(mode_data)
+
+    def _threat(self) -> int | None:
+        """Hit a zombie next to the agent or one step away (fleeing rarely works: they follow); flee only
+        when its defeat is excluded; a skeleton is fought when next to it or when it is the goal."""
+        pos = self.map.pos
+        health = self.inventory.get("health", 9)
+        for sid, name in ((SEM["zombie"], "defeat zombie"), (SEM["skeleton"], "defeat skeleton")):
+            close = [(abs(x - pos[0]) + abs(y - pos[1]), (x, y)) for s, x, y in self.map.mobs if s == sid]
+            if not close:
+                continue
+            d, where = min(close)
+            if name in self.excluded:
+                if d <= 2:
+                    return flee(self, where)
+                continue
+            fight = d == 1 or (name == "defeat zombie" and d == 2 and health >= 4) or (self.goal == name and health >= 4)
+            if fight:
+                out = toward(self, self.plan, mob_mask(self, self.plan, [name.split()[1]]))
+                if out is not None:
+                    return out[0]
+        return None
+
+    def _vitals(self) -> int | None:
+        inv, cfg = self.inventory, self.cfg
+        level = {"drink": inv["drink"], "food": inv["food"], "sleep": inv["energy"]}
+        below = {"drink": cfg.drink_below, "food": cfg.food_below, "sleep": cfg.energy_below}
+        can = {"drink": "collect drink" not in self.excluded, "food": not {"eat cow", "eat plant"} <= self.excluded,
+               "sleep": "wake up" not in self.excluded}
+        if self.vital == "drink" and level["drink"] >= 9 or self.vital == "food" and level["food"] >= 8:
+            self.vital = None
+        urgent = [k for k in level if can[k] and level[k] <= 1]
+        if urgent:
+            self.vital = min(urgent, key=level.get)
+        elif self.vital is None:
+            low = [k for k in level if can[k] and level[k] <= below[k]]
+            if low:
+                self.vital = min(low, key=lambda k: level[k] - below[k])
+            elif can["drink"] and level["drink"] <= 6 and self._cost(self._drink_step()) <= 5:
+                self.vital = "drink"
+            elif can["food"] and level["food"] <= 6 and self._cost(self._food_step()) <= 6:
+                self.vital = "food"
+        if self.vital == "drink":
+            return self._or_explore(do_step(self, self.plan, self._drink_step()))
+        if self.vital == "food":
+            return self._or_explore(do_step(self, self.plan, self._food_step()))
+        if self.vital == "sleep":
+            return self._sleep(urgent=level["sleep"] <= 1 or (self.daylight > 0.5 and level["sleep"] <= below["sleep"]))
+        if self.vital == "night" and self.daylight > cfg.day_above:
+            self.vital, self.pocket = None, None
+        if self.vital is None and self.daylight < cfg.night_below and can["sleep"]:
+            self.vital = "night"
+        if self.vital == "night":  # in a sealed pocket until morning, asleep when tired
+            action = self._sleep(urgent=False)
+            if action == SLEEP and level["sleep"] >= 9:
+                action = NOOP
+            if action is None:
+                self.vital = None
+            return action
+        return None
+
+    def _drink_step(self) -> Step:
+        return Step("do", "collect drink", targets=("water",))
+
+    def _food_step(self) -> Step:
+        return Step("do", "eat", targets=tuple(t for t, g in (("cow", "eat cow"), ("plant", "eat plant"))
+                                               if g not in self.excluded))
+
+    def _cost(self, step: Step) -> float:
+        return self.step_cost(step)
+
+    def _sleep(self, urgent: bool) -> int | None:
+        if self.pocket is None and self.t - self.pocket_search_t >= 10:
+            self.pocket_search_t = self.t
+            self.pocket = find_pocket(self, self.plan, dig=self._has_pickaxe())
+        if self.pocket is not None:
+            action = pocket_step(self, self.plan, self.pocket)
+            if action is not None:
+                return action
+            self.pocket = None
+        zombies = any(s == SEM["zombie"] for s, _, _ in self.map.mobs)
+        return SLEEP if urgent and not zombies else None
+
+    def _or_explore(self, action: int | None) -> int:
+        return explore(self, self.plan) if action is None else action
+
+    # --- goals ---------------------------------------------------------------------------------
+    def _pursue(self, mode_data: bool) -> int:
+        if self.goal is not None and self.t - self.goal_t > self.cfg.goal_budget:
+            self.banned[self.goal] = self.t + self.cfg.ban_steps
+            self.goal = None
+        for _ in range(3):
+            if self.goal is None and not self._choose(mode_data):
+                break
+            if self.segment > 0:
+                return self._decide(mode_data)
+            step = self.tree.resolve(self.goal, self)
+            if step is not None:
+                action = self.execute(step)
+                if action is not None:
+                    return action
+                return explore(self, self.plan)
+            self.banned[self.goal] = self.t + 20
+            self.goal = None
+        return explore(self, self.plan)
+
+    def execute(self, step: Step) -> int | None:
+        if step.kind == "do":
+            return do_step(self, self.plan, step)
+        if step.kind == "do_walkable":
+            return walkable_do_step(self, self.plan, step)
+        if step.kind == "place":
+            return place_step(self, self.plan, step)
+        if step.kind == "make":
+            return make_step(self, self.plan, step)
+        self.vital = "sleep"  # "wake up": the sleep routine, with a pocket when one is around
+        return self._sleep(urgent=True)
+
+    def _open(self) -> list[str]:
+        return [g for g in self.tree.goals if g not in self.excluded and self.banned.get(g, -1) < self.t
+                and (g != "wake up" or self.inventory["energy"] <= 7)]
+
+    def _choose(self, mode_data: bool) -> bool:
+        if mode_data:
+            if self.rng.random() < self.cfg.explore_prob:
+                self.segment = int(self.rng.integers(*self.cfg.explore_len))
+                return True
+            achieved = {g for g, c in self.counts.items() if c > 0}
+            frontier = set(self.tree.frontier(achieved, self.excluded))
+            cands = [g for g in self._open() if g in frontier and self.tree.resolve(g, self) is not None]
+            if not cands:
+                return False
+            weights = np.array([1.0 if self.counts[g] > 0 else 3.0 for g in cands])
+            goal = cands[int(self.rng.choice(len(cands), p=weights / weights.sum()))]
+        else:
+            best = None
+            for g in self._open():
+                if self.counts[g] > 0:
+                    continue
+                step = self.tree.resolve(g, self)
+                if step is not None:
+                    cost = self.step_cost(step)
+                    if best is None or cost < best[0]:
+                        best = (cost, g)
+            if best is None:
+                return False
+            goal = best[1]
+        self.goal, self.goal_t, self.goal_count = goal, self.t, self.counts.get(goal, 0)
+        return True
+
+    def step_cost(self, step: Step) -> float:
+        if step.kind == "do":
+            found = self.plan.reach(target_mask(self, self.plan, step.targets))
+            return 100.0 + 15.0 * step.depth if found is None else found[0] + 15.0 * step.depth
+        if step.kind == "make":
+            near = station_stand(self, self.plan, step.stations)
+            found = None if near is None else self.plan.reach(near[0], stand=True)
+            return 15.0 * step.depth + (100.0 if found is None else found[0])
+        return {"sleep": 60.0}.get(step.kind, 3.0) + 15.0 * step.depth
+
+    def random_action(self) -> int:
+        """A uniformly random action that neither steps into lava, falls asleep, nor completes an excluded goal."""
+        faced = self.map.at(self.map.facing_cell(self.facing))
+        ok = []
+        for a, name in enumerate(ACTIONS):
+            if a == SLEEP or (a in MOVES and self.map.at(self.map.pos + np.array(MOVES[a])) == SEM["lava"]):
+                continue
+            if a == DO and _COLLECTS.get(faced) in self.excluded:
+                continue
+            if name.startswith(("place_", "make_")) and name.replace("_", " ", 1).replace("_", " ") in self.excluded:
+                continue
+            ok.append(a)
+        return int(self.rng.choice(ok))
+
+
+class ExpertPolicy:
+    """The scripted expert for a vector env of ``env=crafter`` or ``env=craftax`` (primitive actions).
+
+    ``act(obs, infos)`` takes the batched observation and infos of the vector env (Gymnasium layout, as
+    ``make_vector_env`` returns them; SAME_STEP autoreset: envs whose ``infos["_final_info"]`` is set
+    start a new episode and their memory is cleared) and returns one action per env.  A single env's
+    observation (image of ndim 3) gives a single int.
+    """
+
+    def __init__(self, env_cfg: Any = None, seed: int = 0, mode: str = "plain", exclude=(),
+                 eps: float | None = None, explore_prob: float | None = None, radius: int = 24,
+                 goal_budget: int | None = None, family: str | None = None, **settings: Any):
+        if mode not in ("plain", "data"):
+            raise ValueError(f"expert mode must be 'plain' or 'data', got {mode!r}")
+        family = family or _cfg(env_cfg, "name", "crafter")
+        if family not in RIPE_AFTER:
+            raise ValueError(f"the expert plays env=crafter or env=craftax, not {family!r}")
+        if _cfg(env_cfg, "actions", "primitive") != "primitive":
+            raise ValueError("the expert acts with the 17 primitive actions (env.actions=primitive)")
+        from llmguide.envs.registry import get_oracle
+
+        self.tree = RequirementTree(get_oracle(family, "primitive"))
+        self.exclude = {normalize_goal(g) for g in exclude}
+        unknown = self.exclude - set(self.tree.goals)
+        if unknown:
+            raise ValueError(f"expert exclude: unknown goals {sorted(unknown)}; choose from {self.tree.goals}")
+        data = mode == "data"
+        self.mode, self.seed = mode, int(seed)
+        self.settings = ExpertSettings(
+            mode=mode, eps=(0.1 if data else 0.0) if eps is None else float(eps),
+            explore_prob=(0.15 if data else 0.0) if explore_prob is None else float(explore_prob),
+            radius=int(radius), goal_budget=(150 if data else 300) if goal_budget is None else int(goal_budget),
+            ripe_after=RIPE_AFTER[family], **settings)
+        self.agents: list[_Agent] = []
+        self._episodes = 0
+
+    def _new_agent(self) -> _Agent:
+        self._episodes += 1
+        rng = np.random.default_rng([self.seed, self._episodes])
+        return _Agent(self.tree, self.settings, self.exclude, rng)
+
+    def reset(self, index: int | None = None) -> None:
+        """Forget env ``index`` (all envs when None): its next observation starts an episode."""
+        if index is None:
+            self.agents = []
+        elif index < len(self.agents):
+            self.agents[index] = self._new_agent()
+
+    def act(self, obs: dict, infos: dict | None = None) -> np.ndarray | int:
+        image, vector = np.asarray(obs["image"]), np.asarray(obs["vector"])
+        single = image.ndim == 3
+        if single:
+            image, vector = image[None], vector[None]
+        n = image.shape[0]
+        while len(self.agents) < n:
+            self.agents.append(self._new_agent())
+        infos = infos or {}
+        for key in ("_final_info", "_final_obs"):
+            if key in infos:
+                for i in np.flatnonzero(np.asarray(infos[key])):
+                    self.agents[i] = self._new_agent()
+                break
+        ids = view_ids(image)
+        counts = _counts(infos.get("achievements"), n)
+        out = np.empty(n, np.int64)
+        for i, agent in enumerate(self.agents[:n]):
+            agent.observe(ids[i], vector[i], counts[i])
+            out[i] = agent.act(self.mode == "data")
+        return int(out[0]) if single else out
+
+    __call__ = act
+
+    @property
+    def goals(self) -> list[str | None]:
+        """Each env's current goal (None while surviving, exploring or idle)."""
+        return [a.goal for a in self.agents]
+
+
+def _counts(ach: Any, n: int) -> list[dict[str, int] | None]:
+    """Per env ``{goal: count this episode}`` from an info's ``achievements`` (dict of arrays or of ints)."""
+    if not isinstance(ach, dict):
+        return [None] * n
+    out: list[dict[str, int]] = [{} for _ in range(n)]
+    for name, value in ach.items():
+        if name.startswith("_"):
+            continue
+        col = np.broadcast_to(np.asarray(value), (n,))
+        for i in range(n):
+            out[i][name.replace("_", " ")] = int(col[i])
+    return out
+
+
+__all__ = ["ExpertPolicy", "ExpertSettings", "RIPE_AFTER"]

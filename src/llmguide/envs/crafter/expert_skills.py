@@ -1,0 +1,258 @@
+"""The expert's skills (:mod:`.expert`): turn one planner :class:`~.expert_plan.Step` into a primitive action
+on the agent's map memory (walk there, face it, act), plus exploring, fleeing and sleeping in a sealed
+pocket.  Every function returns an action id, or None when the step cannot be done from what is known."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from llmguide.envs.crafter.expert_nav import ACTION_OF, MOVES, SEM, UNKNOWN, Plan
+from llmguide.envs.crafter.expert_plan import DO, PLACE_STONE, SLEEP, Step
+
+_SOLID = np.array([SEM[n] for n in ("water", "stone", "tree", "coal", "iron", "diamond", "table", "furnace")] + [0])
+_WALK = np.array([SEM["grass"], SEM["sand"], SEM["path"]])
+_DIRS = [np.array(d) for d in MOVES.values()]
+
+
+def move(d) -> int:
+    return ACTION_OF[(int(d[0]), int(d[1]))]
+
+
+def _mask(win: np.ndarray, names) -> np.ndarray:
+    return np.isin(win, [SEM[n] for n in names if n in SEM])
+
+
+def mob_mask(agent: Any, plan: Plan, names) -> np.ndarray:
+    mask = np.zeros((plan.n, plan.n), bool)
+    ids = {SEM[n] for n in names}
+    for sid, x, y in agent.map.mobs:
+        if sid in ids:
+            mask[x - plan.x0, y - plan.y0] = True
+    if "cow" in names:  # cows seen lately out of view: where they were
+        for x, y in agent.map.cows:
+            mask[x - plan.x0, y - plan.y0] = True
+    return mask
+
+
+def toward(agent: Any, plan: Plan, mask: np.ndarray, stand: bool = False) -> tuple[int, float] | None:
+    """(action, cost) going to (``stand``) or facing the nearest cell of ``mask``; at the target: face and do."""
+    found = plan.reach(mask, stand=stand)
+    if found is None:
+        return None
+    cost, target, first = found
+    pos = agent.map.pos
+    if stand and (target == pos).all():
+        return None if not stand else (-1, 0.0)
+    d = first - pos
+    if (first == target).all() and not stand:
+        return (DO if tuple(d) == agent.facing else move(d)), cost
+    what = agent.map.at(first)
+    if what in (SEM["stone"], SEM["tree"]):  # dig through: face it, then do
+        return (DO if tuple(d) == agent.facing else move(d)), cost
+    return move(d), cost
+
+
+def do_step(agent: Any, plan: Plan, step: Step) -> int | None:
+    """Walk to the nearest target of ``step`` (a material, a creature, a ripe plant) and hit it."""
+    out = toward(agent, plan, target_mask(agent, plan, step.targets))
+    return None if out is None else out[0]
+
+
+def target_mask(agent: Any, plan: Plan, targets) -> np.ndarray:
+    """Window cells holding one of ``targets``: materials, creatures (seen now, cows seen lately), ripe plants."""
+    mask = _mask(agent.map.window_of(plan), [t for t in targets if t != "plant"])
+    mask |= mob_mask(agent, plan, [t for t in targets if t in ("cow", "zombie", "skeleton")])
+    if "plant" in targets:
+        for (x, y) in agent.ripe_plants():
+            mask[x - plan.x0, y - plan.y0] = True
+    return mask
+
+
+def face_free(agent: Any, where, keep_near: np.ndarray | None = None) -> int | None:
+    """An action that leaves the agent facing a free cell of ``where`` (or None when none is around):
+    turn towards a non-walkable one (water for stone), or step so that the next cell ahead is one."""
+    m, pos = agent.map, agent.map.pos
+    ok = {SEM[n] for n in where}
+
+    def free(c) -> bool:
+        return m.at(c) in ok and all((x, y) != (int(c[0]), int(c[1])) for _, x, y in m.mobs)
+
+    ahead = pos + np.array(agent.facing)
+    if free(ahead):
+        return -1  # already facing one
+    options = []
+    for d in _DIRS:
+        c1, c2 = pos + d, pos + 2 * d
+        if free(c1) and not m.free(c1):
+            options.append((0, move(d)))  # turning towards it does not move the agent
+        elif m.free(c1) and free(c2):
+            if keep_near is None or keep_near[tuple(c1)]:
+                options.append((1, move(d)))
+    return min(options)[1] if options else None
+
+
+def place_step(agent: Any, plan: Plan, step: Step) -> int | None:
+    """Stand next to the step's companion stations when known, then face a free cell and place."""
+    keep = None
+    if step.near:
+        near = station_stand(agent, plan, step.near)
+        if near is not None:
+            stand_mask, full = near
+            if not full[tuple(agent.map.pos)]:
+                out = toward(agent, plan, stand_mask, stand=True)
+                if out is not None and out[0] >= 0:
+                    return out[0]
+            keep = full
+    act = face_free(agent, step.where, keep)
+    if act == -1:
+        return step.action
+    if act is None:  # nothing placeable around: walk somewhere else
+        return explore(agent, plan)
+    return act
+
+
+def station_stand(agent: Any, plan: Plan, stations) -> tuple[np.ndarray, np.ndarray] | None:
+    """(window mask, full-map mask) of walkable cells within one cell (8-neighbourhood) of every station."""
+    m = agent.map
+    full = np.ones_like(m.mat, bool)
+    for s in stations:
+        cells = m.mat == SEM[s]
+        if not cells.any():
+            return None
+        grown = cells.copy()
+        grown[1:] |= cells[:-1]
+        grown[:-1] |= cells[1:]
+        g2 = grown.copy()
+        g2[:, 1:] |= grown[:, :-1]
+        g2[:, :-1] |= grown[:, 1:]
+        full &= g2
+    full &= np.isin(m.mat, _WALK)
+    if not full.any():
+        return None
+    return plan.window(np.pad(full, 0)), full
+
+
+def make_step(agent: Any, plan: Plan, step: Step) -> int | None:
+    near = station_stand(agent, plan, step.stations)
+    if near is None:
+        return None
+    mask, full = near
+    if full[tuple(agent.map.pos)]:
+        return step.action
+    out = toward(agent, plan, mask, stand=True)
+    return None if out is None or out[0] < 0 else out[0]
+
+
+def walkable_do_step(agent: Any, plan: Plan, step: Step) -> int | None:
+    """Face a walkable target (grass for a sapling) and do."""
+    act = face_free(agent, step.targets)
+    if act == -1:
+        return DO
+    if act is not None:
+        return act
+    win = agent.map.window_of(plan)
+    out = toward(agent, plan, _mask(win, step.targets), stand=True)
+    return explore(agent, plan) if out is None or out[0] < 0 else out[0]
+
+
+def explore(agent: Any, plan: Plan) -> int:
+    """Walk towards a far point in the agent's heading; a new random heading when there or stuck."""
+    rng, r = agent.rng, agent.map.radius
+    for _ in range(3):
+        if agent.heading is None or agent.t >= agent.heading_until:
+            angle = rng.uniform(0, 2 * np.pi)
+            agent.heading = np.array([np.cos(angle), np.sin(angle)])
+            agent.heading_until = agent.t + int(rng.integers(30, 90))
+        goal = plan.n // 2 + agent.heading * (r - 2)
+        ii, jj = np.meshgrid(np.arange(plan.n), np.arange(plan.n), indexing="ij")
+        score = np.abs(ii - goal[0]) + np.abs(jj - goal[1]) + 0.3 * plan.dist
+        score[~np.isfinite(plan.dist)] = np.inf
+        flat = int(np.argmin(score))
+        if np.isfinite(score.flat[flat]) and flat != (plan.n // 2) * plan.n + plan.n // 2:
+            mask = np.zeros((plan.n, plan.n), bool)
+            mask.flat[flat] = True
+            out = toward(agent, plan, mask, stand=True)
+            if out is not None and out[0] >= 0:
+                return out[0]
+        agent.heading = None
+    return random_move(agent)
+
+
+def random_move(agent: Any) -> int:
+    """A move that does not step into lava."""
+    ok = [move(d) for d in _DIRS if agent.map.at(agent.map.pos + d) != SEM["lava"]]
+    return int(agent.rng.choice(ok)) if ok else 0
+
+
+def flee(agent: Any, threat: tuple[int, int]) -> int:
+    """The free neighbouring cell farthest from ``threat``."""
+    m = agent.map
+    best = [(np.abs(m.pos + d - np.array(threat)).sum(), move(d)) for d in _DIRS if m.free(m.pos + d)]
+    return max(best)[1] if best else random_move(agent)
+
+
+# --- sleeping in a sealed pocket ---------------------------------------------------------------
+def _solid(win: np.ndarray) -> np.ndarray:
+    return np.isin(win, _SOLID)
+
+
+def find_pocket(agent: Any, plan: Plan, dig: bool) -> tuple | None:
+    """A two-cell dead end (entrance E, cells P1, P2 in a line, all other sides solid) to sleep in: enter
+    to P2, step back to P1 (now facing E) and seal E with a stone.  Stone cells count as open when ``dig``."""
+    win = agent.map.window_of(plan)
+    solid = np.pad(_solid(win), 3, constant_values=False)
+    room = np.isin(win, _WALK) | ((win == SEM["stone"]) if dig else False)
+    room = np.pad(room, 3, constant_values=False)
+    walk = np.pad(np.isin(win, _WALK), 3, constant_values=False)
+    n = plan.n
+    dist = plan.dist
+    best = None
+
+    def sh(a, dx, dy):  # a shifted so that out[i, j] = a[i + dx, j + dy] (inside the padding)
+        return a[3 + dx:3 + dx + n, 3 + dy:3 + dy + n]
+
+    for d in _DIRS:
+        e = np.array([d[1], d[0]])
+        ok = sh(room, 0, 0) & sh(room, *d) & sh(walk, *(-d))
+        ok &= sh(solid, *e) & sh(solid, *(-e)) & sh(solid, *(2 * d)) & sh(solid, *(d + e)) & sh(solid, *(d - e))
+        if not ok.any():
+            continue
+        ed = np.full((n, n), np.inf)  # distance to the entrance
+        ex, ey = np.nonzero(ok)
+        inside = (ex - d[0] >= 0) & (ex - d[0] < n) & (ey - d[1] >= 0) & (ey - d[1] < n)
+        ex, ey = ex[inside], ey[inside]
+        ed[ex, ey] = dist[ex - d[0], ey - d[1]]
+        k = int(np.argmin(ed))
+        if np.isfinite(ed.flat[k]) and (best is None or ed.flat[k] < best[0]):
+            i, j = divmod(k, n)
+            p1 = np.array([i + plan.x0, j + plan.y0])
+            best = (ed.flat[k], p1 - d, p1, p1 + d, d)
+    return None if best is None or best[0] > 3 * agent.map.radius else best[1:]
+
+
+def pocket_step(agent: Any, plan: Plan, pocket: tuple) -> int | None:
+    """The next action of the sleep-in-a-pocket routine; None when the pocket no longer works."""
+    e, p1, p2, d = pocket
+    m, pos, face = agent.map, agent.map.pos, tuple(agent.facing)
+    back = tuple(-d)
+    if (pos == p1).all() and face == back:
+        if m.at(e) == SEM["stone"] or agent.inventory.get("stone", 0) == 0:
+            return SLEEP
+        return PLACE_STONE if m.free(e) else DO
+    if (pos == p2).all():
+        return move(-d)
+    if (pos == p1).all():
+        return (DO if face == tuple(d) else move(d)) if m.at(p2) == SEM["stone"] else move(d)
+    if (pos == e).all():
+        return (DO if face == tuple(d) else move(d)) if m.at(p1) == SEM["stone"] else move(d)
+    if m.at(e) == UNKNOWN:
+        return None
+    mask = np.zeros((plan.n, plan.n), bool)
+    i, j = e[0] - plan.x0, e[1] - plan.y0
+    if not (0 <= i < plan.n and 0 <= j < plan.n):
+        return None
+    mask[i, j] = True
+    out = toward(agent, plan, mask, stand=True)
+    return None if out is None or out[0] < 0 else out[0]
