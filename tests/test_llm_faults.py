@@ -188,7 +188,9 @@ def test_service_over_the_full_fault_schedule(canary, tmp_path):
         "garbage"] - served["injection"] - served["echo_key"] - served["huge"]
     assert m["lm/http_requests"] == server.requests
     assert m["lm/requests"] == 84 and m["lm/calls"] >= 84 - m["lm/fallbacks"] and m["lm/parse_errors"] == 0
-    assert m["lm/completed"] + m["lm/fallbacks"] >= 84 and 0.0 <= m["lm/hit_rate"] <= 1.0
+    # every distinct request ends once: answered or fallen back (an answer carrying an error is a fallback only)
+    assert m["lm/deduplicated"] == 0 and m["lm/completed"] + m["lm/fallbacks"] == 84 and 0.0 <= m["lm/hit_rate"] <= 1.0
+    assert m["lm/answered_fraction"] == pytest.approx(m["lm/completed"] / 84) and m["lm/completed"] > 0
     assert m["lm/latency_p95"] >= m["lm/latency_p50"] > 0 and all(isinstance(v, float) for v in m.values())
     assert legacy["submitted"] == 84   # the old unprefixed view still works
 

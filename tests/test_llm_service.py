@@ -292,6 +292,7 @@ def test_unreachable_server_retries_then_falls_back():
         assert out.text == "" and "unavailable" in out.error
         m = service.lm_metrics()
         assert m["lm/retries"] == 2 and m["lm/fallbacks_unavailable"] == 1 and m["lm/circuit_open"] == 1.0
+        assert m["lm/answered_fraction"] == 0.0
         assert service.submit_score("a", [" b"]).result(timeout=60) == [None]
         assert service.lm_metrics()["lm/retries"] == 2  # circuit open: one probe, no more retries
 
