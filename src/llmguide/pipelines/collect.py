@@ -68,11 +68,12 @@ class Collection:
         """``ppo+rnd``, ``ppo`` (no intrinsic reward) or ``random``: the name the summary and episodes carry."""
         if self.policy == "random":
             return "random"
-        return "ppo" if not uses_module(self) else f"ppo+{self.intrinsic}"
+        return f"ppo+{self.intrinsic}" if self.uses_module else "ppo"
 
-
-def uses_module(spec: Collection) -> bool:
-    return spec.intrinsic not in ("none", "") and spec.intrinsic_coef > 0
+    @property
+    def uses_module(self) -> bool:
+        """PPO with an intrinsic reward module (``intrinsic`` not ``none`` and ``intrinsic_coef > 0``)."""
+        return self.policy == "ppo" and self.intrinsic not in ("none", "") and self.intrinsic_coef > 0
 
 
 def check_intrinsic(value: Any) -> str | None:
@@ -106,7 +107,7 @@ def intrinsic_modules(cfg: DictConfig, spec: Collection, envs: Any) -> list[tupl
 
     from llmguide.rewards import build_reward_modules, load_class
 
-    if not uses_module(spec):
+    if not spec.uses_module:
         return []
     found = (spec.intrinsic, {}) if ":" in spec.intrinsic else reward_of_method(spec.intrinsic)
     if found is None:
