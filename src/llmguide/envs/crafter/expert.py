@@ -32,18 +32,14 @@ from llmguide.envs.crafter.expert_plan import ACTIONS, DO, NOOP, SLEEP, Requirem
 from llmguide.envs.crafter.expert_skills import (
     do_step,
     explore,
-    find_pocket,
-    flee,
     make_step,
-    mob_mask,
     place_step,
-    pocket_step,
     random_move,
     station_stand,
     target_mask,
-    toward,
     walkable_do_step,
 )
+from llmguide.envs.crafter.expert_survival import sleep, threat, vitals
 from llmguide.envs.crafter.rules import ITEMS
 
 # steps a placed sapling needs before it can be eaten (Crafter: grown > 300; Craftax-Classic: age >= 600)
@@ -65,12 +61,12 @@ class ExpertSettings:
     goal_budget: int = 300  # steps on one goal before it is dropped for a while (data mode default 150)
     ban_steps: int = 200
     station_range: float = 20.0  # a known table / furnace farther than this (path cost) is rebuilt
-    drink_below: int = 4
-    food_below: int = 4
+    drink_below: int = 5
+    food_below: int = 5
     energy_below: int = 3
     ripe_after: int = 310
     night_below: float = 0.45  # daylight under which the agent shelters in a pocket (zombies spawn in the dark)
-    day_above: float = 0.5
+    day_above: float = 0.7
 
 
 def _cfg(cfg: Any, key: str, default: Any) -> Any:
@@ -96,7 +92,7 @@ class _Agent:
         self.segment, self.segment_dir = 0, 0
         self.last_action: int | None = None
         self.asleep = False
-        self.daylight = 1.0
+        self.daylight, self.dusk = 1.0, False
         self.tried: dict[tuple[int, int], int] = {}
         self.plan = None
         self._usable: dict[str, bool] = {}
@@ -132,7 +128,9 @@ class _Agent:
         self.inventory = dict(zip(ITEMS, inv.tolist(), strict=True))
         self.facing = _FACING[int(np.argmax(vector[len(ITEMS):len(ITEMS) + 4]))]
         asleep = bool(vector[len(ITEMS) + 4] > 0.5)
-        self.daylight = float(vector[len(ITEMS) + 5])
+        light = float(vector[len(ITEMS) + 5])
+        self.dusk = light < 0.7 and light < self.daylight  # evening: top up before the night
+        self.daylight = light
         if self.asleep and not asleep:  # woke up: the sleep routine is over
             self.vital, self.pocket = (None, None) if self.vital == "sleep" else (self.vital, self.pocket)
         self.asleep = asleep
@@ -146,7 +144,7 @@ class _Agent:
         if self.asleep:
             action = NOOP
         else:
-            self.plan = self.map.plan(dig_stone=self._has_pickaxe())
+            self.plan = self.map.plan(dig_stone=self.has_pickaxe())
             self._usable = {}
             action = self._decide(mode_data)
             if self.rng.random() < self.cfg.eps:
@@ -156,7 +154,7 @@ class _Agent:
         self.last_action = int(action)
         return int(action)
 
-    def _has_pickaxe(self) -> bool:
+    def has_pickaxe(self) -> bool:
         return any(self.inventory.get(k, 0) > 0 for k in ("wood_pickaxe", "stone_pickaxe", "iron_pickaxe"))
 
     def _decide(self, mode_data: bool) -> int:
@@ -165,97 +163,12 @@ class _Agent:
             if self.rng.random() < 0.3 or not self.segment_dir:
                 self.segment_dir = random_move(self)
             return self.segment_dir
-        for rule in (self._threat, self._vitals):
-            action = rule()
+        for rule in (threat, vitals):
+            action = rule(self)
             if action is not None:
                 return action
         return self._pursue(mode_data)
 
-    def _threat(self) -> int | None:
-        """Hit a zombie next to the agent or one step away (fleeing rarely works: they follow); flee only
-        when its defeat is excluded; a skeleton is fought when next to it or when it is the goal."""
-        pos = self.map.pos
-        health = self.inventory.get("health", 9)
-        for sid, name in ((SEM["zombie"], "defeat zombie"), (SEM["skeleton"], "defeat skeleton")):
-            close = [(abs(x - pos[0]) + abs(y - pos[1]), (x, y)) for s, x, y in self.map.mobs if s == sid]
-            if not close:
-                continue
-            d, where = min(close)
-            if name in self.excluded:
-                if d <= 2:
-                    return flee(self, where)
-                continue
-            fight = d == 1 or (name == "defeat zombie" and d == 2 and health >= 4) or (self.goal == name and health >= 4)
-            if fight:
-                out = toward(self, self.plan, mob_mask(self, self.plan, [name.split()[1]]))
-                if out is not None:
-                    return out[0]
-        return None
-
-    def _vitals(self) -> int | None:
-        inv, cfg = self.inventory, self.cfg
-        level = {"drink": inv["drink"], "food": inv["food"], "sleep": inv["energy"]}
-        below = {"drink": cfg.drink_below, "food": cfg.food_below, "sleep": cfg.energy_below}
-        can = {"drink": "collect drink" not in self.excluded, "food": not {"eat cow", "eat plant"} <= self.excluded,
-               "sleep": "wake up" not in self.excluded}
-        if self.vital == "drink" and level["drink"] >= 9 or self.vital == "food" and level["food"] >= 8:
-            self.vital = None
-        urgent = [k for k in level if can[k] and level[k] <= 1]
-        if urgent:
-            self.vital = min(urgent, key=level.get)
-        elif self.vital is None:
-            low = [k for k in level if can[k] and level[k] <= below[k]]
-            if low:
-                self.vital = min(low, key=lambda k: level[k] - below[k])
-            elif can["drink"] and level["drink"] <= 6 and self._cost(self._drink_step()) <= 5:
-                self.vital = "drink"
-            elif can["food"] and level["food"] <= 6 and self._cost(self._food_step()) <= 6:
-                self.vital = "food"
-        if self.vital == "drink":
-            return self._or_explore(do_step(self, self.plan, self._drink_step()))
-        if self.vital == "food":
-            return self._or_explore(do_step(self, self.plan, self._food_step()))
-        if self.vital == "sleep":
-            return self._sleep(urgent=level["sleep"] <= 1 or (self.daylight > 0.5 and level["sleep"] <= below["sleep"]))
-        if self.vital == "night" and self.daylight > cfg.day_above:
-            self.vital, self.pocket = None, None
-        if self.vital is None and self.daylight < cfg.night_below and can["sleep"]:
-            self.vital = "night"
-        if self.vital == "night":  # in a sealed pocket until morning, asleep when tired
-            action = self._sleep(urgent=False)
-            if action == SLEEP and level["sleep"] >= 9:
-                action = NOOP
-            if action is None:
-                self.vital = None
-            return action
-        return None
-
-    def _drink_step(self) -> Step:
-        return Step("do", "collect drink", targets=("water",))
-
-    def _food_step(self) -> Step:
-        return Step("do", "eat", targets=tuple(t for t, g in (("cow", "eat cow"), ("plant", "eat plant"))
-                                               if g not in self.excluded))
-
-    def _cost(self, step: Step) -> float:
-        return self.step_cost(step)
-
-    def _sleep(self, urgent: bool) -> int | None:
-        if self.pocket is None and self.t - self.pocket_search_t >= 10:
-            self.pocket_search_t = self.t
-            self.pocket = find_pocket(self, self.plan, dig=self._has_pickaxe())
-        if self.pocket is not None:
-            action = pocket_step(self, self.plan, self.pocket)
-            if action is not None:
-                return action
-            self.pocket = None
-        zombies = any(s == SEM["zombie"] for s, _, _ in self.map.mobs)
-        return SLEEP if urgent and not zombies else None
-
-    def _or_explore(self, action: int | None) -> int:
-        return explore(self, self.plan) if action is None else action
-
-    # --- goals ---------------------------------------------------------------------------------
     def _pursue(self, mode_data: bool) -> int:
         if self.goal is not None and self.t - self.goal_t > self.cfg.goal_budget:
             self.banned[self.goal] = self.t + self.cfg.ban_steps
@@ -285,7 +198,7 @@ class _Agent:
         if step.kind == "make":
             return make_step(self, self.plan, step)
         self.vital = "sleep"  # "wake up": the sleep routine, with a pocket when one is around
-        return self._sleep(urgent=True)
+        return sleep(self, urgent=True)
 
     def _open(self) -> list[str]:
         return [g for g in self.tree.goals if g not in self.excluded and self.banned.get(g, -1) < self.t

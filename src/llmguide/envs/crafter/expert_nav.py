@@ -105,6 +105,7 @@ class LocalMap:
         self.mobs: list[tuple[int, int, int]] = []  # (semantic id, x, y) in the current view
         self.plants: dict[tuple[int, int], int] = {}  # plant cell -> step it was first seen
         self.cows: dict[tuple[int, int], int] = {}  # where cows were seen lately -> step
+        self.last_water: tuple[int, int] | None = None  # the one landmark kept beyond the radius
         self.view: np.ndarray | None = None
         self.t = 0
 
@@ -146,6 +147,10 @@ class LocalMap:
         # a creature stands on a walkable cell: keep what was known there, else guess grass
         guess = moving & ~_LUT_WALK[np.maximum(win, 0)]
         win[guess & (ids != SEM["arrow"])] = SEM["grass"]
+        wx, wy = np.nonzero(ids == SEM["water"])
+        if len(wx):
+            k = int(np.argmin(np.abs(wx - CX) + np.abs(wy - CY)))
+            self.last_water = (int(wx[k] + x0), int(wy[k] + y0))
         xs, ys = np.nonzero(np.isin(ids, MOBS))
         self.mobs = [(int(ids[x, y]), int(x + x0), int(y + y0)) for x, y in zip(xs, ys, strict=True)]
         in_view = {(x, y) for x, y in self.cows if abs(x - self.pos[0]) <= CX and abs(y - self.pos[1]) <= CY}

@@ -1,6 +1,6 @@
 """The expert's skills (:mod:`.expert`): turn one planner :class:`~.expert_plan.Step` into a primitive action
-on the agent's map memory (walk there, face it, act), plus exploring, fleeing and sleeping in a sealed
-pocket.  Every function returns an action id, or None when the step cannot be done from what is known."""
+on the agent's map memory (walk there, face it, act), plus exploring and fleeing.  Every function returns
+an action id, or None when the step cannot be done from what is known."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from llmguide.envs.crafter.expert_nav import ACTION_OF, MOVES, SEM, UNKNOWN, Plan
-from llmguide.envs.crafter.expert_plan import DO, PLACE_STONE, SLEEP, Step
+from llmguide.envs.crafter.expert_nav import ACTION_OF, MOVES, SEM, Plan
+from llmguide.envs.crafter.expert_plan import DO, Step
 
-_SOLID = np.array([SEM[n] for n in ("water", "stone", "tree", "coal", "iron", "diamond", "table", "furnace")] + [0])
 _WALK = np.array([SEM["grass"], SEM["sand"], SEM["path"]])
 _DIRS = [np.array(d) for d in MOVES.values()]
 
@@ -157,13 +156,13 @@ def walkable_do_step(agent: Any, plan: Plan, step: Step) -> int | None:
     return explore(agent, plan) if out is None or out[0] < 0 else out[0]
 
 
-def explore(agent: Any, plan: Plan) -> int:
-    """Walk towards a far point in the agent's heading; a new random heading when there or stuck."""
+def explore(agent: Any, plan: Plan, prefer=()) -> int:
+    """Walk towards a far point in the agent's heading; a new heading when there or stuck, towards the
+    known cells of ``prefer`` (e.g. grass when looking for cows) that are not close by, else random."""
     rng, r = agent.rng, agent.map.radius
     for _ in range(3):
         if agent.heading is None or agent.t >= agent.heading_until:
-            angle = rng.uniform(0, 2 * np.pi)
-            agent.heading = np.array([np.cos(angle), np.sin(angle)])
+            agent.heading = _heading(agent, plan, prefer)
             agent.heading_until = agent.t + int(rng.integers(30, 90))
         goal = plan.n // 2 + agent.heading * (r - 2)
         ii, jj = np.meshgrid(np.arange(plan.n), np.arange(plan.n), indexing="ij")
@@ -180,6 +179,18 @@ def explore(agent: Any, plan: Plan) -> int:
     return random_move(agent)
 
 
+def _heading(agent: Any, plan: Plan, prefer) -> np.ndarray:
+    if prefer:
+        cells = np.argwhere(_mask(agent.map.window_of(plan), prefer)) - plan.n // 2
+        cells = cells[np.abs(cells).sum(axis=1) >= 6]
+        if len(cells) >= 5:
+            mean = cells.mean(axis=0)
+            if np.abs(mean).sum() > 1:
+                return mean / np.linalg.norm(mean)
+    angle = agent.rng.uniform(0, 2 * np.pi)
+    return np.array([np.cos(angle), np.sin(angle)])
+
+
 def random_move(agent: Any) -> int:
     """A move that does not step into lava."""
     ok = [move(d) for d in _DIRS if agent.map.at(agent.map.pos + d) != SEM["lava"]]
@@ -191,68 +202,3 @@ def flee(agent: Any, threat: tuple[int, int]) -> int:
     m = agent.map
     best = [(np.abs(m.pos + d - np.array(threat)).sum(), move(d)) for d in _DIRS if m.free(m.pos + d)]
     return max(best)[1] if best else random_move(agent)
-
-
-# --- sleeping in a sealed pocket ---------------------------------------------------------------
-def _solid(win: np.ndarray) -> np.ndarray:
-    return np.isin(win, _SOLID)
-
-
-def find_pocket(agent: Any, plan: Plan, dig: bool) -> tuple | None:
-    """A two-cell dead end (entrance E, cells P1, P2 in a line, all other sides solid) to sleep in: enter
-    to P2, step back to P1 (now facing E) and seal E with a stone.  Stone cells count as open when ``dig``."""
-    win = agent.map.window_of(plan)
-    solid = np.pad(_solid(win), 3, constant_values=False)
-    room = np.isin(win, _WALK) | ((win == SEM["stone"]) if dig else False)
-    room = np.pad(room, 3, constant_values=False)
-    walk = np.pad(np.isin(win, _WALK), 3, constant_values=False)
-    n = plan.n
-    dist = plan.dist
-    best = None
-
-    def sh(a, dx, dy):  # a shifted so that out[i, j] = a[i + dx, j + dy] (inside the padding)
-        return a[3 + dx:3 + dx + n, 3 + dy:3 + dy + n]
-
-    for d in _DIRS:
-        e = np.array([d[1], d[0]])
-        ok = sh(room, 0, 0) & sh(room, *d) & sh(walk, *(-d))
-        ok &= sh(solid, *e) & sh(solid, *(-e)) & sh(solid, *(2 * d)) & sh(solid, *(d + e)) & sh(solid, *(d - e))
-        if not ok.any():
-            continue
-        ed = np.full((n, n), np.inf)  # distance to the entrance
-        ex, ey = np.nonzero(ok)
-        inside = (ex - d[0] >= 0) & (ex - d[0] < n) & (ey - d[1] >= 0) & (ey - d[1] < n)
-        ex, ey = ex[inside], ey[inside]
-        ed[ex, ey] = dist[ex - d[0], ey - d[1]]
-        k = int(np.argmin(ed))
-        if np.isfinite(ed.flat[k]) and (best is None or ed.flat[k] < best[0]):
-            i, j = divmod(k, n)
-            p1 = np.array([i + plan.x0, j + plan.y0])
-            best = (ed.flat[k], p1 - d, p1, p1 + d, d)
-    return None if best is None or best[0] > 3 * agent.map.radius else best[1:]
-
-
-def pocket_step(agent: Any, plan: Plan, pocket: tuple) -> int | None:
-    """The next action of the sleep-in-a-pocket routine; None when the pocket no longer works."""
-    e, p1, p2, d = pocket
-    m, pos, face = agent.map, agent.map.pos, tuple(agent.facing)
-    back = tuple(-d)
-    if (pos == p1).all() and face == back:
-        if m.at(e) == SEM["stone"] or agent.inventory.get("stone", 0) == 0:
-            return SLEEP
-        return PLACE_STONE if m.free(e) else DO
-    if (pos == p2).all():
-        return move(-d)
-    if (pos == p1).all():
-        return (DO if face == tuple(d) else move(d)) if m.at(p2) == SEM["stone"] else move(d)
-    if (pos == e).all():
-        return (DO if face == tuple(d) else move(d)) if m.at(p1) == SEM["stone"] else move(d)
-    if m.at(e) == UNKNOWN:
-        return None
-    mask = np.zeros((plan.n, plan.n), bool)
-    i, j = e[0] - plan.x0, e[1] - plan.y0
-    if not (0 <= i < plan.n and 0 <= j < plan.n):
-        return None
-    mask[i, j] = True
-    out = toward(agent, plan, mask, stand=True)
-    return None if out is None or out[0] < 0 else out[0]

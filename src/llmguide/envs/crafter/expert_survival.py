@@ -1,0 +1,127 @@
+"""The expert's survival rules (:mod:`.expert`): fight or flee, drink, eat, sleep, shelter at night.
+
+Each function returns an action for one agent, or None when the rule has nothing to do now.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from llmguide.envs.crafter.expert_nav import MOVES, SEM
+from llmguide.envs.crafter.expert_plan import DO, NOOP, SLEEP, Step
+from llmguide.envs.crafter.expert_shelter import find_pocket, pocket_step
+from llmguide.envs.crafter.expert_skills import do_step, explore, flee, mob_mask, toward
+
+
+def threat(agent: Any) -> int | None:
+    """Hit a zombie next to the agent or one step away (fleeing rarely works: they follow); flee only
+    when its defeat is excluded; a skeleton is fought when next to it or when it is the goal."""
+    pos = agent.map.pos
+    health = agent.inventory.get("health", 9)
+    for sid, name in ((SEM["zombie"], "defeat zombie"), (SEM["skeleton"], "defeat skeleton")):
+        close = [(abs(x - pos[0]) + abs(y - pos[1]), (x, y)) for s, x, y in agent.map.mobs if s == sid]
+        if not close:
+            continue
+        d, where = min(close)
+        if name in agent.excluded:
+            if d <= 2:
+                return flee(agent, where)
+            continue
+        fight = d == 1 or (name == "defeat zombie" and d == 2 and health >= 4) or (agent.goal == name and health >= 4)
+        if fight:
+            out = toward(agent, agent.plan, mob_mask(agent, agent.plan, [name.split()[1]]))
+            if out is not None and (d == 1 or out[0] not in (DO, *MOVES) or _free_ahead(agent, out[0])):
+                return out[0]  # never dig towards a creature (that opens walls and pockets)
+    return None
+
+
+def _free_ahead(agent: Any, action: int) -> bool:
+    if action == DO:
+        return False
+    return agent.map.free(agent.map.pos + np.array(MOVES[action]))
+
+
+def vitals(agent: Any) -> int | None:
+    """Drink / eat / sleep when a vital is low (or cheaply when it is half low and water or a cow is next
+    to the agent); at night, stay in a sealed pocket until the morning."""
+    inv, cfg = agent.inventory, agent.cfg
+    level = {"drink": inv["drink"], "food": inv["food"], "sleep": inv["energy"]}
+    below = {"drink": cfg.drink_below, "food": cfg.food_below, "sleep": cfg.energy_below}
+    can = {"drink": "collect drink" not in agent.excluded, "food": not {"eat cow", "eat plant"} <= agent.excluded,
+           "sleep": "wake up" not in agent.excluded}
+    if agent.vital == "drink" and level["drink"] >= 9 or agent.vital == "food" and level["food"] >= 8:
+        agent.vital = None
+    urgent = [k for k in level if can[k] and level[k] <= 1]
+    if urgent:  # the one whose water / food is known first (sleeping needs nothing), then the lowest
+        steps = {"drink": _drink_step(agent), "food": _food_step(agent)}
+        agent.vital = min(urgent, key=lambda k: (k in steps and _cost(agent, steps[k]) >= 100, level[k]))
+    elif agent.vital in (None, "night"):  # at night (in the dark), out only when it gets serious
+        dark = agent.vital == "night" or agent.daylight < cfg.night_below
+        low = [k for k in ("drink", "food") if can[k] and level[k] <= (2 if dark else below[k])]
+        if low:
+            agent.vital = min(low, key=lambda k: level[k] - below[k])
+        elif agent.vital is None and can["sleep"] and level["sleep"] <= below["sleep"]:
+            agent.vital = "sleep"
+        elif agent.vital is None and can["drink"] and level["drink"] <= 7 and _cost(agent, _drink_step(agent)) <= (
+                20 if agent.dusk else 10):
+            agent.vital = "drink"  # cheaply on the way, or before the night
+        elif agent.vital is None and can["food"] and level["food"] <= 7 and _cost(agent, _food_step(agent)) <= (
+                15 if agent.dusk else 8):
+            agent.vital = "food"
+    if agent.vital == "drink":  # water out of memory: back towards the last water seen, else towards sand
+        action = do_step(agent, agent.plan, _drink_step(agent))
+        if action is None and agent.map.last_water is not None:
+            agent.heading = np.asarray(agent.map.last_water, float) - agent.map.pos
+            agent.heading /= max(np.linalg.norm(agent.heading), 1e-6)
+            agent.heading_until = agent.t + 5
+        return _or_explore(agent, action, ("sand", "water"))
+    if agent.vital == "food":  # no cow known: explore towards grass
+        return _or_explore(agent, do_step(agent, agent.plan, _food_step(agent)), ("grass",))
+    if agent.vital == "sleep":
+        return sleep(agent, urgent=level["sleep"] <= 1 or (agent.daylight > 0.5 and level["sleep"] <= below["sleep"]))
+    zombies = any(sid == SEM["zombie"] for sid, _, _ in agent.map.mobs)
+    if agent.vital == "night" and agent.daylight > cfg.day_above and (not zombies or agent.daylight > 0.85):
+        agent.vital, agent.pocket = None, None  # morning, and no zombie waiting at the door
+    if agent.vital is None and agent.daylight < cfg.night_below and can["sleep"]:
+        agent.vital = "night"
+    if agent.vital == "night":  # in a sealed pocket until morning, asleep when tired
+        action = sleep(agent, urgent=False)
+        if action == SLEEP and level["sleep"] >= 9:
+            action = NOOP
+        if action is None:
+            agent.vital = None
+        return action
+    return None
+
+
+def _drink_step(agent: Any) -> Step:
+    return Step("do", "collect drink", targets=("water",))
+
+
+def _food_step(agent: Any) -> Step:
+    return Step("do", "eat", targets=tuple(t for t, g in (("cow", "eat cow"), ("plant", "eat plant"))
+                                           if g not in agent.excluded))
+
+
+def _cost(agent: Any, step: Step) -> float:
+    return agent.step_cost(step)
+
+
+def sleep(agent: Any, urgent: bool) -> int | None:
+    """Go to (or build) a pocket and sleep sealed in it; in the open only when ``urgent`` and no zombie is in view."""
+    if agent.pocket is None and agent.t - agent.pocket_search_t >= 10:
+        agent.pocket_search_t = agent.t
+        agent.pocket = find_pocket(agent, agent.plan, dig=agent.has_pickaxe())
+    if agent.pocket is not None:
+        action = pocket_step(agent, agent.plan, agent.pocket)
+        if action is not None:
+            return action
+        agent.pocket = None
+    zombies = any(s == SEM["zombie"] for s, _, _ in agent.map.mobs)
+    return SLEEP if urgent and not zombies else None
+
+
+def _or_explore(agent: Any, action: int | None, prefer=()) -> int:
+    return explore(agent, agent.plan, prefer) if action is None else action
