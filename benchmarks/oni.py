@@ -46,6 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bk import bootstrap_ci, cli  # noqa: E402  (the reproduction scripts' shared helpers)
+from llmguide.core.rundir import safe_torch_load
 
 ARMS = {
     "none": ["method=none"],
@@ -140,12 +141,11 @@ def last_lm(run: Path) -> dict:
 
 def labelled_messages(run: Path) -> dict[str, float | None]:
     """The annotator's labels in the run's final checkpoint (message → label)."""
-    import torch
 
     ckpt = run / "checkpoints" / "latest.pt"
     if not ckpt.exists():
         return {}
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)["agent"].get("reward_modules", [])
+    state = safe_torch_load(ckpt)["agent"].get("reward_modules", [])
     out: dict[str, float | None] = {}
     for entry in state:
         labels = entry.get("state", {}).get("annotator", {}).get("labels", {})

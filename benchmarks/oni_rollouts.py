@@ -17,6 +17,8 @@ import warnings
 import numpy as np
 import torch
 
+from llmguide.core.rundir import safe_torch_load
+
 
 def rollouts(run: str, episodes: int, seed: int = 500) -> dict:
     from omegaconf import OmegaConf
@@ -27,7 +29,7 @@ def rollouts(run: str, episodes: int, seed: int = 500) -> dict:
     from llmguide.pipelines import recipe_class
 
     cfg = OmegaConf.load(f"{run}/config.yaml")
-    state = torch.load(f"{run}/checkpoints/latest.pt", map_location="cpu", weights_only=False)["agent"]
+    state = safe_torch_load(f"{run}/checkpoints/latest.pt")["agent"]
     agent = recipe_class(cfg)(cfg).load_for_eval(state)
     env = make_env(cfg.env, seed)
     names, oracle, goal = env.unwrapped.action_strings, NetHackOracle(), method_goal(cfg)

@@ -84,7 +84,8 @@ def test_tiny_study_end_to_end(harness, tmp_path, capsys):
 def test_converted_script_is_an_arm_table(harness):
     ellm = load("ellm_crafter")
     study = ellm.STUDY
-    assert list(study.arms) == ["ellm-oracle", "ellm-embedded", "novelty", "rnd", "apt", "no-reward", "ground-truth"]
+    assert {"ellm-oracle", "ellm-embedded", "ellm-random", "ellm-shuffled", "ellm-all-goals", "ellm-oracle-open",
+            "ellm-random-open", "ellm-embedded-open", "novelty", "rnd", "apt", "no-reward", "ground-truth"} == set(study.arms)
     assert study.control == "no-reward" and study.upper_reference == ("ground-truth",)
     argv = ["--env-id", "craftax", "--steps", "120000", "--seeds", "100-102", "--num-envs", "64",
             "--extra", "agent.image_encoder=flat", "agent.num_steps=32"]
@@ -92,7 +93,7 @@ def test_converted_script_is_an_arm_table(harness):
     assert (plan.name, plan.variant, plan.seeds) == ("ellm_craftax", "120k", [100, 101, 102])
     cmd = harness.sweep_command(plan, "ellm-oracle", plan.seeds, "overwrite")
     assert cmd[3:5] == ["train", "-m"] and "seed=100,101,102" in cmd and "run.name=ellm-oracle" in cmd
-    for override in ("method=ellm_oracle", "env.actions=text", "env=craftax", "total_steps=120000", "num_envs=64",
+    for override in ("method=ellm", "llm=oracle", "method.match=exact", "env.actions=text", "env=craftax", "total_steps=120000", "num_envs=64",
                      "agent.image_encoder=flat", "log_every=2400", "run.overwrite=true", "sweep.jobs=2"):
         assert override in cmd
     assert cmd.index("num_envs=4") < cmd.index("num_envs=64")     # the flag comes later and wins

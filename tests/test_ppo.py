@@ -9,7 +9,8 @@ import torch
 from gymnasium import spaces
 
 from llmguide.envs.toy import ContextBandit, CueMemory, vector_env
-from llmguide.learners.common import generic_split_infos, mix_rewards
+from llmguide.envs.vector import split_infos
+from llmguide.learners.common import mix_rewards
 from llmguide.learners.evaluation import evaluate
 from llmguide.learners.ppo import PPO, compute_gae
 from llmguide.rewards.base import RewardModule, TransitionBatch
@@ -52,11 +53,11 @@ def test_gae_hand_computed_with_episode_boundary():
     np.testing.assert_allclose(adv[:, 1], [0.2025, 0.45, 1.0], rtol=1e-6)
 
 
-def test_generic_split_infos_takes_final_info_for_finished_envs():
+def test_split_infos_takes_final_info_for_finished_envs():
     infos = {"x": np.array([1, 2]), "_x": np.array([True, True]),
              "final_info": {"success": np.array([False, True]), "_success": np.array([False, True])},
              "_final_info": np.array([False, True])}
-    out = generic_split_infos(infos, 2)
+    out = split_infos(infos, 2)
     assert out[0]["x"] == 1 and "success" not in out[0]
     assert out[1] == {"success": True, "caption": "", "events": [], "mission": ""}
 

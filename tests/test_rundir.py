@@ -11,8 +11,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from llmguide.core.config import load_config
 from llmguide.core.rundir import RunDir, atomic_write_bytes, read_metrics
+from llmguide.pipelines import load_config
 
 
 def test_config_metrics_and_tensorboard(tmp_path):

@@ -120,7 +120,8 @@ def test_sweep_runs_every_combination_reports_failures_and_prints_the_report_com
     out = _cli(["train", "-m", "method=none,rnd", "seed=0,1", *SMALL, "eval.episodes=0", "sweep.jobs=2",
                 f"run.dir={tmp_path}", "run.name=sw"])
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
-    runs = sorted(p.name for p in (tmp_path / "sw").iterdir() if p.is_dir())
+    runs = sorted(p.name for p in (tmp_path / "sw").iterdir() if p.is_dir() and p.name != "report")
+    assert (tmp_path / "sw" / "report" / "report.md").exists()   # the sweep's own aggregate report
     assert runs == ["method-none_seed-0", "method-none_seed-1", "method-rnd_seed-0", "method-rnd_seed-1"]
     for name in runs:
         assert (tmp_path / "sw" / name / "checkpoints" / "latest.pt").exists()

@@ -28,6 +28,22 @@ SECRET_KEY = re.compile(r"(api_?key|token|secret|password)$", re.IGNORECASE)
 REDACTED = "***redacted***"
 
 
+def cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
+    """``cfg.key`` of a DictConfig, dict or namespace (None: an absent config); ``default`` when the key is
+    missing or null.  The project's one config getter."""
+    if cfg is None:
+        return default
+    value = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
+    return default if value is None else value
+
+
+def plain_dict(cfg: Any) -> dict:
+    """A picklable plain-dict copy of a config (DictConfig resolved, or any mapping)."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)
+    return dict(cfg)
+
+
 def group_options(group: str) -> list[str]:
     """Names of the options available for one config group (the YAML files in conf/<group>)."""
     folders = [resources.files("llmguide.conf") / group, *(d / group for d in user_config_dirs())]

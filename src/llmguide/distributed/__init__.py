@@ -21,7 +21,7 @@ import logging
 import os
 from typing import Any
 
-from llmguide.core.config import add_rule_provider, non_negative, one_of, positive, register_rule
+from llmguide.core.config import add_rule_provider, cfg_get, non_negative, one_of, positive, register_rule
 from llmguide.core.errors import ConfigError, LLMGuideError
 
 log = logging.getLogger(__name__)
@@ -69,13 +69,6 @@ def require_ray() -> Any:
     return ray
 
 
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    if cfg is None:
-        return default
-    value = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
-    return default if value is None else value
-
-
 def connect(ray_cfg: Any = None) -> Any:
     """Connect this process to Ray once (later calls reuse the connection); returns the ``ray`` module.
 
@@ -85,11 +78,11 @@ def connect(ray_cfg: Any = None) -> Any:
     ray = require_ray()
     if ray.is_initialized():
         return ray
-    address = _get(ray_cfg, "address") or os.environ.get("RAY_ADDRESS") or None
-    kwargs: dict[str, Any] = dict(namespace=str(_get(ray_cfg, "namespace", NAMESPACE)), log_to_driver=False,
+    address = cfg_get(ray_cfg, "address") or os.environ.get("RAY_ADDRESS") or None
+    kwargs: dict[str, Any] = dict(namespace=str(cfg_get(ray_cfg, "namespace", NAMESPACE)), log_to_driver=False,
                                   configure_logging=False)
     if address is None:
-        num_cpus = _get(ray_cfg, "num_cpus")
+        num_cpus = cfg_get(ray_cfg, "num_cpus")
         kwargs.update(include_dashboard=False, num_cpus=int(num_cpus) if num_cpus else None)
     try:
         ray.init(address=address, **kwargs)

@@ -27,23 +27,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from llmguide.core.config import plain_dict
 from llmguide.core.errors import LLMUnavailableError
 from llmguide.llm.base import Completion, LanguageModel
 
 log = logging.getLogger(__name__)
 
 SERVICE_KEYS = ("max_batch", "max_queue", "max_retries", "timeout", "token_budget", "price_per_1k_tokens")
-
-
-def _plain(cfg: Any) -> dict:
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            return OmegaConf.to_container(cfg, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return dict(cfg)
 
 
 class LMActor:
@@ -81,7 +71,7 @@ class LMActor:
 
 def actor_name(llm_cfg: Any, env_family: str | None, template_version: str | None) -> str:
     """The actor's name: a digest of the LM config (minus per-run keys), so equal configs share one actor."""
-    cfg = {k: v for k, v in _plain(llm_cfg).items() if k not in ("actor",)}
+    cfg = {k: v for k, v in plain_dict(llm_cfg).items() if k not in ("actor",)}
     key = json.dumps({"llm": cfg, "family": env_family, "template": template_version}, sort_keys=True, default=str)
     return "llmguide-lm-" + hashlib.sha1(key.encode()).hexdigest()[:12]
 
@@ -89,14 +79,15 @@ def actor_name(llm_cfg: Any, env_family: str | None, template_version: str | Non
 def lm_actor_for(llm_cfg: Any, env_family: str | None, template_version: str | None = None,
                  ray_cfg: Any = None) -> Any:
     """The named LM actor for this LM config: found on the cluster, or started here."""
-    from llmguide.distributed import _get, connect
+    from llmguide.core.config import cfg_get
+    from llmguide.distributed import connect
 
     ray = connect(ray_cfg)
-    cfg = _plain(llm_cfg)
+    cfg = plain_dict(llm_cfg)
     actor = ray.remote(LMActor).options(
-        name=actor_name(cfg, env_family, template_version), namespace=str(_get(ray_cfg, "namespace", "llmguide")),
-        get_if_exists=True, max_restarts=int(_get(ray_cfg, "max_restarts", 3)), max_task_retries=0,
-        max_concurrency=64, num_cpus=0, num_gpus=float(_get(ray_cfg, "lm_gpus", 0.0)))  # never blocks runners
+        name=actor_name(cfg, env_family, template_version), namespace=str(cfg_get(ray_cfg, "namespace", "llmguide")),
+        get_if_exists=True, max_restarts=int(cfg_get(ray_cfg, "max_restarts", 3)), max_task_retries=0,
+        max_concurrency=64, num_cpus=0, num_gpus=float(cfg_get(ray_cfg, "lm_gpus", 0.0)))  # never blocks runners
     return actor.remote(cfg, env_family, template_version)
 
 
@@ -146,5 +137,5 @@ def actor_lm(llm_cfg: Any, env_family: str | None = None, template_version: str 
              ray_cfg: Any = None) -> ActorLM:
     """``make_llm`` for ``llm.actor=true``: a client of the shared LM actor (started if not running)."""
     actor = lm_actor_for(llm_cfg, env_family, template_version, ray_cfg)
-    return ActorLM(actor, model_id=str(_plain(llm_cfg).get("model") or "unknown"),
-                   timeout=float(_plain(llm_cfg).get("timeout") or 60.0) * 2)
+    return ActorLM(actor, model_id=str(plain_dict(llm_cfg).get("model") or "unknown"),
+                   timeout=float(plain_dict(llm_cfg).get("timeout") or 60.0) * 2)

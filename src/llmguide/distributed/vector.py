@@ -74,28 +74,29 @@ class RayVectorEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, env_cfg: Any, num_envs: int, seed: int, runners: int, ray_cfg: Any = None):
-        from llmguide.distributed import _get, connect
+        from llmguide.core.config import cfg_get
+        from llmguide.distributed import connect
 
         if not 1 <= runners <= num_envs:
             raise ValueError(f"runners must be in [1, num_envs={num_envs}], got {runners}")
         ray = connect(ray_cfg)
-        from llmguide.envs.vector import _plain_cfg
+        from llmguide.core.config import plain_dict
 
         self._ray = ray
         self.num_envs = int(num_envs)
         self._seed = int(seed)
-        self.max_restarts = int(_get(ray_cfg, "max_restarts", 3))
-        self.timeout = float(_get(ray_cfg, "step_timeout", 600.0))
+        self.max_restarts = int(cfg_get(ray_cfg, "max_restarts", 3))
+        self.timeout = float(cfg_get(ray_cfg, "step_timeout", 600.0))
         bounds = np.linspace(0, num_envs, runners + 1).round().astype(int)
         self.slices = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-        runner_cpus = float(_get(ray_cfg, "runner_cpus", 1.0))
+        runner_cpus = float(cfg_get(ray_cfg, "runner_cpus", 1.0))
         total = ray.cluster_resources().get("CPU", 0.0)
         if runners * runner_cpus > total:   # the actors could never all be scheduled: say so now, not after a timeout
             raise LLMGuideError(f"runners={runners} x ray.runner_cpus={runner_cpus:g} CPUs exceed the Ray cluster's "
                                 f"{total:g} CPUs; lower ray.runner_cpus (e.g. 0.5) or runners, or add nodes")
         actor = ray.remote(EnvRunner).options(num_cpus=runner_cpus,
                                               max_restarts=self.max_restarts, max_task_retries=0)
-        cfg = _plain_cfg(env_cfg)
+        cfg = plain_dict(env_cfg)
         self.actors = [actor.remote(cfg, [seed + i for i in range(a, b)]) for a, b in self.slices]
         self.single_observation_space, self.single_action_space = self._get(self.actors[0].spaces.remote())
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -110,7 +111,7 @@ class RayVectorEnv(VectorEnv):
 
         return RayActorError, ActorUnavailableError
 
-    def _get(self, ref: Any) -> Any:
+    def cfg_get(self, ref: Any) -> Any:
         return self._ray.get(ref, timeout=self.timeout)
 
     def _batch(self) -> Any:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
 GOOD, ILL_TIMED, IMPOSSIBLE = "good", "ill-timed", "impossible"
 
@@ -14,14 +12,6 @@ def normalize_goal(goal: str) -> str:
     goal = goal.strip().lower().replace("_", " ")
     goal = re.sub(r"[^a-z0-9 ]+", " ", goal)
     return re.sub(r"\s+", " ", goal).strip()
-
-
-def cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
-    """``cfg[key]`` for a dict or DictConfig, ``default`` when missing or null."""
-    if cfg is None:
-        return default
-    value = cfg.get(key, default) if isinstance(cfg, Mapping) or hasattr(cfg, "get") else default
-    return default if value is None else value
 
 
 class Oracle:

@@ -11,7 +11,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from llmguide.envs.base import Oracle, cfg_get
+from llmguide.core.config import cfg_get
+from llmguide.envs.base import Oracle
 
 
 class SeedOnFirstReset(gym.Wrapper):

@@ -9,19 +9,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
-from omegaconf import DictConfig, OmegaConf
 
-from llmguide.envs.base import cfg_get
+from llmguide.core.config import cfg_get, plain_dict
 from llmguide.envs.registry import family, load, make_env
 
 TEXT_DEFAULTS: dict[str, Any] = {"caption": "", "events": [], "mission": ""}
-
-
-def _plain_cfg(env_cfg: Any) -> dict:
-    """A picklable plain-dict copy of an env config (DictConfig or dict)."""
-    if isinstance(env_cfg, DictConfig):
-        return OmegaConf.to_container(env_cfg, resolve=True)
-    return dict(env_cfg)
 
 
 def make_vector_env(env_cfg: Any, num_envs: int, seed: int, mode: str = "sync") -> gym.vector.VectorEnv:
@@ -36,7 +28,7 @@ def make_vector_env(env_cfg: Any, num_envs: int, seed: int, mode: str = "sync") 
         return load(batched)(env_cfg, num_envs, seed)
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    cfg = _plain_cfg(env_cfg)
+    cfg = plain_dict(env_cfg)
     fns = [partial(make_env, cfg, seed + i) for i in range(num_envs)]
     if mode == "sync":
         return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)

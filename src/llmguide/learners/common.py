@@ -5,61 +5,24 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Sequence
+from importlib import resources
 from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import DictConfig, OmegaConf
 
 from llmguide.rewards.base import RewardModule, TransitionBatch
 
 log = logging.getLogger(__name__)
 
 
-def cfg_get(cfg: Any, key: str, default: Any) -> Any:
-    """``cfg.key`` for DictConfig / dict / namespace configs, ``default`` when absent or null."""
-    value = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
-    return default if value is None and default is not None else value
-
-
-def _take(value: Any, mask: Any, i: int) -> tuple[bool, Any]:
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if k.startswith("_"):
-                continue
-            ok, item = _take(v, value.get(f"_{k}"), i)
-            if ok:
-                out[k] = item
-        return True, out
-    if mask is not None and not bool(np.asarray(mask)[i]):
-        return False, None
-    item = value[i]
-    return True, item.item() if isinstance(item, np.generic) else item
-
-
-def generic_split_infos(infos: dict, num_envs: int) -> list[dict]:
-    """Per-env transition infos of a SAME_STEP vector env (a finished env's info is its final_info)."""
-    out = []
-    final = infos.get("final_info") if isinstance(infos.get("final_info"), dict) else None
-    for i in range(num_envs):
-        if final is not None and "_final_info" in infos and bool(infos["_final_info"][i]):
-            _, info = _take(final, None, i)
-        else:
-            _, info = _take({k: v for k, v in infos.items() if k not in ("final_info", "final_obs")}, None, i)
-        info.setdefault("caption", "")
-        info.setdefault("events", [])
-        info.setdefault("mission", "")
-        out.append(info)
-    return out
-
-
-def split_infos(infos: dict, num_envs: int) -> list[dict]:
-    """``llmguide.envs.split_infos`` when available, else the generic splitter above."""
-    try:
-        from llmguide.envs import split_infos as env_split_infos
-    except ImportError:
-        return generic_split_infos(infos, num_envs)
-    return env_split_infos(infos, num_envs)
+def agent_config(cfg_agent: Any, name: str) -> DictConfig:
+    """A learner's settings: ``conf/agent/<name>.yaml`` (the one source of defaults) overridden by ``cfg_agent``
+    (a DictConfig, a dict or a namespace with some of its keys)."""
+    base = OmegaConf.load(resources.files("llmguide.conf") / "agent" / f"{name}.yaml")
+    given = cfg_agent if isinstance(cfg_agent, DictConfig | dict) else vars(cfg_agent)
+    return OmegaConf.merge(base, {k: v for k, v in dict(given).items() if v is not None})
 
 
 def true_next_obs(next_obs: dict[str, np.ndarray], infos: dict, dones: np.ndarray) -> dict[str, np.ndarray]:

@@ -29,17 +29,17 @@ from torch import nn
 
 from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
+from llmguide.envs.vector import split_infos
 from llmguide.learners.callbacks import Callback, as_callback
 from llmguide.learners.common import (
     EpisodeTracker,
-    cfg_get,
+    agent_config,
     crossed,
     load_modules_state,
     mix_rewards,
     modules_state,
     rng_state,
     set_rng_state,
-    split_infos,
     stack_obs,
     true_next_obs,
 )
@@ -164,7 +164,8 @@ class DQN:
         self.reward_modules = list(reward_modules)
         self.extrinsic_coef = float(extrinsic_coef)
         self.run, self.seed, self.device = run, int(seed), torch.device(device)
-        c = lambda key, default: cfg_get(cfg_agent, key, default)  # noqa: E731
+        cfg_agent = agent_config(cfg_agent, "dqn")   # conf/agent/dqn.yaml: the defaults
+        c = lambda key, default=None: cfg_agent[key]  # noqa: E731
         self.lr = float(c("lr", 1e-4))
         self.gamma = float(c("gamma", 0.99))
         self.n_step = int(c("n_step", 3))

@@ -30,16 +30,16 @@ from torch import nn
 
 from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
+from llmguide.envs.vector import split_infos
 from llmguide.learners.callbacks import Callback, as_callback
 from llmguide.learners.common import (
     EpisodeTracker,
-    cfg_get,
+    agent_config,
     load_modules_state,
     mix_rewards,
     modules_state,
     rng_state,
     set_rng_state,
-    split_infos,
     stack_obs,
     true_next_obs,
 )
@@ -83,7 +83,8 @@ class PPO:
         self.seed = int(seed)
         self.device = torch.device(device)
 
-        c = lambda key, default: cfg_get(cfg_agent, key, default)  # noqa: E731
+        cfg_agent = agent_config(cfg_agent, "ppo")   # conf/agent/ppo.yaml: the defaults
+        c = lambda key, default=None: cfg_agent[key]  # noqa: E731
         self.lr = float(c("lr", 2.5e-4))
         self.anneal_lr = bool(c("anneal_lr", True))
         self.num_steps = int(c("num_steps", 128))

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from llmguide.core.config import default_cache_dir, non_negative, one_of, positive, register_rule
+from llmguide.core.config import cfg_get, default_cache_dir, non_negative, one_of, positive, register_rule
 from llmguide.core.errors import ConfigError
 from llmguide.llm.base import LanguageModel
 from llmguide.llm.cache import DEFAULT_MAX_BYTES, LLMCache
@@ -56,11 +56,6 @@ for _key, _rule in LLM_RULES.items():
     register_rule(_key, _rule, any_type=_key == "llm.n_threads")   # "auto" or a number
 
 
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    value = cfg.get(key, default) if isinstance(cfg, Mapping) or hasattr(cfg, "get") else default
-    return default if value is None else value
-
-
 def _validate(cfg: Any) -> None:
     from llmguide.core.config import RULES
 
@@ -94,35 +89,35 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
     ``answerers``: a method's ground-truth answers to its own prompts and ``actions`` the env's action
     vocabulary, used by ``llm=oracle`` and the counterfactual LMs built on it)."""
     _validate(llm_cfg)
-    backend = _get(llm_cfg, "backend")
+    backend = cfg_get(llm_cfg, "backend")
     if backend == "embedded":
         from llmguide.llm.embedded import EmbeddedLM
 
-        return EmbeddedLM(model_path=_get(llm_cfg, "model_path"), n_ctx=int(_get(llm_cfg, "n_ctx", 2048)),
-                          n_threads=lm_threads(_get(llm_cfg, "n_threads"), online), seed=int(_get(llm_cfg, "seed", 0)))
+        return EmbeddedLM(model_path=cfg_get(llm_cfg, "model_path"), n_ctx=int(cfg_get(llm_cfg, "n_ctx", 2048)),
+                          n_threads=lm_threads(cfg_get(llm_cfg, "n_threads"), online), seed=int(cfg_get(llm_cfg, "seed", 0)))
     if backend == "http":
         from llmguide.llm.http import HTTPLM
 
         for key in ("base_url", "model"):
-            if not _get(llm_cfg, key):
+            if not cfg_get(llm_cfg, key):
                 raise ConfigError(f"llm.{key}", "is required for llm=http")
-        return HTTPLM(base_url=_get(llm_cfg, "base_url"), model=_get(llm_cfg, "model"),
-                      api_key_env=_get(llm_cfg, "api_key_env", "OPENAI_API_KEY"),
-                      concurrency=int(_get(llm_cfg, "concurrency", 4)), timeout=float(_get(llm_cfg, "timeout", 30.0)),
-                      max_retries=int(_get(llm_cfg, "max_retries", 5)), chat=bool(_get(llm_cfg, "chat", False)),
-                      backoff_base=float(_get(llm_cfg, "backoff_base", 0.5)),
-                      backoff_max=float(_get(llm_cfg, "backoff_max", 8.0)),
-                      max_response_bytes=int(_get(llm_cfg, "max_response_bytes", 8 * 2**20)))
+        return HTTPLM(base_url=cfg_get(llm_cfg, "base_url"), model=cfg_get(llm_cfg, "model"),
+                      api_key_env=cfg_get(llm_cfg, "api_key_env", "OPENAI_API_KEY"),
+                      concurrency=int(cfg_get(llm_cfg, "concurrency", 4)), timeout=float(cfg_get(llm_cfg, "timeout", 30.0)),
+                      max_retries=int(cfg_get(llm_cfg, "max_retries", 5)), chat=bool(cfg_get(llm_cfg, "chat", False)),
+                      backoff_base=float(cfg_get(llm_cfg, "backoff_base", 0.5)),
+                      backoff_max=float(cfg_get(llm_cfg, "backoff_max", 8.0)),
+                      max_response_bytes=int(cfg_get(llm_cfg, "max_response_bytes", 8 * 2**20)))
     if backend == "hf":
         from llmguide.llm.hf import HFLM
 
-        return HFLM(model_path=_get(llm_cfg, "model_path"), gguf_file=_get(llm_cfg, "gguf_file"),
-                    device=_get(llm_cfg, "device", "cpu"), dtype=_get(llm_cfg, "dtype", "float32"),
-                    trainable=bool(_get(llm_cfg, "trainable", False)), max_batch=int(_get(llm_cfg, "max_batch", 16)))
+        return HFLM(model_path=cfg_get(llm_cfg, "model_path"), gguf_file=cfg_get(llm_cfg, "gguf_file"),
+                    device=cfg_get(llm_cfg, "device", "cpu"), dtype=cfg_get(llm_cfg, "dtype", "float32"),
+                    trainable=bool(cfg_get(llm_cfg, "trainable", False)), max_batch=int(cfg_get(llm_cfg, "max_batch", 16)))
     if backend in ("oracle", "random", "shuffled", "constant"):
         from llmguide.llm.oracle import OracleLM
 
-        family = env_family or _get(llm_cfg, "env_family")
+        family = env_family or cfg_get(llm_cfg, "env_family")
         if not family:
             raise ConfigError("llm.backend", f"llm={backend} needs the env family (make_llm(cfg.llm, cfg.env.name))")
         oracle = OracleLM(family, answerers, actions)
@@ -130,9 +125,9 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
             return oracle
         from llmguide.llm.counterfactual import CounterfactualLM
 
-        return CounterfactualLM(backend, oracle, seed=int(_get(llm_cfg, "seed", 0)),
-                                positive_rate=float(_get(llm_cfg, "positive_rate", 0.5)),
-                                tie_rate=float(_get(llm_cfg, "tie_rate", 0.0)))
+        return CounterfactualLM(backend, oracle, seed=int(cfg_get(llm_cfg, "seed", 0)),
+                                positive_rate=float(cfg_get(llm_cfg, "positive_rate", 0.5)),
+                                tie_rate=float(cfg_get(llm_cfg, "tie_rate", 0.0)))
     raise ConfigError("llm.backend", f"unknown backend {backend!r}; choose one of {list(BACKENDS)}")
 
 
@@ -145,11 +140,11 @@ def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str 
     (``llm.actor=true``, the LM in a shared Ray actor, is chosen by the Runner: :mod:`llmguide.pipelines.services`.)
     """
     backend = make_backend(llm_cfg, env_family, online, answerers, actions)
-    cache_cfg = _get(llm_cfg, "cache", {})
-    if not _get(cache_cfg, "enabled", False):
+    cache_cfg = cfg_get(llm_cfg, "cache", {})
+    if not cfg_get(cache_cfg, "enabled", False):
         return backend
-    path = Path(_get(cache_cfg, "path") or default_cache_dir() / "llm_cache.sqlite").expanduser()
+    path = Path(cfg_get(cache_cfg, "path") or default_cache_dir() / "llm_cache.sqlite").expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
-    version = template_version or str(_get(cache_cfg, "template_version", "v0"))
-    max_bytes = int(_get(cache_cfg, "max_bytes", DEFAULT_MAX_BYTES))
+    version = template_version or str(cfg_get(cache_cfg, "template_version", "v0"))
+    max_bytes = int(cfg_get(cache_cfg, "max_bytes", DEFAULT_MAX_BYTES))
     return CachedLM(backend, LLMCache(path, max_bytes=max_bytes), template_version=version)

@@ -28,6 +28,7 @@ from llmguide.core.errors import ConfigError
 from llmguide.core.rundir import RunDir
 from llmguide.core.seeding import seed_everything
 from llmguide.learners.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback
+from llmguide.llm.service_metrics import check_answered_fraction
 
 log = logging.getLogger(__name__)
 
@@ -158,22 +159,20 @@ def train(cfg: DictConfig, recipe: Recipe) -> int:
         try:
             parts = recipe.build(envs, run)
             agent = recipe.make_agent(parts, run)
-            state = run.load_checkpoint() if cfg.run.resume else None
+            state = run.resume_state() if cfg.run.resume else None   # the newest checkpoint that loads
             if state is not None:
                 agent.load_state_dict(state["agent"])
-                run.truncate_metrics_after(int(state["step"]))
                 log.info("resumed %s at step %d", run.path, agent.global_step)
             else:
-                if cfg.run.resume:
-                    log.warning("run.resume=true but %s has no checkpoint: starting from step 0", run.path)
                 recipe.prepare(agent, run)
             if recipe.learns():
                 agent.learn(int(cfg.total_steps), callback=_callbacks(cfg, recipe, parts, run, envs),
                             progress=bool(cfg.progress))
             recipe.finish(parts, run)
             run.save_checkpoint({"agent": agent.state_dict()}, int(agent.global_step))
-            if parts.metrics is not None:
-                run.log(int(agent.global_step), parts.metrics())
+            final = parts.metrics() if parts.metrics is not None else {}
+            if final:
+                run.log(int(agent.global_step), final)
         finally:
             if parts is not None:
                 parts.close()
@@ -182,6 +181,8 @@ def train(cfg: DictConfig, recipe: Recipe) -> int:
         run.write_json("eval.json", {"step": int(agent.global_step), **results})
         run_path = run.path
     write_report(run_path)
+    # llm.require_fraction: a run whose LM answered too few of its requests fails, with every file written
+    check_answered_fraction(final, cfg.llm.get("require_fraction"))
     return 0
 
 

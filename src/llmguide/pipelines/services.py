@@ -23,7 +23,11 @@ from llmguide.llm.base import LanguageModel
 from llmguide.llm.factory import make_llm
 from llmguide.llm.service import LLMService
 
-for _key, _rule in {"llm.service.max_batch": positive, "llm.service.max_queue": positive,
+# what the progress bar shows of a run's LM: calls sent, the fraction of requests answered, fallbacks
+LM_PROGRESS = {"calls": "lm/calls", "answered": "lm/answered_fraction", "fallbacks": "lm/fallbacks"}
+
+for _key, _rule in {"llm.require_fraction": lambda v: None if v is None or 0.0 <= v <= 1.0 else f"must be in [0, 1] or null, got {v!r}",
+                    "llm.service.max_batch": positive, "llm.service.max_queue": positive,
                     "llm.service.max_retries": non_negative, "llm.service.timeout": positive,
                     "llm.service.worker_nice": non_negative}.items():
     register_rule(_key, _rule)

@@ -11,6 +11,7 @@ from typing import Any
 
 from llmguide.core.rundir import RunDir
 from llmguide.pipelines.runner import Parts, Recipe
+from llmguide.pipelines.services import LM_PROGRESS
 
 
 class StandardRecipe(Recipe):
@@ -36,5 +37,5 @@ class StandardRecipe(Recipe):
             from llmguide.pipelines.services import close_service
 
             parts.closers = [partial(close_service, service), *parts.closers]
-            parts.progress = {"calls": "lm/calls", "hit_rate": "lm/hit_rate"}
+            parts.progress = LM_PROGRESS
         return parts

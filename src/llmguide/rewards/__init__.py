@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from gymnasium import spaces
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from llmguide.core.config import in_range, non_negative, one_of, positive, register_rule
+from llmguide.core.config import in_range, non_negative, one_of, plain_dict, positive, register_rule
 from llmguide.core.errors import ConfigError
 from llmguide.rewards.base import RewardModule, StepTransition, TransitionBatch
 from llmguide.rewards.shaping import PotentialShaping, potential_shaping
@@ -119,7 +119,7 @@ def build_reward_modules(method_cfg: DictConfig | Mapping[str, Any], obs_space: 
                          seed: int = 0, service: Any = None) -> list[tuple[float, RewardModule]]:
     """The ``(coef, module)`` pairs for the configured method (empty for ``none``); a reward class whose
     constructor takes ``service`` gets the run's LM service (an LM-backed reward needs no recipe)."""
-    cfg = OmegaConf.to_container(method_cfg, resolve=True) if isinstance(method_cfg, DictConfig) else dict(method_cfg)
+    cfg = plain_dict(method_cfg)
     name, target = cfg.get("name"), cfg.get("reward")
     if target:
         factory = _class_factory(str(target))

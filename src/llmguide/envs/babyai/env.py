@@ -37,8 +37,8 @@ from minigrid.envs.babyai.core.verifier import (
     PutNextInstr,
 )
 
+from llmguide.core.config import cfg_get
 from llmguide.envs.babyai.tasks import PAPER_TASKS, build_bk_level
-from llmguide.envs.base import cfg_get
 
 ACTION_STRINGS = ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
 HELD_OUT = ("yellow box", "red key", "red door", "green ball", "grey door")

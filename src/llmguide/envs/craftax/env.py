@@ -32,7 +32,7 @@ from craftax.craftax_classic.game_logic import craftax_step
 from craftax.craftax_classic.world_gen import generate_world
 from gymnasium.vector import AutoresetMode
 
-from llmguide.envs.base import cfg_get
+from llmguide.core.config import cfg_get
 from llmguide.envs.craftax import text as tx
 from llmguide.envs.craftax.actions import action_flags, primitive_actions
 from llmguide.envs.crafter.actions import ACTION_STRINGS

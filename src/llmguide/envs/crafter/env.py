@@ -17,7 +17,8 @@ import gymnasium as gym
 import numpy as np
 from crafter import constants
 
-from llmguide.envs.base import cfg_get, normalize_goal
+from llmguide.core.config import cfg_get
+from llmguide.envs.base import normalize_goal
 from llmguide.envs.crafter.rules import (
     ACHIEVEMENTS,
     ITEMS,

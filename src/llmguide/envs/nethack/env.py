@@ -25,7 +25,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from llmguide.envs.base import cfg_get
+from llmguide.core.config import cfg_get
 from llmguide.envs.nethack.oracle import message_events
 
 BL = {"x": 0, "y": 1, "score": 9, "hp": 10, "hpmax": 11, "depth": 12, "gold": 13, "xp": 18,

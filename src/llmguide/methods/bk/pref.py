@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from llmguide.core.rundir import atomic_torch_save, atomic_write_text
+from llmguide.core.rundir import atomic_torch_save, atomic_write_text, safe_torch_load
 from llmguide.data import Episode
 from llmguide.llm.base import LanguageModel
 from llmguide.llm.parsing import ParseStats, parse_preference
@@ -197,7 +197,7 @@ class PreferencePotential:
     """``Φ(obs) = (phi(obs) − mean) / std`` over ``(..., obs)`` batches; Φ = 0 if no label was usable."""
 
     def __init__(self, path: str | Path):
-        data = torch.load(path, map_location="cpu", weights_only=False)
+        data = safe_torch_load(path)
         self.usable = int(data["usable"])
         self.net = PreferenceNet(int(data["in_dim"]), int(data["hidden"]))
         self.net.load_state_dict(data["state"])

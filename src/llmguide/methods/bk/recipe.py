@@ -96,10 +96,13 @@ class BKRecipe(Recipe):
 
     agents = ("ppo",)
 
+    @property
+    def labels_dir(self) -> Path:
+        """The label run this training reads (``method.labels``)."""
+        return paths(self.cfg.method.get("labels"), "method.labels")[0]
+
     def check(self) -> None:
         super().check()
-        variant_of(self.cfg)
-        self.labels_dir = paths(self.cfg.method.get("labels"), "method.labels")[0]
         check_labels(self.labels_dir / "bk", variant_of(self.cfg))
 
     steps = {"collect": collect, "label": label}

@@ -23,7 +23,7 @@ greedy episodes with the same suggester and goal conditioning.
 from __future__ import annotations
 
 import logging
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 from llmguide.core.config import in_range, non_negative, one_of, positive, register_rule
@@ -34,7 +34,7 @@ from llmguide.methods.ellm.suggester import SUGGESTERS, GoalSuggester
 from llmguide.methods.ellm.transfer import load_weights, pretrained_state, task_goal
 from llmguide.methods.ellm.wrapper import ELLMGoalWrapper
 from llmguide.pipelines.runner import EVAL_SEED_OFFSET, Parts, Recipe
-from llmguide.pipelines.services import close_service
+from llmguide.pipelines.services import LM_PROGRESS, close_service
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +81,18 @@ def lm_metrics(service: Any, suggester: GoalSuggester) -> dict[str, float]:
 class ELLMRecipe(Recipe):
     """ELLM: goal suggestions → goal-conditioned agent paid for achieving them."""
 
+    @cached_property
+    def pretrained(self) -> dict[str, Any]:
+        """finetune / guided: the pretrained ELLM agent's state (``method.pretrained``)."""
+        return pretrained_state(self.cfg)
+
     def check(self) -> None:
         super().check()
         m = self.cfg.method
         if str(m.mode) in ("finetune", "guided"):
             task_goal(self.cfg)
-            self.pretrained = pretrained_state(self.cfg)
+            if not self.pretrained:   # loads (and checks) the pretrained run before any compute
+                raise ConfigError("method.pretrained", "the pretrained run holds no agent state")
             if str(m.mode) == "guided" and str(self.cfg.agent.name) != "dqn":
                 raise ConfigError("agent.name", "method.mode=guided replaces ε-exploration actions: use agent=dqn")
 
@@ -134,7 +140,7 @@ class ELLMRecipe(Recipe):
         coef = float(m.finetune_intrinsic_coef) if task else float(m.intrinsic_coef)
         parts = Parts(wrapped, [(coef, reward)], 1.0 if task else float(m.extrinsic_coef),
                       metrics=lambda: {**wrapped.metrics(), **lm_metrics(service, suggester)},
-                      progress={"calls": "lm/calls", "hit_rate": "lm/hit_rate"})
+                      progress=LM_PROGRESS)
         if service is not None:   # closers run last first: the suggester, then the service, then the LM
             parts.closers.append(partial(close_service, service))
         parts.closers.append(suggester.close)

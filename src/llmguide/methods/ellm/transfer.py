@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from llmguide.core.errors import ConfigError
+from llmguide.core.rundir import safe_torch_load
 
 
 def task_goal(cfg: Any) -> str:
@@ -23,9 +24,8 @@ def pretrained_state(cfg: Any) -> dict[str, Any]:
     ckpt = Path(str(path)) / "checkpoints" / "latest.pt"
     if not ckpt.exists():
         raise ConfigError("method.pretrained", f"no checkpoint at {ckpt}")
-    import torch
 
-    return torch.load(ckpt, map_location="cpu", weights_only=False)["agent"]
+    return safe_torch_load(ckpt)["agent"]
 
 
 def load_weights(agent: Any, state: dict[str, Any]) -> None:

@@ -34,10 +34,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from llmguide.core.config import cfg_get
 from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
+from llmguide.envs.vector import split_infos
 from llmguide.learners.callbacks import Callback, as_callback
-from llmguide.learners.common import EpisodeTracker, cfg_get, crossed, rng_state, set_rng_state, split_infos
+from llmguide.learners.common import EpisodeTracker, crossed, rng_state, set_rng_state
 from llmguide.methods.glam.policy import History
 from llmguide.rewards.base import StepTransition
 

@@ -20,10 +20,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from llmguide.core.config import cfg_get
 from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
+from llmguide.envs.vector import split_infos
 from llmguide.learners.callbacks import Callback, as_callback
-from llmguide.learners.common import EpisodeTracker, cfg_get, rng_state, set_rng_state, split_infos
+from llmguide.learners.common import EpisodeTracker, rng_state, set_rng_state
 from llmguide.learners.ppo import compute_gae
 from llmguide.methods.glam.policy import (  # noqa: F401  (re-exported: the GLAM policy's public names)
     HEADER,

@@ -16,6 +16,7 @@ from typing import Any
 from llmguide.core.config import in_range, non_negative, one_of, positive, register_rule
 from llmguide.core.rundir import RunDir
 from llmguide.pipelines.runner import Parts, Recipe
+from llmguide.pipelines.services import LM_PROGRESS
 from llmguide.rewards.base import RewardModule
 
 log = logging.getLogger(__name__)
@@ -135,15 +136,14 @@ class ONIRecipe(Recipe):
 
         service = open_service(cfg, answerers=[oracle_answers(cfg)])
         module = build_oni_module(cfg.method, envs.num_envs, service, int(cfg.seed), goal=method_goal(cfg))
-        self.module = module
         return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef),
                      metrics=lambda: lm_metrics(service, module),
-                     progress={"calls": "lm/calls", "hit_rate": "lm/hit_rate"},
+                     progress=LM_PROGRESS,
                      closers=[partial(close_service, service), module.close])
 
     def finish(self, parts: Parts, run: RunDir) -> None:
         """Training is over: let in-flight labels land in the cache."""
-        annot = getattr(getattr(self, "module", None), "annotator", None)
+        annot = getattr(parts.modules[0][1], "annotator", None) if parts.modules else None   # ellm_bow has none
         if annot is not None and annot.pending:
             drained = annot.wait(float(self.cfg.method.get("drain_timeout", 60.0)))
             log.info("annotation drain at the end: %s", "complete" if drained else f"{annot.pending} left")

@@ -166,16 +166,16 @@ class PTGMRecipe(Recipe):
         m = self.cfg.method
         parts = Parts(venv, extrinsic_coef=float(m.extrinsic_coef), closers=[venv.close])
         if str(m.mode) == "options":
-            self.kl = KLToPrior(self.prior, str(m.kl.direction))
+            kl = KLToPrior(self.prior, str(m.kl.direction))
             # kl.mode=reward: reward = r_env − α·KL (PTGM's code); loss: α·KL is a loss term, the KL is only logged
-            self.kl_in_loss = str(m.kl.get("mode", "reward")) == "loss"
-            parts.modules = [(0.0 if self.kl_in_loss else -float(m.kl.coef), self.kl)]
-            parts.metrics = lambda: {f"reward/kl_prior/{k}": v for k, v in self.kl.metrics().items()}
+            in_loss = str(m.kl.get("mode", "reward")) == "loss"
+            parts.modules = [(0.0 if in_loss else -float(m.kl.coef), kl)]
+            parts.metrics = lambda: {f"reward/kl_prior/{k}": v for k, v in kl.metrics().items()}
         return parts
 
     def make_agent(self, parts: Parts, run: RunDir | None) -> Any:
         from llmguide.learners.ppo import PPO
-        from llmguide.methods.ptgm.models import OptionPPO
+        from llmguide.methods.ptgm.models import KLToPrior, OptionPPO
 
         cfg = self.cfg
         kwargs = dict(reward_modules=parts.modules, extrinsic_coef=parts.extrinsic_coef, run=run,
@@ -188,10 +188,11 @@ class PTGMRecipe(Recipe):
                                        **kwargs)
             else:
                 agent = OptionPPO(parts.envs, cfg.agent, **kwargs)
-            if getattr(self, "kl", None) is not None:
-                self.kl.policy = agent.net
-                if self.kl_in_loss:
-                    coef, kl = float(cfg.method.kl.coef), self.kl
+            kl = next((m for _, m in parts.modules if isinstance(m, KLToPrior)), None)
+            if kl is not None:
+                kl.policy = agent.net
+                if str(cfg.method.kl.get("mode", "reward")) == "loss":
+                    coef = float(cfg.method.kl.coef)
                     agent.policy_penalty = lambda obs: coef * kl.loss(obs)
             return agent
         agent = PPO(parts.envs, cfg.agent, **kwargs)

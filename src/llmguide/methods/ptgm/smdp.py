@@ -36,8 +36,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from llmguide.envs.vector import split_infos
 from llmguide.learners.callbacks import Callback
-from llmguide.learners.common import mix_rewards, split_infos
+from llmguide.learners.common import mix_rewards
 from llmguide.learners.networks import obs_to_tensor
 from llmguide.learners.ppo import PPO
 from llmguide.rewards.base import StepTransition, TransitionBatch
