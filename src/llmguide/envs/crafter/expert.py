@@ -29,6 +29,7 @@ import numpy as np
 from llmguide.envs.base import normalize_goal
 from llmguide.envs.crafter.expert_nav import MOVES, SEM, LocalMap, view_ids
 from llmguide.envs.crafter.expert_plan import ACTIONS, DO, NOOP, SLEEP, RequirementTree, Step
+from llmguide.envs.crafter.expert_shelter import find_pocket
 from llmguide.envs.crafter.expert_skills import (
     do_step,
     explore,
@@ -67,6 +68,8 @@ class ExpertSettings:
     ripe_after: int = 310
     night_below: float = 0.45  # daylight under which the agent shelters in a pocket (zombies spawn in the dark)
     day_above: float = 0.7
+    recover_below: int = 4  # health at which the agent shelters in a pocket to heal
+    fight_above: int = 6  # health needed to pursue a zombie / skeleton as a goal
 
 
 def _cfg(cfg: Any, key: str, default: Any) -> Any:
@@ -88,7 +91,7 @@ class _Agent:
         self.vital: str | None = None
         self.pocket: tuple | None = None
         self.pocket_search_t = -99
-        self.heading, self.heading_until = None, 0
+        self.heading, self.heading_until, self.explore_target = None, 0, None
         self.segment, self.segment_dir = 0, 0
         self.last_action: int | None = None
         self.asleep = False
@@ -197,12 +200,15 @@ class _Agent:
             return place_step(self, self.plan, step)
         if step.kind == "make":
             return make_step(self, self.plan, step)
-        self.vital = "sleep"  # "wake up": the sleep routine, with a pocket when one is around
-        return sleep(self, urgent=True)
+        action = sleep(self, urgent=False)  # "wake up": sleep sealed in a pocket, never in the open by choice
+        if action is not None:
+            self.vital = "sleep"
+        return action
 
     def _open(self) -> list[str]:
+        risky = self.inventory["health"] < self.cfg.fight_above
         return [g for g in self.tree.goals if g not in self.excluded and self.banned.get(g, -1) < self.t
-                and (g != "wake up" or self.inventory["energy"] <= 7)]
+                and (g != "wake up" or self.inventory["energy"] <= 7) and not (risky and g.startswith("defeat"))]
 
     def _choose(self, mode_data: bool) -> bool:
         if mode_data:
@@ -240,7 +246,13 @@ class _Agent:
             near = station_stand(self, self.plan, step.stations)
             found = None if near is None else self.plan.reach(near[0], stand=True)
             return 15.0 * step.depth + (100.0 if found is None else found[0])
-        return {"sleep": 60.0}.get(step.kind, 3.0) + 15.0 * step.depth
+        if step.kind == "sleep":
+            pocket = self.pocket or find_pocket(self, self.plan, dig=self.has_pickaxe())
+            if pocket is None:
+                return 1000.0
+            i, j = pocket[0][0] - self.plan.x0, pocket[0][1] - self.plan.y0
+            return 40.0 + (float(self.plan.dist[i, j]) if 0 <= i < self.plan.n and 0 <= j < self.plan.n else 100.0)
+        return 3.0 + 15.0 * step.depth
 
     def random_action(self) -> int:
         """A uniformly random action that neither steps into lava, falls asleep, nor completes an excluded goal."""

@@ -157,25 +157,30 @@ def walkable_do_step(agent: Any, plan: Plan, step: Step) -> int | None:
 
 
 def explore(agent: Any, plan: Plan, prefer=()) -> int:
-    """Walk towards a far point in the agent's heading; a new heading when there or stuck, towards the
-    known cells of ``prefer`` (e.g. grass when looking for cows) that are not close by, else random."""
-    rng, r = agent.rng, agent.map.radius
+    """Walk to a far cell in the agent's heading (kept until reached, unreachable or stale); a new heading
+    towards the known cells of ``prefer`` (e.g. grass when looking for cows) that are not close by, else random."""
     for _ in range(3):
-        if agent.heading is None or agent.t >= agent.heading_until:
-            agent.heading = _heading(agent, plan, prefer)
-            agent.heading_until = agent.t + int(rng.integers(30, 90))
-        goal = plan.n // 2 + agent.heading * (r - 2)
-        ii, jj = np.meshgrid(np.arange(plan.n), np.arange(plan.n), indexing="ij")
-        score = np.abs(ii - goal[0]) + np.abs(jj - goal[1]) + 0.3 * plan.dist
-        score[~np.isfinite(plan.dist)] = np.inf
-        flat = int(np.argmin(score))
-        if np.isfinite(score.flat[flat]) and flat != (plan.n // 2) * plan.n + plan.n // 2:
+        if agent.explore_target is None or agent.t >= agent.heading_until:
+            if agent.heading is None or agent.t >= agent.heading_until:
+                agent.heading = _heading(agent, plan, prefer)
+            agent.heading_until = agent.t + int(agent.rng.integers(30, 90))
+            goal = plan.n // 2 + agent.heading * (agent.map.radius - 2)
+            ii, jj = np.meshgrid(np.arange(plan.n), np.arange(plan.n), indexing="ij")
+            score = np.abs(ii - goal[0]) + np.abs(jj - goal[1]) + 0.3 * plan.dist
+            score[~np.isfinite(plan.dist)] = np.inf
+            flat = int(np.argmin(score))
+            if not np.isfinite(score.flat[flat]) or flat == (plan.n // 2) * plan.n + plan.n // 2:
+                agent.heading, agent.explore_target = None, None
+                continue
+            agent.explore_target = np.array(divmod(flat, plan.n)) + (plan.x0, plan.y0)
+        i, j = agent.explore_target - (plan.x0, plan.y0)
+        if 0 <= i < plan.n and 0 <= j < plan.n and not (agent.explore_target == agent.map.pos).all():
             mask = np.zeros((plan.n, plan.n), bool)
-            mask.flat[flat] = True
+            mask[i, j] = True
             out = toward(agent, plan, mask, stand=True)
             if out is not None and out[0] >= 0:
                 return out[0]
-        agent.heading = None
+        agent.heading, agent.explore_target = None, None
     return random_move(agent)
 
 

@@ -29,7 +29,8 @@ def threat(agent: Any) -> int | None:
             if d <= 2:
                 return flee(agent, where)
             continue
-        fight = d == 1 or (name == "defeat zombie" and d == 2 and health >= 4) or (agent.goal == name and health >= 4)
+        strong = health >= agent.cfg.fight_above
+        fight = d == 1 or (strong and (name == "defeat zombie" and d == 2 or agent.goal == name))
         if fight:
             out = toward(agent, agent.plan, mob_mask(agent, agent.plan, [name.split()[1]]))
             if out is not None and (d == 1 or out[0] not in (DO, *MOVES) or _free_ahead(agent, out[0])):
@@ -57,8 +58,8 @@ def vitals(agent: Any) -> int | None:
     if urgent:  # the one whose water / food is known first (sleeping needs nothing), then the lowest
         steps = {"drink": _drink_step(agent), "food": _food_step(agent)}
         agent.vital = min(urgent, key=lambda k: (k in steps and _cost(agent, steps[k]) >= 100, level[k]))
-    elif agent.vital in (None, "night"):  # at night (in the dark), out only when it gets serious
-        dark = agent.vital == "night" or agent.daylight < cfg.night_below
+    elif agent.vital in (None, "night", "recover"):  # at night (in the dark), out only when it gets serious
+        dark = agent.vital in ("night", "recover") or agent.daylight < cfg.night_below
         low = [k for k in ("drink", "food") if can[k] and level[k] <= (2 if dark else below[k])]
         if low:
             agent.vital = min(low, key=lambda k: level[k] - below[k])
@@ -68,14 +69,14 @@ def vitals(agent: Any) -> int | None:
                 20 if agent.dusk else 10):
             agent.vital = "drink"  # cheaply on the way, or before the night
         elif agent.vital is None and can["food"] and level["food"] <= 7 and _cost(agent, _food_step(agent)) <= (
-                15 if agent.dusk else 8):
+                15 if agent.dusk or level["food"] <= 6 else 8):
             agent.vital = "food"
     if agent.vital == "drink":  # water out of memory: back towards the last water seen, else towards sand
         action = do_step(agent, agent.plan, _drink_step(agent))
-        if action is None and agent.map.last_water is not None:
+        if action is None and agent.map.last_water is not None and agent.explore_target is None:
             agent.heading = np.asarray(agent.map.last_water, float) - agent.map.pos
             agent.heading /= max(np.linalg.norm(agent.heading), 1e-6)
-            agent.heading_until = agent.t + 5
+            agent.heading_until, agent.explore_target = agent.t + 30, None
         return _or_explore(agent, action, ("sand", "water"))
     if agent.vital == "food":  # no cow known: explore towards grass
         return _or_explore(agent, do_step(agent, agent.plan, _food_step(agent)), ("grass",))
@@ -84,9 +85,13 @@ def vitals(agent: Any) -> int | None:
     zombies = any(sid == SEM["zombie"] for sid, _, _ in agent.map.mobs)
     if agent.vital == "night" and agent.daylight > cfg.day_above and (not zombies or agent.daylight > 0.85):
         agent.vital, agent.pocket = None, None  # morning, and no zombie waiting at the door
+    if agent.vital == "recover" and inv["health"] >= 8:
+        agent.vital, agent.pocket = None, None
     if agent.vital is None and agent.daylight < cfg.night_below and can["sleep"]:
         agent.vital = "night"
-    if agent.vital == "night":  # in a sealed pocket until morning, asleep when tired
+    if agent.vital is None and inv["health"] <= cfg.recover_below and can["sleep"]:
+        agent.vital = "recover"
+    if agent.vital in ("night", "recover"):  # in a sealed pocket until morning / healed, asleep when tired
         action = sleep(agent, urgent=False)
         if action == SLEEP and level["sleep"] >= 9:
             action = NOOP
