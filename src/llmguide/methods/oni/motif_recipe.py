@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from omegaconf import DictConfig
 
 from llmguide.core.config import register_rule
-from llmguide.core.rundir import RunDir, atomic_torch_save
+from llmguide.core.rundir import RunDir, atomic_torch_save, safe_torch_load
 from llmguide.methods.oni.motif import MotifReward, PairsDB, annotate_pairs, sample_pairs, train_reward_model
 from llmguide.pipelines.collect import Collection, check_intrinsic, explore
 from llmguide.pipelines.runner import Parts, Recipe
@@ -143,7 +142,7 @@ class MotifRecipe(Recipe):
 
     def build(self, envs: Any, run: RunDir | None) -> Parts:
         cfg = self.cfg
-        ckpt = torch.load(fit_reward_model(cfg), map_location="cpu", weights_only=False)
+        ckpt = safe_torch_load(fit_reward_model(cfg))
         module = MotifReward(ckpt, envs.num_envs, beta=float(cfg.method.beta), count_scope=str(cfg.method.count_scope),
                              canonicalize=bool(cfg.method.canonicalize))
         return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef))
