@@ -70,6 +70,7 @@ class ExpertSettings:
     day_above: float = 0.7
     recover_below: int = 4  # health at which the agent shelters in a pocket to heal
     fight_above: int = 6  # health needed to pursue a zombie / skeleton as a goal
+    new_weight: float = 3.0  # data mode: weight of a goal not achieved yet this episode (achieved ones: 1)
 
 
 def _cfg(cfg: Any, key: str, default: Any) -> Any:
@@ -150,7 +151,8 @@ class _Agent:
             self.plan = self.map.plan(dig_stone=self.has_pickaxe())
             self._usable = {}
             action = self._decide(mode_data)
-            if self.rng.random() < self.cfg.eps:
+            sheltering = self.pocket is not None and self.vital in ("night", "recover", "sleep")
+            if self.rng.random() < self.cfg.eps and not sheltering:  # no noise while walled in
                 action = self.random_action()
         if action == DO and self.map.at(self.map.facing_cell(self.facing)) == SEM["plant"]:
             self.tried[self.map.facing_cell(self.facing)] = self.map.t
@@ -211,30 +213,31 @@ class _Agent:
                 and (g != "wake up" or self.inventory["energy"] <= 7) and not (risky and g.startswith("defeat"))]
 
     def _choose(self, mode_data: bool) -> bool:
+        """Plain: the cheapest goal not achieved yet.  Data: a random goal of the tree's frontier that is
+        feasible now (its next step's target is known), new ones weighted ``new_weight``; when none is,
+        the cheapest frontier goal (exploring for it); sometimes a random exploration segment instead."""
+        if mode_data and self.rng.random() < self.cfg.explore_prob:
+            self.segment = int(self.rng.integers(*self.cfg.explore_len))
+            return True
         if mode_data:
-            if self.rng.random() < self.cfg.explore_prob:
-                self.segment = int(self.rng.integers(*self.cfg.explore_len))
-                return True
             achieved = {g for g, c in self.counts.items() if c > 0}
             frontier = set(self.tree.frontier(achieved, self.excluded))
-            cands = [g for g in self._open() if g in frontier and self.tree.resolve(g, self) is not None]
-            if not cands:
-                return False
-            weights = np.array([1.0 if self.counts[g] > 0 else 3.0 for g in cands])
-            goal = cands[int(self.rng.choice(len(cands), p=weights / weights.sum()))]
+            goals = [g for g in self._open() if g in frontier]
         else:
-            best = None
-            for g in self._open():
-                if self.counts[g] > 0:
-                    continue
-                step = self.tree.resolve(g, self)
-                if step is not None:
-                    cost = self.step_cost(step)
-                    if best is None or cost < best[0]:
-                        best = (cost, g)
-            if best is None:
-                return False
-            goal = best[1]
+            goals = [g for g in self._open() if self.counts[g] == 0]
+        costs = {}
+        for g in goals:
+            step = self.tree.resolve(g, self)
+            if step is not None:
+                costs[g] = self.step_cost(step)
+        if not costs:
+            return False
+        now = [g for g, c in costs.items() if c < 100.0]
+        if mode_data and now:
+            weights = np.array([1.0 if self.counts[g] > 0 else self.cfg.new_weight for g in now])
+            goal = now[int(self.rng.choice(len(now), p=weights / weights.sum()))]
+        else:
+            goal = min(costs, key=costs.get)
         self.goal, self.goal_t, self.goal_count = goal, self.t, self.counts.get(goal, 0)
         return True
 

@@ -5,7 +5,8 @@ itself in on the spot.  It can in a pocket of two cells in a line, P1 and P2, en
 E -> P1 -> P2, step back to P1 (now facing E) and place a stone on E.  Every other side of P1 and P2 must
 be solid (stone, water, tree, ...; zombies walk on grass, sand and path only).  A missing side wall is
 built first from outside (stand two cells out, step towards it, place a stone), the end wall from
-inside (facing it from P2); P1 and P2 may be stone to dig when the agent has a pickaxe.  Zombies hit
+inside (facing it from P2); P1 and P2 may be stone to dig when the agent has a pickaxe.  Walls are
+stones, or tables when the agent has no stone but wood.  Zombies hit
 a sleeping player for 7 of its 9 health, so in the open the expert sleeps only when it must.
 """
 
@@ -16,13 +17,27 @@ from typing import Any
 import numpy as np
 
 from llmguide.envs.crafter.expert_nav import SEM, Plan
-from llmguide.envs.crafter.expert_plan import DO, NOOP, PLACE_STONE, SLEEP
+from llmguide.envs.crafter.expert_plan import ACTIONS, DO, NOOP, PLACE_STONE, SLEEP
 from llmguide.envs.crafter.expert_skills import move, toward
 
 SOLID = np.array([SEM[n] for n in ("water", "stone", "tree", "coal", "iron", "diamond", "table", "furnace")] + [0])
 WALK = np.array([SEM["grass"], SEM["sand"], SEM["path"]])
 _DIRS = [np.array(d) for d in ((-1, 0), (1, 0), (0, -1), (0, 1))]
 WALL_COST = 8.0  # path-cost equivalent of building one wall
+PLACE_TABLE = ACTIONS.index("place_table")
+
+
+def blocks(agent: Any) -> int:
+    """Walls the agent can place: stones, then tables (wood)."""
+    wood = agent.tree.requirements["place table"][0].get("wood", 1)
+    return agent.inventory.get("stone", 0) + agent.inventory.get("wood", 0) // max(wood, 1)
+
+
+def _wall(agent: Any) -> int | None:
+    """The action placing a wall (a stone, else a table), None when the agent has neither."""
+    if agent.inventory.get("stone", 0) > 0:
+        return PLACE_STONE
+    return PLACE_TABLE if blocks(agent) > 0 else None
 
 
 def _walls(d: np.ndarray) -> list[tuple[np.ndarray, np.ndarray | None]]:
@@ -40,7 +55,7 @@ def find_pocket(agent: Any, plan: Plan, dig: bool) -> tuple | None:
     walk = np.pad(np.isin(win, WALK), pad)
     stone = np.pad(win == SEM["stone"], pad) if dig else np.zeros_like(walk)
     room = walk | stone
-    stones = agent.inventory.get("stone", 0)
+    stones = blocks(agent)
 
     def sh(a, off):  # out[i, j] = a[i + off[0], j + off[1]] for window cell (i, j)
         return a[pad + off[0]:pad + off[0] + n, pad + off[1]:pad + off[1] + n]
@@ -82,15 +97,15 @@ def pocket_step(agent: Any, plan: Plan, pocket: tuple) -> int | None:
     """The next action of the sleep-in-a-pocket routine; None when the pocket no longer works."""
     e, p1, p2, d, _ = pocket
     m, pos, face = agent.map, agent.map.pos, tuple(agent.facing)
-    stones = agent.inventory.get("stone", 0)
+    wall_action = _wall(agent)
     for off, side in _walls(d)[:4]:  # 1. side walls, from outside (again if one was dug on the way)
         wall = p1 + off
         if m.at(wall) in SOLID:
             continue
-        if stones == 0 or m.at(wall) not in WALK or not all(m.free(wall + k * side) for k in (1, 2)):
+        if wall_action is None or m.at(wall) not in WALK or not all(m.free(wall + k * side) for k in (1, 2)):
             return None
         if (pos == wall + side).all() and face == tuple(-side):
-            return PLACE_STONE if m.free(wall) else NOOP
+            return wall_action if m.free(wall) else NOOP
         if (pos == wall + 2 * side).all():
             return move(-side)
         return _stand(agent, plan, wall + 2 * side)
@@ -101,16 +116,16 @@ def pocket_step(agent: Any, plan: Plan, pocket: tuple) -> int | None:
     if (pos == p1).all() and face == back:  # 3. seal the entrance and sleep
         if end_open:
             return move(d)
-        if m.at(e) == SEM["stone"]:
+        if m.at(e) in SOLID:
             return SLEEP
-        if stones == 0:
+        if wall_action is None:
             return None
-        return PLACE_STONE if m.free(e) else DO
+        return wall_action if m.free(e) else DO
     if (pos == p2).all():  # 2. the end wall, from inside
         if end_open:
             if face != ahead:
                 return move(-d)
-            return PLACE_STONE if stones and m.free(p2 + d) else None
+            return wall_action if wall_action is not None and m.free(p2 + d) else None
         return move(-d)
     if (pos == p1).all():
         return (DO if face == ahead else move(d)) if m.at(p2) == SEM["stone"] else move(d)

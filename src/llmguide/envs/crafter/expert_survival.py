@@ -11,7 +11,7 @@ import numpy as np
 
 from llmguide.envs.crafter.expert_nav import MOVES, SEM
 from llmguide.envs.crafter.expert_plan import DO, NOOP, SLEEP, Step
-from llmguide.envs.crafter.expert_shelter import find_pocket, pocket_step
+from llmguide.envs.crafter.expert_shelter import blocks, find_pocket, pocket_step
 from llmguide.envs.crafter.expert_skills import do_step, explore, flee, mob_mask, toward
 
 
@@ -82,6 +82,19 @@ def vitals(agent: Any) -> int | None:
         return _or_explore(agent, do_step(agent, agent.plan, _food_step(agent)), ("grass",))
     if agent.vital == "sleep":
         return sleep(agent, urgent=level["sleep"] <= 1 or (agent.daylight > 0.5 and level["sleep"] <= below["sleep"]))
+    if agent.vital == "gather":  # before the night: material for a shelter
+        if blocks(agent) >= 6 or agent.daylight < cfg.night_below:
+            agent.vital = None
+        else:
+            targets = ("stone", "tree") if agent.has_pickaxe() else ("tree",)
+            return _or_explore(agent, do_step(agent, agent.plan, Step("do", "gather", targets=targets)))
+    if agent.vital is None and agent.dusk and can["sleep"] and blocks(agent) < 6 and agent.pocket is None \
+            and agent.t - agent.pocket_search_t >= 10:
+        agent.pocket_search_t = agent.t
+        agent.pocket = find_pocket(agent, agent.plan, dig=agent.has_pickaxe())
+        if agent.pocket is None:
+            agent.vital = "gather"
+            return vitals(agent)
     zombies = any(sid == SEM["zombie"] for sid, _, _ in agent.map.mobs)
     if agent.vital == "night" and agent.daylight > cfg.day_above and (not zombies or agent.daylight > 0.85):
         agent.vital, agent.pocket = None, None  # morning, and no zombie waiting at the door
