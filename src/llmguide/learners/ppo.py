@@ -257,21 +257,23 @@ class PPO:
             starts = np.concatenate([first_done[None], dones[:-1]], axis=0)  # obs t begins an episode
             metrics.update(self._update(batch.obs, actions, logprobs, values, advantages, returns,
                                         starts, initial_state))
-            self.updates += 1
-            sps = (self.global_step - start_step) / max(time.perf_counter() - start_time, 1e-9)
-            metrics.update({
-                "charts/learning_rate": self.optimizer.param_groups[0]["lr"],
-                "charts/sps": sps,
-                "charts/extrinsic_reward": float(ext_rewards.mean()),
-                "charts/intrinsic_reward": float(int_rewards.mean()),
-            })
-            self.last_metrics = metrics
-            self._log(metrics)
-            bar.update(N * T, lm_stats=callback.progress_stats)
-            callback.on_rollout_end(metrics)
+            metrics.update({"charts/extrinsic_reward": float(ext_rewards.mean()),
+                            "charts/intrinsic_reward": float(int_rewards.mean())})
+            self._end_rollout(metrics, N * T, start_step, start_time, bar, callback)
         bar.close()
         callback.on_training_end()
         return self
+
+    def _end_rollout(self, metrics: dict[str, float], env_steps: int, start_step: int, start_time: float,
+                     bar: Any, callback: Any) -> None:
+        """After an update: learning rate and steps/s into ``metrics``, logged, the bar and the callbacks told."""
+        self.updates += 1
+        sps = (self.global_step - start_step) / max(time.perf_counter() - start_time, 1e-9)
+        metrics.update({"charts/learning_rate": self.optimizer.param_groups[0]["lr"], "charts/sps": sps})
+        self.last_metrics = metrics
+        self._log(metrics)
+        bar.update(env_steps, lm_stats=callback.progress_stats)
+        callback.on_rollout_end(metrics)
 
     @torch.no_grad()
     def _truncation_values(self, next_obs: dict[str, np.ndarray], truncated: np.ndarray) -> np.ndarray:

@@ -29,7 +29,6 @@ agents; training episodes are logged from the raw env steps as :class:`PPO` does
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -152,14 +151,8 @@ class AsyncOptionPPO(PPO):
                 stop = not callback.on_step(step) or stop
             self._decide()   # every env's next decision: its value bootstraps the env's last finished option
             metrics = self._train_on(seqs)
-            self.updates += 1
-            sps = (self.global_step - start_step) / max(time.perf_counter() - start_time, 1e-9)
-            metrics.update({"charts/learning_rate": self.optimizer.param_groups[0]["lr"], "charts/sps": sps,
-                            "options/decisions": finished, "options/env_steps_per_rollout": env_steps})
-            self.last_metrics = metrics
-            self._log(metrics)
-            bar.update(N * env_steps, lm_stats=callback.progress_stats)
-            callback.on_rollout_end(metrics)
+            metrics.update({"options/decisions": finished, "options/env_steps_per_rollout": env_steps})
+            self._end_rollout(metrics, N * env_steps, start_step, start_time, bar, callback)
         bar.close()
         callback.on_training_end()
         return self
