@@ -40,6 +40,7 @@ SMOKE: dict[str, tuple[str | None, list[str]]] = {
     **{m: (None, MINIHACK) for m in ("oni_retrieval", "oni_classification", "oni_ranking", "ellm_bow")},
     "motif": ("motif", MINIHACK),
     **{m: ("bk", BK) for m in ("bk_code", "bk_pref", "bk_goal")},
+    "bk_random_phi": (None, BK),   # the knowledge control needs no collect / label
     "drrn": (None, [*BABYAI, "env.task=GoToRedBall", "total_steps=64"]),
     **{m: ("glam", GLAM) for m in ("glam", "npae")},
     "ptgm": ("ptgm", [*PTGM_TRAIN, "agent.num_steps=4"]),

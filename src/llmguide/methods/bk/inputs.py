@@ -12,7 +12,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from llmguide.core.errors import ConfigError
 from llmguide.data import EpisodeDataset
 
-VARIANTS = ("bk_code", "bk_pref", "bk_goal")
+VARIANTS = ("bk_code", "bk_pref", "bk_goal", "bk_random_phi")
 
 def variant_of(cfg: DictConfig) -> str:
     name = str(cfg.method.name)

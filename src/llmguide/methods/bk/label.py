@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from llmguide.core.errors import LLMGuideError
+from llmguide.core.errors import ConfigError, LLMGuideError
 from llmguide.core.rundir import atomic_write_text
 from llmguide.core.seeding import seed_everything
 from llmguide.data import EpisodeDataset
@@ -103,6 +103,8 @@ def label(cfg: DictConfig) -> int:
     from llmguide.pipelines.services import make_run_lm
 
     variant = variant_of(cfg)
+    if variant == "bk_random_phi":
+        raise ConfigError("method", "bk_random_phi needs no label step: train it directly")
     seed_everything(int(cfg.seed))
     dataset = EpisodeDataset(paths(cfg.method.get("data"), "method.data"))
     episodes = dataset.episodes()

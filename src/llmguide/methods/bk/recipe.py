@@ -47,14 +47,20 @@ def build_module(cfg: DictConfig, labels_dir: str | Path, gamma: float, run_path
     from llmguide.methods import bk
 
     variant = variant_of(cfg)
-    out = Path(labels_dir) / "bk"
-    manifest = check_labels(out, variant)
-    names = manifest.get("action_names")
     k = cfg.method
 
     def shaping(potential, name: str):
         return bk.TransitionPotentialShaping(potential, gamma, name=name, scale=float(k.get("potential_scale", 1.0)),
                                              normalize=bool(k.get("normalize_potential", True)))
+
+    if variant == "bk_random_phi":   # the knowledge control: same shaping, a random network as Φ
+        from llmguide.methods.bk.random_phi import RandomPotential
+
+        r = k.random_phi
+        return shaping(RandomPotential(int(r.seed), int(r.hidden), float(r.clip)), "bk_random_phi")
+    out = Path(labels_dir) / "bk"
+    manifest = check_labels(out, variant)
+    names = manifest.get("action_names")
 
     if variant == "bk_code":
         potential = bk.CodePotential((out / "final.py").read_text(), make_sandbox(cfg, (run_path or out) / "scratch"),
@@ -103,12 +109,14 @@ class BKRecipe(Recipe):
 
     def check(self) -> None:
         super().check()
-        check_labels(self.labels_dir / "bk", variant_of(self.cfg))
+        if variant_of(self.cfg) != "bk_random_phi":   # the random-Φ control needs no labels
+            check_labels(self.labels_dir / "bk", variant_of(self.cfg))
 
     steps = {"collect": collect, "label": label}
 
     def build(self, envs: Any, run: RunDir | None) -> Parts:
         cfg = self.cfg
-        module = build_module(cfg, self.labels_dir, float(cfg.agent.gamma), run.path if run else None)
+        labels = self.labels_dir if variant_of(cfg) != "bk_random_phi" else Path(".")
+        module = build_module(cfg, labels, float(cfg.agent.gamma), run.path if run else None)
         return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef),
                      metrics=lambda: {f"reward/{module.name}/{k}": v for k, v in module.metrics().items()})
