@@ -148,7 +148,7 @@ class _Agent:
         if self.asleep:
             action = NOOP
         else:
-            self.plan = self.map.plan(dig_stone=self.has_pickaxe())
+            self.plan = self.map.plan(dig_stone=self.can_dig(), dig_tree="collect wood" not in self.excluded)
             self._usable = {}
             action = self._decide(mode_data)
             sheltering = self.pocket is not None and self.vital in ("night", "recover", "sleep")
@@ -161,6 +161,10 @@ class _Agent:
 
     def has_pickaxe(self) -> bool:
         return any(self.inventory.get(k, 0) > 0 for k in ("wood_pickaxe", "stone_pickaxe", "iron_pickaxe"))
+
+    def can_dig(self) -> bool:
+        """Stone may be dug through (mining it is collecting stone, which may be excluded)."""
+        return self.has_pickaxe() and "collect stone" not in self.excluded
 
     def _decide(self, mode_data: bool) -> int:
         if self.segment > 0:  # a random exploration segment (data mode)
@@ -250,7 +254,7 @@ class _Agent:
             found = None if near is None else self.plan.reach(near[0], stand=True)
             return 15.0 * step.depth + (100.0 if found is None else found[0])
         if step.kind == "sleep":
-            pocket = self.pocket or find_pocket(self, self.plan, dig=self.has_pickaxe())
+            pocket = self.pocket or find_pocket(self, self.plan, dig=self.can_dig())
             if pocket is None:
                 return 1000.0
             i, j = pocket[0][0] - self.plan.x0, pocket[0][1] - self.plan.y0

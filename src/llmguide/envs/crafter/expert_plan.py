@@ -99,6 +99,10 @@ class RequirementTree:
                     need += self.total_need(self.provider[item], ctx, seen)
             else:
                 need[item] += n
+                collect = self.provider.get(item)  # the tools collecting it needs, when it must be collected
+                if collect and ctx.inventory.get(item, 0) < n and collect not in seen:
+                    seen.add(collect)
+                    need += self.total_need(collect, ctx, seen)
         for s in self._stations_needed(goal):
             if s != "plant" and not ctx.station_usable(s) and self.station[s] not in seen:
                 seen.add(self.station[s])

@@ -28,14 +28,16 @@ PLACE_TABLE = ACTIONS.index("place_table")
 
 
 def blocks(agent: Any) -> int:
-    """Walls the agent can place: stones, then tables (wood)."""
+    """Walls the agent can place: stones, then tables (wood); none of a kind whose placing is excluded."""
     wood = agent.tree.requirements["place table"][0].get("wood", 1)
-    return agent.inventory.get("stone", 0) + agent.inventory.get("wood", 0) // max(wood, 1)
+    stones = 0 if "place stone" in agent.excluded else agent.inventory.get("stone", 0)
+    tables = 0 if "place table" in agent.excluded else agent.inventory.get("wood", 0) // max(wood, 1)
+    return stones + tables
 
 
 def _wall(agent: Any) -> int | None:
     """The action placing a wall (a stone, else a table), None when the agent has neither."""
-    if agent.inventory.get("stone", 0) > 0:
+    if "place stone" not in agent.excluded and agent.inventory.get("stone", 0) > 0:
         return PLACE_STONE
     return PLACE_TABLE if blocks(agent) > 0 else None
 

@@ -82,16 +82,19 @@ def vitals(agent: Any) -> int | None:
         return _or_explore(agent, do_step(agent, agent.plan, _food_step(agent)), ("grass",))
     if agent.vital == "sleep":
         return sleep(agent, urgent=level["sleep"] <= 1 or (agent.daylight > 0.5 and level["sleep"] <= below["sleep"]))
+    if agent.vital in (None, "gather") and inv["health"] <= cfg.recover_below:
+        agent.vital = "recover"
     if agent.vital == "gather":  # before the night: material for a shelter
         if blocks(agent) >= 6 or agent.daylight < cfg.night_below:
             agent.vital = None
         else:
-            targets = ("stone", "tree") if agent.has_pickaxe() else ("tree",)
+            targets = tuple(t for t, g in (("stone", "collect stone"), ("tree", "collect wood"))
+                            if g not in agent.excluded and (t == "tree" or agent.has_pickaxe()))
             return _or_explore(agent, do_step(agent, agent.plan, Step("do", "gather", targets=targets)))
-    if agent.vital is None and agent.dusk and can["sleep"] and blocks(agent) < 6 and agent.pocket is None \
+    if agent.vital is None and agent.dusk and blocks(agent) < 6 and agent.pocket is None \
             and agent.t - agent.pocket_search_t >= 10:
         agent.pocket_search_t = agent.t
-        agent.pocket = find_pocket(agent, agent.plan, dig=agent.has_pickaxe())
+        agent.pocket = find_pocket(agent, agent.plan, dig=agent.can_dig())
         if agent.pocket is None:
             agent.vital = "gather"
             return vitals(agent)
@@ -100,10 +103,8 @@ def vitals(agent: Any) -> int | None:
         agent.vital, agent.pocket = None, None  # morning, and no zombie waiting at the door
     if agent.vital == "recover" and inv["health"] >= 8:
         agent.vital, agent.pocket = None, None
-    if agent.vital is None and agent.daylight < cfg.night_below and can["sleep"]:
+    if agent.vital is None and agent.daylight < cfg.night_below:
         agent.vital = "night"
-    if agent.vital is None and inv["health"] <= cfg.recover_below and can["sleep"]:
-        agent.vital = "recover"
     if agent.vital in ("night", "recover"):  # in a sealed pocket until morning / healed, asleep when tired
         action = sleep(agent, urgent=False)
         if action == SLEEP and level["sleep"] >= 9:
@@ -131,14 +132,16 @@ def sleep(agent: Any, urgent: bool) -> int | None:
     """Go to (or build) a pocket and sleep sealed in it; in the open only when ``urgent`` and no zombie is in view."""
     if agent.pocket is None and agent.t - agent.pocket_search_t >= 10:
         agent.pocket_search_t = agent.t
-        agent.pocket = find_pocket(agent, agent.plan, dig=agent.has_pickaxe())
+        agent.pocket = find_pocket(agent, agent.plan, dig=agent.can_dig())
     if agent.pocket is not None:
         action = pocket_step(agent, agent.plan, agent.pocket)
+        if action == SLEEP and "wake up" in agent.excluded:
+            return NOOP  # walled in, awake
         if action is not None:
             return action
         agent.pocket = None
     zombies = any(s == SEM["zombie"] for s, _, _ in agent.map.mobs)
-    return SLEEP if urgent and not zombies else None
+    return SLEEP if urgent and not zombies and "wake up" not in agent.excluded else None
 
 
 def _or_explore(agent: Any, action: int | None, prefer=()) -> int:
