@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,15 @@ def _run_bench(name: str, args: list[str]) -> int:
     return subprocess.call([sys.executable, str(script), *args])
 
 
+_KEY_ERROR = re.compile(r"^((?:env|agent|method|llm|eval|run)\.[A-Za-z_][\w.]*)(?::|=| must )")
+
+
+def _named_key(err: ValueError) -> str | None:
+    """The config key a ValueError's message starts with (``env.id: ...``), or None (a bug: traceback)."""
+    match = _KEY_ERROR.match(str(err))
+    return match.group(1) if match else None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -129,6 +139,14 @@ def main(argv: list[str] | None = None) -> int:
             return cache_command(args.action, args.file, args.path) or 0
     except ConfigError as err:
         print(f"llmguide: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:   # a layer's own check of a key ("env.task: unknown BabyAI task ..."): a user error
+        key = _named_key(err)
+        if key is None:
+            raise
+        text = str(err).splitlines()[0]
+        print(f"llmguide: {ConfigError(key, text[len(key):].lstrip(': ') if text.startswith(key + ':') else text)}",
+              file=sys.stderr)
         return 2
     except (LLMGuideError, FileExistsError, FileNotFoundError) as err:
         print(f"llmguide: {err}", file=sys.stderr)

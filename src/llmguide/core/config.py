@@ -97,7 +97,9 @@ def load_config(overrides: Sequence[str] = (), providers: Sequence[Callable[[Dic
     except (HydraException, OmegaConfBaseException) as err:
         raise _translate_hydra_error(err, overrides) from None
     _check_types(cfg, base, "")
-    for provider in [*providers, *RULE_PROVIDERS]:
+    for provider in providers:
+        provider(cfg)
+    for provider in list(RULE_PROVIDERS):   # read after the providers ran: importing a layer may add some
         provider(cfg)
     validate(cfg)
     OmegaConf.set_readonly(cfg, False)

@@ -11,7 +11,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from llmguide.core.config import cfg_get
+from llmguide.core.config import add_rule_provider, cfg_get
+from llmguide.core.errors import ConfigError
 from llmguide.envs.base import Oracle
 
 
@@ -33,20 +34,39 @@ class SeedOnFirstReset(gym.Wrapper):
 @dataclass(frozen=True)
 class Family:
     """One env family: ``make(env_cfg, seed)``, an optional batched ``make_vector(env_cfg, num_envs, seed)``
-    and its ground-truth ``oracle(actions)``, each a ``"module:function"`` imported when first used."""
+    and its ground-truth ``oracle(actions)``, each a ``"module:function"`` imported when first used.
+
+    ``env_id`` is the family's registered wrapper id (``env.id`` in ``conf/env/<name>.yaml``); a family whose
+    ``env.id`` also names a task (NetHack, MiniHack) has ``check_id``, ``fn(env_id, family) -> problem or None``.
+    ``tasks`` (``"module:attr"``, a list or a function of the family name) feeds ``llmguide list``; ``wait`` is
+    what the first env step waits for, printed before training (e.g. a JAX compile)."""
 
     make: str
     oracle: str
     make_vector: str | None = None
+    env_id: str = ""
+    check_id: str | None = None
+    tasks: str | None = None
+    wait: str | None = None
 
 
+_NETHACK = "llmguide.envs.nethack.env"
 FAMILIES: dict[str, Family] = {
-    "crafter": Family("llmguide.envs.crafter.env:make_crafter", "llmguide.envs.crafter.actions:make_oracle"),
+    "crafter": Family("llmguide.envs.crafter.env:make_crafter", "llmguide.envs.crafter.actions:make_oracle",
+                      env_id="llmguide/Crafter-v0", tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS"),
     "craftax": Family("llmguide.envs.craftax.env:make_craftax", "llmguide.envs.craftax.env:make_oracle",
-                      make_vector="llmguide.envs.craftax.env:make_craftax_vector"),
-    "babyai": Family("llmguide.envs.babyai.env:make_babyai", "llmguide.envs.babyai.oracle:BabyAIOracle"),
-    "minihack": Family("llmguide.envs.nethack.env:make_nethack", "llmguide.envs.nethack.oracle:NetHackOracle"),
-    "nethack": Family("llmguide.envs.nethack.env:make_nethack", "llmguide.envs.nethack.oracle:NetHackOracle"),
+                      make_vector="llmguide.envs.craftax.env:make_craftax_vector", env_id="llmguide/CraftaxClassic-v0",
+                      tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",
+                      wait="compiling Craftax-Classic's jitted step (about 30 s the first time; a few seconds once "
+                           "~/.cache/llmguide/jax holds it)"),
+    "babyai": Family("llmguide.envs.babyai.env:make_babyai", "llmguide.envs.babyai.oracle:BabyAIOracle",
+                     env_id="llmguide/BabyAIText-v0", tasks="llmguide.envs.babyai.env:TASKS"),
+    "minihack": Family(f"{_NETHACK}:make_nethack", "llmguide.envs.nethack.oracle:NetHackOracle",
+                       env_id="llmguide/MiniHackText-v0", check_id=f"{_NETHACK}:id_problem",
+                       tasks=f"{_NETHACK}:task_ids"),
+    "nethack": Family(f"{_NETHACK}:make_nethack", "llmguide.envs.nethack.oracle:NetHackOracle",
+                      env_id="llmguide/NetHackText-v0", check_id=f"{_NETHACK}:id_problem",
+                      tasks=f"{_NETHACK}:task_ids"),
 }
 
 
@@ -60,6 +80,36 @@ def family(name: str) -> Family:
     if name not in FAMILIES:
         raise ValueError(f"env.name: unknown env family {name!r}; choose one of {list(FAMILIES)}")
     return FAMILIES[name]
+
+
+def check_env_id(env_cfg: Any) -> None:
+    """``env.id`` must name this family's env: its wrapper id (or null), or, for NetHack and MiniHack, a
+    registered task id.  :class:`ConfigError` naming ``env.id`` otherwise (a bogus id is never ignored)."""
+    name = cfg_get(env_cfg, "name")
+    if name not in FAMILIES:
+        return   # validate() reports env.name
+    fam, env_id = FAMILIES[name], cfg_get(env_cfg, "id")
+    if env_id is None or str(env_id) == fam.env_id:
+        return
+    if fam.check_id is not None:
+        problem = load(fam.check_id)(str(env_id), name)
+        if problem:
+            raise ConfigError("env.id", problem)
+        return
+    raise ConfigError("env.id", f"env={name} is {fam.env_id!r} (or null); choose its task with env.task, "
+                                f"got {env_id!r}")
+
+
+def family_tasks(name: str) -> list[str]:
+    """The task names of a family for ``llmguide list`` (empty when it declares none)."""
+    target = family(name).tasks
+    if target is None:
+        return []
+    tasks = load(target)
+    return list(tasks(name) if callable(tasks) else tasks)
+
+
+add_rule_provider(lambda cfg: check_env_id(cfg.get("env")))
 
 
 def make_env(env_cfg: Any, seed: int | None = None) -> gym.Env:

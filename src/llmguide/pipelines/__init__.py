@@ -52,7 +52,7 @@ def register_rules(cfg: DictConfig) -> None:
     """Import every module that owns config rules for this config (called by ``load_config``)."""
     for name in RULE_OWNERS:
         import_module(name)
-    recipe_class(cfg)
+    recipe_class(cfg).check_env(cfg)   # a method refuses an env family it does not support, before any compute
 
 
 def load_config(overrides: Sequence[str] = ()) -> DictConfig:

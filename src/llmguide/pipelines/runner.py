@@ -62,14 +62,25 @@ class Recipe:
     """
 
     agents: tuple[str, ...] = ("ppo", "dqn")
+    env_families: tuple[str, ...] | None = None   # the env families the method runs on (None: every family)
+    status: str = "ready"                          # shown by ``llmguide list``
     # offline CLI verbs of the method, e.g. {"collect": collect, "label": label}: fn(cfg) -> exit code
     steps: dict[str, Callable[[DictConfig], int]] = {}
 
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
 
+    @classmethod
+    def check_env(cls, cfg: DictConfig) -> None:
+        """``env`` must be one of :attr:`env_families` (checked when the config loads, and by :meth:`check`)."""
+        name = str(cfg.env.name)
+        if cls.env_families is not None and name not in cls.env_families:
+            raise ConfigError("env", f"method={cfg.method.name} runs on env={'|'.join(cls.env_families)}, "
+                                     f"got env={name}")
+
     def check(self) -> None:
         """Config checks beyond the schema, before any compute (raise ConfigError naming the key)."""
+        self.check_env(self.cfg)
         if str(self.cfg.agent.name) not in self.agents:
             raise ConfigError("agent", f"method={self.cfg.method.name} trains with agent={'|'.join(self.agents)}, "
                                        f"got agent={self.cfg.agent.name}")

@@ -19,6 +19,7 @@ so two envs made with the same seed give identical observations across all later
 
 from __future__ import annotations
 
+import difflib
 import warnings
 from typing import Any
 
@@ -48,6 +49,23 @@ def _import_backend(name: str) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # pkg_resources deprecation warning inside minihack
             import minihack  # noqa: F401  (registers MiniHack-*-v0)
+
+
+def task_ids(family: str) -> list[str]:
+    """The registered task ids of ``family`` (MiniHack-*, or NLE's NetHack*)."""
+    _import_backend(family)
+    prefix = "MiniHack-" if family == "minihack" else "NetHack"
+    return sorted(k for k in gym.registry if k.startswith(prefix))
+
+
+def id_problem(env_id: str, family: str) -> str | None:
+    """None when ``env_id`` is a registered task of ``family``; else what is wrong, with examples."""
+    known = task_ids(family)
+    if env_id in known or (env_id.startswith(("MiniHack-", "NetHack")) and env_id in gym.registry):
+        return None
+    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}?" if close else f"e.g. {', '.join(known[:6])}"
+    return f"unknown {family} id {env_id!r}; {hint} ({len(known)} ids: llmguide list)"
 
 
 def extended_actions() -> tuple:
@@ -91,11 +109,9 @@ class NetHackText(gym.Env):
                  blstats_deltas: bool = False, crop: int = 9, oracle_facts: bool = False,
                  message_obs: bool = False, reward_scale: float = 1.0, reward_clip: float | None = None,
                  actions: str = "task", penalty_step: float | None = None):
-        _import_backend(family)
-        if env_id not in gym.registry:
-            known = sorted(k for k in gym.registry if k.startswith("MiniHack-" if family == "minihack"
-                                                                   else "NetHack"))
-            raise ValueError(f"env.id: unknown {family} id {env_id!r}; e.g. {known[:8]}")
+        problem = id_problem(env_id, family)
+        if problem:
+            raise ValueError(f"env.id: {problem}")
         if actions not in ("task", "extended"):
             raise ValueError(f"env.action_set must be 'task' or 'extended', got {actions!r}")
         kwargs: dict[str, Any] = {}

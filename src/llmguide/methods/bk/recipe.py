@@ -101,6 +101,7 @@ class BKRecipe(Recipe):
     potential from the label run ``method.labels``."""
 
     agents = ("ppo",)
+    env_families = ("babyai", "crafter", "craftax")
 
     @property
     def labels_dir(self) -> Path:

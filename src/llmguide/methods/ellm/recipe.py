@@ -81,6 +81,8 @@ def lm_metrics(service: Any, suggester: GoalSuggester) -> dict[str, float]:
 class ELLMRecipe(Recipe):
     """ELLM: goal suggestions → goal-conditioned agent paid for achieving them."""
 
+    env_families = ("crafter", "craftax")
+
     @cached_property
     def pretrained(self) -> dict[str, Any]:
         """finetune / guided: the pretrained ELLM agent's state (``method.pretrained``)."""

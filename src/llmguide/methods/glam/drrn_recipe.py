@@ -30,6 +30,7 @@ class DRRNRecipe(TextPolicyRecipe):
     """DRRN: GRU encoders of prompt and action strings, Q-learning from a replay."""
 
     agents = ("drrn",)
+    env_families = ("babyai",)
 
     def build_policy(self) -> Any:
         from llmguide.envs.babyai.env import ACTION_STRINGS

@@ -39,6 +39,7 @@ class GLAMRecipe(TextPolicyRecipe):
     """GLAM / NPAE / BC-Bot: an LM policy fine-tuned with PPO."""
 
     agents = ("glam",)
+    env_families = ("babyai",)
 
     def check(self) -> None:
         super().check()

@@ -132,6 +132,7 @@ class MotifRecipe(Recipe):
     """Motif: offline collect → label → reward model, then PPO with the Motif reward."""
 
     agents = ("ppo",)
+    env_families = ("minihack", "nethack")
     steps = {"collect": collect, "label": label}
 
     def check(self) -> None:

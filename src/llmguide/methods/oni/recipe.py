@@ -118,6 +118,7 @@ class ONIRecipe(Recipe):
     """ONI (and ELLM-BoW): PPO with an intrinsic reward from online, asynchronous LM labels."""
 
     agents = ("ppo",)
+    env_families = ("minihack", "nethack")   # + craftax/crafter once their message grammar lands
 
     def check(self) -> None:
         super().check()

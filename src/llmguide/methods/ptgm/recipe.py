@@ -57,6 +57,7 @@ class PTGMRecipe(Recipe):
     ``r_env − kl.coef · KL``; ``mode: bc_finetune``: flat PPO from the unconditioned low level."""
 
     agents = ("ppo",)
+    env_families = ("babyai", "craftax")
     steps = {"collect": collect, "codebook": codebook, "pretrain": pretrain}
 
     def check(self) -> None:
