@@ -102,6 +102,7 @@ class LocalMap:
         self.radius = int(radius)
         self.mat = np.full((SIZE, SIZE), UNKNOWN, np.int8)
         self.pos = np.array([ORIGIN, ORIGIN])
+        self.prev = self.pos.copy()  # the cell the agent came from: stepping back costs more (no dithering)
         self.mobs: list[tuple[int, int, int]] = []  # (semantic id, x, y) in the current view
         self.plants: dict[tuple[int, int], int] = {}  # plant cell -> step it was first seen
         self.cows: dict[tuple[int, int], int] = {}  # where cows were seen lately -> step
@@ -117,6 +118,7 @@ class LocalMap:
             faced = int(self.view[CX + d[0], CY + d[1]])
             predicted = bool(_LUT_WALK[faced]) or faced == SEM["lava"]
             if self._moved(ids, d, predicted):
+                self.prev = self.pos.copy()
                 self.pos = np.clip(self.pos + d, CX + 1, SIZE - CX - 2)
         self._write(ids)
         self._forget()
@@ -215,6 +217,8 @@ class LocalMap:
             if avoid_zombies and sid in (SEM["zombie"], SEM["skeleton"]):  # keep away from them (and arrows)
                 reach = 1 if sid == SEM["zombie"] else 4
                 cost[np.abs(ii - i) + np.abs(jj - j) <= reach] += 3.0
+        if (self.prev != self.pos).any():
+            cost[self.prev[0] - x0, self.prev[1] - y0] += 2.0
         for _, x, y in self.mobs:
             cost[x - x0, y - y0] = _INF
         idx = np.arange(n * n).reshape(n, n)

@@ -54,22 +54,27 @@ def vitals(agent: Any) -> int | None:
            "sleep": "wake up" not in agent.excluded}
     if agent.vital == "drink" and level["drink"] >= 9 or agent.vital == "food" and level["food"] >= 8:
         agent.vital = None
-    urgent = [k for k in level if can[k] and level[k] <= 1]
+    dark = agent.vital in ("night", "recover") or agent.daylight < cfg.night_below
+    steps = {"drink": _drink_step(agent), "food": _food_step(agent)}
+    if dark:  # out of the shelter only when a vital is empty and health runs out (starving is slow)
+        urgent = [k for k in ("drink", "food") if can[k] and level[k] == 0 and inv["health"] <= 5]
+        if agent.vital in ("drink", "food", "gather") and agent.vital not in urgent and \
+                (agent.vital == "gather" or _cost(agent, steps[agent.vital]) > 3):
+            agent.vital = None  # no more wandering in the dark: shelter
+    else:
+        urgent = [k for k in level if can[k] and level[k] <= 1]
     if urgent:  # the one whose water / food is known first (sleeping needs nothing), then the lowest
-        steps = {"drink": _drink_step(agent), "food": _food_step(agent)}
         agent.vital = min(urgent, key=lambda k: (k in steps and _cost(agent, steps[k]) >= 100, level[k]))
-    elif agent.vital in (None, "night", "recover"):  # at night (in the dark), out only when it gets serious
-        dark = agent.vital in ("night", "recover") or agent.daylight < cfg.night_below
-        low = [k for k in ("drink", "food") if can[k] and level[k] <= (2 if dark else below[k])]
+    elif agent.vital is None and not dark:
+        low = [k for k in ("drink", "food") if can[k] and level[k] <= below[k]]
         if low:
             agent.vital = min(low, key=lambda k: level[k] - below[k])
-        elif agent.vital is None and can["sleep"] and level["sleep"] <= below["sleep"]:
+        elif can["sleep"] and level["sleep"] <= below["sleep"]:
             agent.vital = "sleep"
-        elif agent.vital is None and can["drink"] and level["drink"] <= 7 and _cost(agent, _drink_step(agent)) <= (
-                20 if agent.dusk else 10):
-            agent.vital = "drink"  # cheaply on the way, or before the night
-        elif agent.vital is None and can["food"] and level["food"] <= 7 and _cost(agent, _food_step(agent)) <= (
-                15 if agent.dusk or level["food"] <= 6 else 8):
+        elif can["drink"] and level["drink"] <= 7 and (agent.dusk or _cost(agent, steps["drink"]) <= 10):
+            agent.vital = "drink"  # cheaply on the way, or whatever it takes before the night
+        elif can["food"] and level["food"] <= (6 if agent.dusk else 7) and (
+                agent.dusk or _cost(agent, steps["food"]) <= (15 if level["food"] <= 6 else 8)):
             agent.vital = "food"
     if agent.vital == "drink":  # water out of memory: back towards the last water seen, else towards sand
         action = do_step(agent, agent.plan, _drink_step(agent))
