@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from llmguide.core.config import GROUPS, group_options
 from llmguide.core.errors import ConfigError, LLMGuideError
 from llmguide.pipelines import load_config
@@ -24,7 +26,10 @@ VERBS = {
     "label": "label a collected dataset with the LM (BK-Code/Pref/Goal, Motif)",
     "codebook": "PTGM: hindsight goals of a collected dataset -> KMeans goal codebook",
     "pretrain": "PTGM: goal-conditioned BC low level and goal prior from a dataset and a codebook",
+    "list": "list the env families and their tasks, the methods (env families each runs on, status) and the LM "
+            "backends",
 }
+CONFIG_VERBS = ("train", "collect", "label", "codebook", "pretrain")
 
 
 def _groups_help() -> str:
@@ -47,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     for verb, text in VERBS.items():
         p = sub.add_parser(verb, help=text, description=text, epilog=_groups_help(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        if verb in ("train", "collect", "label", "codebook", "pretrain"):
-            p.add_argument("overrides", nargs="*", help="group=option and key=value overrides")
+        if verb in CONFIG_VERBS:
+            p.add_argument("overrides", nargs="*", help="group=option and key=value overrides "
+                                                        "(`--help method=ellm` lists that option's keys)")
             p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
             if verb == "train":
                 p.add_argument("-m", "--multirun", action="store_true",
@@ -73,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
         elif verb == "bench":
             p.add_argument("name", help="benchmark script name in benchmarks/ (without .py)")
             p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+        elif verb == "list":
+            p.add_argument("what", nargs="?", choices=["envs", "methods", "llms"], help="one section only")
         elif verb == "cache":
             p.add_argument("action", choices=["stats", "export", "clear", "check"])
             p.add_argument("file", nargs="?", help="output file for export (JSONL)")
@@ -98,14 +106,102 @@ def _named_key(err: ValueError) -> str | None:
     return match.group(1) if match else None
 
 
+def _option_help(argv: list[str]) -> str | None:
+    """``llmguide train --help method=ellm``: the verb's help, then each named option's keys with their comments."""
+    if len(argv) < 2 or argv[0] not in CONFIG_VERBS or not {"-h", "--help"} & set(argv):
+        return None
+    choices = [a.split("=", 1) for a in argv[1:] if "=" in a and a.split("=", 1)[0] in GROUPS]
+    if not choices:
+        return None
+    from llmguide.core.config_help import describe_option
+
+    parser = build_parser()
+    verb_help = parser._subparsers._group_actions[0].choices[argv[0]].format_help()  # noqa: SLF001
+    sections = [verb_help.rstrip()]
+    for group, option in choices:
+        sections.append(describe_option(group, option))
+        if group == "method":
+            from llmguide.pipelines import recipe_class
+
+            families = recipe_class(OmegaConf.create({"method": {"recipe": _recipe_of(option)}})).env_families
+            sections[-1] += f"\n  runs on env={'|'.join(families) if families else 'any family'}"
+    return "\n\n".join(sections)
+
+
+def _yaml_of(group: str, option: str) -> dict:
+    import yaml
+
+    from llmguide.core.config_help import option_file
+
+    return yaml.safe_load(option_file(group, option).read_text()) or {}
+
+
+def _recipe_of(option: str) -> str:
+    """``method.recipe`` of a method option, following its ``defaults`` (``ellm_oracle`` extends ``ellm``)."""
+    data = _yaml_of("method", option)
+    if data.get("recipe"):
+        return str(data["recipe"])
+    parents = [d for d in data.get("defaults") or [] if isinstance(d, str) and d != "_self_"]
+    return _recipe_of(parents[0]) if parents else "standard"
+
+
+def _about(group: str, option: str) -> str:
+    import textwrap
+
+    from llmguide.core.config_help import option_file, yaml_comments
+
+    return textwrap.shorten(" ".join(yaml_comments(option_file(group, option).read_text(), group)[0]), 110,
+                            placeholder=" ...")
+
+
+def list_catalog(what: str | None = None) -> str:
+    """``llmguide list``: env families with their tasks, methods with the env families each runs on and their
+    status, LM backends (the counterfactual ones included)."""
+    import textwrap
+
+    from llmguide.envs.registry import FAMILIES, family_tasks
+    from llmguide.pipelines import recipe_class
+
+    out: list[str] = []
+    if what in (None, "envs"):
+        out.append("env families (env=NAME; a task with env.task=, NetHack/MiniHack tasks with env.id=):")
+        for name, fam in FAMILIES.items():
+            tasks = family_tasks(name)
+            out.append(f"  {name:<9} {fam.env_id}; {len(tasks)} tasks:")
+            out.extend(textwrap.wrap(", ".join(tasks), 110, initial_indent=" " * 12, subsequent_indent=" " * 12,
+                                     break_on_hyphens=False))
+    if what in (None, "methods"):
+        out.append("methods (method=NAME): env families, status, what it is:")
+        for option in group_options("method"):
+            cls = recipe_class(OmegaConf.create({"method": {"recipe": _recipe_of(option)}}))
+            families = "|".join(cls.env_families) if cls.env_families else "any"
+            out.append(f"  {option:<19} {families:<23} {cls.status:<6} {_about('method', option)}")
+    if what in (None, "llms"):
+        out.append("LM backends (llm=NAME; random, shuffled, constant: knowledge controls in the oracle's format):")
+        out.extend(f"  {option:<10} {_about('llm', option)}" for option in group_options("llm"))
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        text = _option_help(argv)
+    except ConfigError as err:
+        print(f"llmguide: {err}", file=sys.stderr)
+        return 2
+    if text is not None:
+        print(text)
+        return 0
     args = build_parser().parse_args(argv)
     try:
+        if args.verb == "list":
+            print(list_catalog(args.what))
+            return 0
         if args.verb == "train" and args.multirun:
             from llmguide.sweep import run_sweep
 
             return run_sweep(args.overrides)
-        if args.verb in ("train", "collect", "label", "codebook", "pretrain"):
+        if args.verb in CONFIG_VERBS:
             cfg = load_config(args.overrides)
             if args.print_config:
                 from omegaconf import OmegaConf

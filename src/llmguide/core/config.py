@@ -7,6 +7,7 @@ raises :class:`ConfigError` naming the offending key before any compute starts.
 
 from __future__ import annotations
 
+import difflib
 import numbers
 import os
 import re
@@ -69,7 +70,9 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> ConfigEr
     for group in GROUPS:
         if f"'{group}/" in text or f"In '{group}'" in text:
             choice = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == group), "?")
-            return ConfigError(group, f"unknown option '{choice}'; choose one of {group_options(group)}")
+            close = difflib.get_close_matches(choice, group_options(group), n=2, cutoff=0.6)
+            hint = f"did you mean {' or '.join(f'{group}={c}' for c in close)}? " if close else ""
+            return ConfigError(group, f"unknown option '{choice}'; {hint}choose one of {group_options(group)}")
     match = re.search(r"Key '([^']+)' is not in struct", text) or re.search(r"override '([^']+)'", text)
     if match:
         key = match.group(1)
@@ -78,8 +81,42 @@ def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> ConfigEr
             if name.endswith(key):
                 key = name
                 break
-        return ConfigError(key, f"unknown key ({text.splitlines()[0]})")
+        detail = text.splitlines()[0]
+        detail = "" if detail.startswith("Could not override") else f" ({detail})"
+        return ConfigError(key, f"unknown key{did_you_mean(key, overrides)}{detail}")
     return ConfigError("overrides", (text.splitlines() or [type(err).__name__])[0])
+
+
+# one idea, two names: a hint when a learner's key is used where the other learner's exists
+KEY_HINTS = {
+    "agent.num_steps": ("agent.rollout_steps", "GLAM's learner (agent=glam) names its rollout length per env "
+                                               "rollout_steps"),
+    "agent.rollout_steps": ("agent.num_steps", "PPO and DQN name the rollout length per env num_steps"),
+}
+
+
+def flat_keys(node: Any, prefix: str = "") -> list[str]:
+    """The dotted paths of every leaf of a config node."""
+    if not isinstance(node, DictConfig | dict):
+        return [prefix.rstrip(".")]
+    return [k for key in node.keys() for k in flat_keys(node[key], f"{prefix}{key}.")]
+
+
+def did_you_mean(key: str, overrides: Sequence[str] = ()) -> str:
+    """``"; did you mean X?"`` for an unknown ``key`` (difflib over the keys the config's group choices
+    declare, and :data:`KEY_HINTS`), or ``""``."""
+    try:
+        known = flat_keys(_compose([o for o in overrides if o.split("=", 1)[0] in GROUPS]))
+    except (HydraException, OmegaConfBaseException):
+        return ""
+    if key in KEY_HINTS and KEY_HINTS[key][0] in known:
+        other, why = KEY_HINTS[key]
+        return f"; did you mean {other}? ({why})"
+    parent = key.rpartition(".")[0]
+    close = difflib.get_close_matches(key, known, n=2, cutoff=0.8) or [
+        k for k in difflib.get_close_matches(key, [k for k in known if k.rpartition(".")[0] == parent], n=2,
+                                             cutoff=0.6)]
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def load_config(overrides: Sequence[str] = (), providers: Sequence[Callable[[DictConfig], None]] = ()) -> DictConfig:
