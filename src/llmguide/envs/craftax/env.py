@@ -36,15 +36,8 @@ from llmguide.core.config import cfg_get
 from llmguide.envs.craftax import text as tx
 from llmguide.envs.craftax.actions import action_flags, primitive_actions
 from llmguide.envs.crafter.actions import ACTION_STRINGS
-from llmguide.envs.crafter.env import CrafterText, _task_name
-from llmguide.envs.crafter.rules import (
-    ACHIEVEMENTS,
-    GOALS,
-    ITEMS,
-    SEMANTIC_NAMES,
-    CrafterOracle,
-    _prerequisites,
-)
+from llmguide.envs.crafter.env import CrafterText
+from llmguide.envs.crafter.rules import ACHIEVEMENTS, GOALS, ITEMS, SEMANTIC_NAMES, CrafterOracle, make_task
 
 SCORE_NAME = "Craftax-Classic"
 
@@ -113,8 +106,9 @@ class _Program:
         key, sub = jax.random.split(key)
         states = self._worlds(sub, self.n)
         counts = jnp.zeros((self.n, len(ACHIEVEMENTS)), jnp.int32)
-        carry = {"states": states, "counts": counts, "key": key}
-        return carry, jax.vmap(_view)(states)
+        view = jax.vmap(_view)(states)
+        carry = {"states": states, "counts": counts, "key": key, "seen": jax.vmap(tx.seen_bits)(view["key"])}
+        return carry, view
 
     def _step(self, carry, actions: jax.Array, task: jax.Array, max_steps: jax.Array):
         TRACES["step"] += 1
@@ -137,6 +131,8 @@ class _Program:
         ach = ((bits[:, None] >> jnp.arange(len(ACHIEVEMENTS))) & 1).astype(jnp.int32)
         counts = counts + ach
         final = jax.vmap(_view)(after)
+        messages = jax.vmap(tx.message_key)(states, after, actions, bits, carry["seen"],
+                                            jax.vmap(tx.seen_bits)(final["key"]))
         # optimistic reset: k fresh worlds per step, the j-th finished env takes world j mod k; they are
         # generated only on steps where some env finished (else unused: zeros of the same shapes)
         def generate(k):
@@ -156,9 +152,10 @@ class _Program:
         new_states = jax.tree_util.tree_map(choose, after, fresh)
         view = jax.tree_util.tree_map(choose, final, fresh_view)
         new_counts = jnp.where(done[:, None], 0, counts)
-        out = {"view": view, "final": final, "reward": reward, "terminated": terminated,
-               "truncated": truncated, "bits": bits, "counts": counts, "success": success, "effects": effects}
-        return {"states": new_states, "counts": new_counts, "key": key}, out
+        out = {"view": view, "final": final, "reward": reward, "terminated": terminated, "truncated": truncated,
+               "bits": bits, "counts": counts, "success": success, "effects": effects, "messages": messages}
+        seen = jax.vmap(tx.seen_bits)(view["key"])
+        return {"states": new_states, "counts": new_counts, "key": key, "seen": seen}, out
 
 
 _PROGRAMS: dict[tuple[int, int], _Program] = {}
@@ -184,7 +181,7 @@ class CraftaxVectorEnv(gym.vector.VectorEnv):
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
 
-    def __init__(self, num_envs: int = 64, max_steps: int = 10000, task: str | None = None,
+    def __init__(self, num_envs: int = 64, max_steps: int | None = None, task: str | None = None,
                  seed: int = 0, reset_ratio: int = 16, actions: str = "primitive"):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -192,11 +189,12 @@ class CraftaxVectorEnv(gym.vector.VectorEnv):
             raise ValueError(f"env.actions must be 'primitive' or 'text', got {actions!r}")
         self.text_actions = actions == "text"
         self.num_envs = int(num_envs)
-        self.task = _task_name(task)
-        self._task = jnp.int32(-1 if self.task is None else ACHIEVEMENTS.index(self.task))
-        self.mission = self.task.replace("_", " ") if self.task else ""
+        self.task_def, self.max_steps = make_task(task, max_steps)  # the same single task as env=crafter
+        self.task = self.task_def.achievement if self.task_def else None
+        self._task = jnp.int32(self.task_def.index if self.task_def else -1)
+        self.mission = self.task_def.goal if self.task_def else ""
         self._prog = program(self.num_envs, reset_ratio)
-        self._max_steps = jnp.int32(max_steps)
+        self._max_steps = jnp.int32(self.max_steps)
         self._seed = int(seed)
         self.single_observation_space = gym.spaces.Dict({
             "image": gym.spaces.Box(0.0, 1.0, (len(SEMANTIC_NAMES), tx.VIEW_H, tx.VIEW_W), np.float32),
@@ -221,7 +219,7 @@ class CraftaxVectorEnv(gym.vector.VectorEnv):
         n = self.num_envs
         zeros = np.zeros((n, len(ACHIEVEMENTS)), np.int32)
         self._facing = _facing(view)
-        infos = self._infos(view, np.zeros(n, np.int64), zeros, np.zeros(n, bool))
+        infos = self._infos(view, np.zeros(n, np.int64), zeros, np.zeros(n, bool), np.zeros((n, 4), np.uint32))
         if self.text_actions:
             infos.update(action_text=_objects([""] * n), action_success=np.zeros(n, bool),
                          eval_success=np.zeros(n, bool))
@@ -240,14 +238,16 @@ class CraftaxVectorEnv(gym.vector.VectorEnv):
         done = terminated | truncated
         zeros = np.zeros_like(out["counts"])
         counts_now = np.where(done[:, None], zeros, out["counts"])
-        infos = self._infos(out["view"], np.where(done, 0, out["bits"]), counts_now, np.zeros_like(done))
+        infos = self._infos(out["view"], np.where(done, 0, out["bits"]), counts_now, np.zeros_like(done),
+                            np.where(done[:, None], np.uint32(0), out["messages"]))
         flags = {}
         if self.text_actions:
             flags = action_flags(text, runs, self._facing, out["final"]["inv"], out["bits"], out["effects"])
             infos.update(flags)
         self._facing = _facing(out["view"])
         if done.any():
-            infos["final_info"] = {**self._infos(out["final"], out["bits"], out["counts"], out["success"]), **flags}
+            infos["final_info"] = {**self._infos(out["final"], out["bits"], out["counts"], out["success"],
+                                                 out["messages"]), **flags}
             infos["_final_info"] = done
             final_obs = np.empty(self.num_envs, dtype=object)
             fo = self._obs(out["final"])
@@ -265,13 +265,15 @@ class CraftaxVectorEnv(gym.vector.VectorEnv):
         # one host copy: arrays handed out by JAX are read-only and torch wants writable ones
         return {"image": np.array(view["image"]), "vector": np.array(view["vector"])}
 
-    def _infos(self, view: dict, bits: np.ndarray, counts: np.ndarray, success: np.ndarray) -> dict:
+    def _infos(self, view: dict, bits: np.ndarray, counts: np.ndarray, success: np.ndarray,
+               messages: np.ndarray) -> dict:
         text = self.text.lookup(view["key"])
         n = self.num_envs
         events = [self.text.event_list(int(b)) for b in bits.tolist()]
         infos: dict[str, Any] = {
             "caption": _objects([t[0] for t in text]),
             "events": _objects(events),
+            "message": _objects(self.text.message_list(messages)),
             "mission": _objects([self.mission] * n),
             "achievements": {name: counts[:, j] for j, name in enumerate(ACHIEVEMENTS)},
             "inventory": {name: view["inv"][:, j] for j, name in enumerate(ITEMS)},
@@ -301,7 +303,7 @@ class CraftaxText(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, max_steps: int = 10000, task: str | None = None, seed: int | None = None,
+    def __init__(self, max_steps: int | None = None, task: str | None = None, seed: int | None = None,
                  actions: str = "primitive"):
         self._vec = CraftaxVectorEnv(1, max_steps=max_steps, task=task, seed=0 if seed is None else seed,
                                      actions=actions,
@@ -344,7 +346,7 @@ class CraftaxOracle(CrafterOracle):
     goals = GOALS
     requirements = _craftax_requirements()
     prerequisites = {g: sorted(set(p) | ({"collect stone"} if g.startswith("make iron") else set()))
-                     for g, p in _prerequisites().items()}
+                     for g, p in CrafterOracle.prerequisites.items()}
 
 
 def make_oracle(actions: str = "primitive") -> Any:
@@ -359,7 +361,7 @@ def make_oracle(actions: str = "primitive") -> Any:
 def make_craftax(env_cfg: Any, seed: int | None = None) -> CraftaxText:
     """One env from an ``env`` config (keys task, max_steps); obs is always symbolic."""
     _check_obs(env_cfg)
-    return CraftaxText(max_steps=int(cfg_get(env_cfg, "max_steps", 10000)), task=cfg_get(env_cfg, "task"),
+    return CraftaxText(max_steps=_max_steps(env_cfg), task=cfg_get(env_cfg, "task"),
                        actions=str(cfg_get(env_cfg, "actions", "primitive")),
                        seed=seed)
 
@@ -367,10 +369,15 @@ def make_craftax(env_cfg: Any, seed: int | None = None) -> CraftaxText:
 def make_craftax_vector(env_cfg: Any, num_envs: int, seed: int) -> CraftaxVectorEnv:
     """The batched env (keys task, max_steps, reset_ratio)."""
     _check_obs(env_cfg)
-    return CraftaxVectorEnv(int(num_envs), max_steps=int(cfg_get(env_cfg, "max_steps", 10000)),
+    return CraftaxVectorEnv(int(num_envs), max_steps=_max_steps(env_cfg),
                             actions=str(cfg_get(env_cfg, "actions", "primitive")),
                             task=cfg_get(env_cfg, "task"), seed=int(seed),
                             reset_ratio=int(cfg_get(env_cfg, "reset_ratio", 16)))
+
+
+def _max_steps(env_cfg: Any) -> int | None:
+    value = cfg_get(env_cfg, "max_steps")
+    return None if value is None else int(value)
 
 
 def _check_obs(env_cfg: Any) -> None:

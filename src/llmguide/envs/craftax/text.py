@@ -10,10 +10,15 @@ Everything above ``# --- host side`` runs inside JAX (vmapped over envs). Per en
   Two states with the same key have the same caption, so strings are built once per key;
 * **event bits** from real state changes between the state before and after the step: bit ``i``
   is Crafter's achievement ``ACHIEVEMENTS[i]`` (every time it happens, like Crafter's counters,
-  not only the first unlock), bit 22 "take damage", bit 23 "die".
+  not only the first unlock), bit 22 "take damage", bit 23 "die";
+* a **message key** (:func:`message_key`, 4 uint32 words, all 0 when nothing happened): the differences that
+  the message line of :mod:`llmguide.envs.crafter.messages` captions (event bits, inventory deltas, vitals
+  crossing thresholds, the damage source, a failed action, a creature hit, water/lava newly adjacent, kinds
+  newly in view, falling asleep, waking), by the same rules as its :func:`~llmguide.envs.crafter.messages.diff`.
 
 The host side decodes keys and event bits into Crafter's strings with Crafter's own
-:func:`~llmguide.envs.crafter.env.caption`, caching one entry per key.
+:func:`~llmguide.envs.crafter.env.caption` and :func:`~llmguide.envs.crafter.messages.render`, caching one
+entry per key (a message only for the envs whose key is not 0).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import numpy as np
 from craftax.craftax_classic.constants import Achievement, Action, BlockType
 from craftax.craftax_classic.game_logic import get_player_attack_damage
 
+from llmguide.envs.crafter import messages as msg
 from llmguide.envs.crafter.rules import (
     ACHIEVEMENTS,
     EVENTS,
@@ -64,6 +70,12 @@ BIT = {name: i for i, name in enumerate(ACHIEVEMENTS)}
 TAKE_DAMAGE, DIE = len(ACHIEVEMENTS), len(ACHIEVEMENTS) + 1
 # DIRECTIONS index (player_direction 1..4 = left, right, up, down) -> (d_row, d_col)
 _DIRS = np.array([[0, 0], [0, -1], [0, 1], [-1, 0], [1, 0]], np.int32)
+# message key: bit j of the "seen" mask is VISIBLE_IDS[j]; only SIGHTS are news
+_VISIBLE_NAMES = [SEMANTIC_NAMES[i] for i in VISIBLE_IDS]
+SIGHT_MASK = sum(1 << j for j, n in enumerate(_VISIBLE_NAMES) if n in msg.SIGHTS)
+ACH_MASK = (1 << len(ACHIEVEMENTS)) - 1
+_SOURCE_CODE = {name: i + 1 for i, name in enumerate(msg.DAMAGE_SOURCES)}  # 0: no damage
+_CREATURE_FIELDS = (("cows", "cow"), ("zombies", "zombie"), ("skeletons", "skeleton"))  # hit codes 1..3
 
 
 def inventory_vector(state) -> jax.Array:
@@ -172,6 +184,84 @@ def action_effects(before, after, action: jax.Array) -> jax.Array:
     return jnp.stack([moved, asleep, hit & (action == Action.DO.value)])
 
 
+def seen_bits(key: jax.Array) -> jax.Array:
+    """uint32 bit set of the classes in view (bit j: ``VISIBLE_IDS[j]``), read from a caption key."""
+    sh = jnp.arange(8, dtype=jnp.uint32) * 4
+    near = jnp.concatenate([(key[0] >> sh) & 15, (key[1] >> sh) & 15, (key[2:3] & 15)])
+    return ((near != ABSENT).astype(jnp.uint32) << jnp.arange(len(VISIBLE_IDS), dtype=jnp.uint32)).sum(
+        dtype=jnp.uint32)
+
+
+def _distances(mobs, position: jax.Array) -> jax.Array:
+    """Manhattan distance of every mob to ``position``; far away for masked-out slots."""
+    return jnp.where(mobs.mask, jnp.abs(mobs.position - position).sum(axis=-1), 1 << 20)
+
+
+def _touching(state) -> jax.Array:
+    """bool (2,): water, lava underfoot or 4-adjacent."""
+    h, w = state.map.shape
+    cells = state.player_position + jnp.asarray([[0, 0], [0, -1], [0, 1], [-1, 0], [1, 0]], jnp.int32)
+    cells = jnp.clip(cells, 0, jnp.array([h - 1, w - 1]))
+    blocks = state.map[cells[:, 0], cells[:, 1]]
+    return jnp.stack([(blocks == BlockType.WATER.value).any(), (blocks == BlockType.LAVA.value).any()])
+
+
+def message_key(before, after, action: jax.Array, bits: jax.Array, seen0: jax.Array, seen1: jax.Array) -> jax.Array:
+    """uint32 (4,) of one transition, 0 when nothing happened (the rules of :func:`messages.diff`):
+
+    word 0 the event bits; word 1 the deltas of the first 8 non-vital items (4-bit two's complement); word 2
+    the last 4 deltas (bits 0-15), vitals gone low (16-19), back to ok (20-23), empty (24-27, food/drink/energy),
+    damage source (28-30, 1 + index in DAMAGE_SOURCES), failed action (31); word 3 sights newly in view (bits
+    0-16), creature hit (17-18: cow, zombie, skeleton), water (19) and lava (20) newly adjacent, fell asleep
+    (21), woke up (22)."""
+    action = jnp.where(before.is_sleeping, Action.NOOP.value, action)
+    inv0, inv1 = inventory_vector(before), inventory_vector(after)
+    delta = jnp.clip(inv1[4:] - inv0[4:], -8, 7)
+    nib = (delta & 15).astype(jnp.uint32)
+    sh4 = jnp.arange(8, dtype=jnp.uint32) * 4
+    v0, v1 = inv0[:4], inv1[:4]
+    low = (v0 >= FEEL_BELOW) & (v1 < FEEL_BELOW)
+    ok = (v0 < FEEL_BELOW) & (v1 >= FEEL_BELOW)
+    empty = (v0 > 0) & (v1 == 0) & jnp.array([False, True, True, True])
+    pos = after.player_position
+    hurt = after.player_health < before.player_health
+    source = jnp.select(
+        [after.map[pos[0], pos[1]] == BlockType.LAVA.value, (_distances(after.zombies, pos) == 1).any(),
+         (_distances(before.arrows, pos) <= msg.ARROW_RANGE).any()
+         | (_distances(after.skeletons, pos) <= msg.SKELETON_RANGE).any(),
+         after.player_food == 0, after.player_drink == 0, (after.player_energy == 0) & ~after.is_sleeping],
+        [_SOURCE_CODE[k] for k in ("lava", "zombie", "arrow", "hunger", "thirst", "fatigue")],
+        _SOURCE_CODE["unknown"])
+    source = jnp.where(hurt, source, 0).astype(jnp.uint32)
+    t = target_cell(before)
+    h, w = before.map.shape
+    tt = jnp.clip(t, 0, jnp.array([h - 1, w - 1]))
+    sem = jnp.asarray(BLOCK_TO_SEM)
+    block_changed = sem[before.map[tt[0], tt[1]]] != sem[after.map[tt[0], tt[1]]]
+    doing = action == Action.DO.value
+    hit = jnp.zeros((), jnp.uint32)
+    for code, (field, _) in enumerate(_CREATURE_FIELDS, start=1):
+        mobs = getattr(before, field)
+        there = doing & (mobs.mask & (mobs.position == t).all(axis=-1)).any()
+        hit = jnp.where(there & (hit == 0), jnp.uint32(code), hit)
+    changed = ((bits & ACH_MASK) != 0) | (delta != 0).any() | (hit > 0) | block_changed \
+        | (after.player_position != before.player_position).any() | (after.player_direction != before.player_direction) \
+        | (after.is_sleeping != before.is_sleeping)
+    failed = (action != Action.NOOP.value) & ~changed
+    ar = jnp.arange(4, dtype=jnp.uint32)
+    touch = _touching(after) & ~_touching(before)
+    w1 = (nib[:8] << sh4).sum(dtype=jnp.uint32)
+    w2 = ((nib[8:] << sh4[:4]).sum(dtype=jnp.uint32) | (low.astype(jnp.uint32) << (16 + ar)).sum(dtype=jnp.uint32)
+          | (ok.astype(jnp.uint32) << (20 + ar)).sum(dtype=jnp.uint32)
+          | (empty.astype(jnp.uint32) << (24 + ar)).sum(dtype=jnp.uint32)
+          | (source << 28) | (failed.astype(jnp.uint32) << 31))
+    u = jnp.uint32
+    w3 = ((seen1 & ~seen0 & u(SIGHT_MASK)) | (hit << 17) | (touch[0].astype(u) << 19) | (touch[1].astype(u) << 20)
+          | ((~before.is_sleeping & after.is_sleeping).astype(u) << 21)
+          | ((before.is_sleeping & ~after.is_sleeping).astype(u) << 22))
+    return jnp.stack([bits.astype(jnp.uint32), w1, w2, w3])
+
+
 def is_dead(state) -> jax.Array:
     """Health at 0 or standing in lava (Crafter's lava sets health to 0)."""
     in_lava = state.map[state.player_position[0], state.player_position[1]] == BlockType.LAVA.value
@@ -193,13 +283,49 @@ def decode_key(key: np.ndarray) -> tuple[str, list[str], str]:
     return caption(visible, facing, inventory, sleeping), visible, facing
 
 
+def decode_message(key: np.ndarray) -> msg.Change:
+    """The :class:`~llmguide.envs.crafter.messages.Change` of one message key (4 uint32 words)."""
+    bits, w1, w2, w3 = (int(v) for v in key)
+    nibs = [(w1 >> (4 * j)) & 15 for j in range(8)] + [(w2 >> (4 * j)) & 15 for j in range(4)]
+    delta = {k: n - 16 if n >= 8 else n for k, n in zip(NON_VITALS, nibs, strict=True)}
+    vitals = []
+    for i, k in enumerate(VITALS):
+        vitals += [(k, kind) for kind, at in (("low", 16), ("ok", 20), ("empty", 24)) if (w2 >> (at + i)) & 1]
+    source, hit = (w2 >> 28) & 7, (w3 >> 17) & 3
+    return msg.Change(
+        failed=bool(w2 >> 31 & 1), hit=_CREATURE_FIELDS[hit - 1][1] if hit else None,
+        achievements=tuple(a for i, a in enumerate(ACHIEVEMENTS) if bits >> i & 1),
+        gained=tuple((k, d) for k, d in delta.items() if d > 0), lost=tuple((k, -d) for k, d in delta.items() if d < 0),
+        fell_asleep=bool(w3 >> 21 & 1), woke_up=bool(w3 >> 22 & 1),
+        damage=msg.DAMAGE_SOURCES[source - 1] if source else None,
+        vitals=tuple(vitals),
+        touched=tuple(k for j, k in enumerate(msg.TOUCH) if w3 >> (19 + j) & 1),
+        seen=tuple(k for k in msg.SIGHTS if w3 >> _VISIBLE_NAMES.index(k) & 1),
+        died=bool(bits >> DIE & 1))
+
+
 class TextCache:
-    """Caption strings per caption key and event lists per event bit set, built once each."""
+    """Caption strings per caption key, event lists per event bit set and messages per message key, built once
+    each."""
 
     def __init__(self) -> None:
         self.captions: dict[bytes, tuple[str, list[str], str]] = {}
         self.events: dict[int, list[str]] = {0: []}
+        self.messages: dict[bytes, str] = {}
         self.lookups = 0
+
+    def message_list(self, keys: np.ndarray) -> list[str]:
+        """One message line per row of ``keys`` (N, 4) uint32; ``""`` for a 0 key, without a look-up."""
+        keys = np.ascontiguousarray(keys, dtype=np.uint32)
+        out = [""] * len(keys)
+        raw, cache = keys.tobytes(), self.messages
+        for i in np.flatnonzero(keys.any(axis=1)).tolist():
+            k = raw[16 * i:16 * i + 16]
+            text = cache.get(k)
+            if text is None:
+                text = cache[k] = msg.render(decode_message(keys[i]))
+            out[i] = text
+        return out
 
     def lookup(self, keys: np.ndarray) -> list[tuple[str, list[str], str]]:
         """One (caption, visible, facing) per row of ``keys`` (N, 4) uint32."""
@@ -222,5 +348,5 @@ class TextCache:
         return list(names)
 
 
-__all__ = ["TextCache", "action_effects", "caption_key", "decode_key", "event_bits", "inventory_vector",
-           "is_dead", "local_ids"]
+__all__ = ["TextCache", "action_effects", "caption_key", "decode_key", "decode_message", "event_bits",
+           "inventory_vector", "is_dead", "local_ids", "message_key", "seen_bits"]

@@ -1,4 +1,9 @@
-"""Crafter with captions, events from real state changes, single-task variants and the Crafter score.
+"""Crafter with captions, a message line, events from real state changes, single tasks and the Crafter score.
+
+``info["message"]`` is the message line of :mod:`llmguide.envs.crafter.messages` (every change of the agent's
+situation this step; ``""`` when nothing happened), built from state snapshots taken before and after the step.
+``env.task=<achievement>`` is :class:`llmguide.envs.crafter.rules.Task` (reward 1 on success and 0 otherwise,
+the episode ends on success, capped at ``TASK_MAX_STEPS`` unless ``env.max_steps`` is set).
 
 Observation (``obs: symbolic``, the default): ``image`` = one-hot semantic planes of the local
 9x7 view (C=19, H=7, W=9, float32) and ``vector`` = inventory/9, facing one-hot, sleeping,
@@ -18,13 +23,14 @@ import numpy as np
 from crafter import constants
 
 from llmguide.core.config import cfg_get
-from llmguide.envs.base import normalize_goal
+from llmguide.envs.crafter import messages as msg
 from llmguide.envs.crafter.rules import (
-    ACHIEVEMENTS,
     ITEMS,
     OBJECT_TYPES,
     SEMANTIC_NAMES,
     caption,
+    make_task,
+    task_name,
 )
 
 DIRECTIONS = [(-1, 0), (1, 0), (0, -1), (0, 1)]
@@ -68,13 +74,15 @@ class CrafterText(gym.Env):
     metadata = {"render_modes": []}
     action_strings: list[str] = [a.replace("_", " ") for a in constants.actions]
 
-    def __init__(self, obs: str = "symbolic", task: str | None = None, max_steps: int = 10000,
+    def __init__(self, obs: str = "symbolic", task: str | None = None, max_steps: int | None = None,
                  size: int = 9, seed: int | None = None):
         if obs not in ("symbolic", "pixels"):
             raise ValueError(f"env.obs must be 'symbolic' or 'pixels', got {obs!r}")
         if size < 3 or size % 2 == 0:
             raise ValueError(f"env.size (local view width) must be odd and >= 3, got {size}")
-        self.task = _task_name(task)
+        self.task_def, max_steps = make_task(task, max_steps)
+        self.task = self.task_def.achievement if self.task_def else None
+        self.max_steps = max_steps
         self.obs_mode = obs
         self.view = (size, size - 2)  # width, height of the local view (Crafter: 9x7)
         self._core = _Core(area=(64, 64), view=(9, 9), size=(64, 64), length=max_steps,
@@ -108,6 +116,8 @@ class CrafterText(gym.Env):
         return self._observation(pixels), self._info(events=[])
 
     def step(self, action: int):
+        before = self._snapshot(self._local_ids())
+        target = (before.pos[0] + before.facing[0], before.pos[1] + before.facing[1])
         pixels, reward, done, core_info = self._core.step(int(action))
         player = self._core._player
         events = []
@@ -123,13 +133,40 @@ class CrafterText(gym.Env):
         self._prev_health = player.health
         terminated, truncated = dead, bool(done and not dead)
         self._ids = self._local_ids()
-        info = self._info(events=events)
-        if self.task is not None:
-            success = self.task.replace("_", " ") in events
-            reward = 1.0 if success else 0.0
+        change = msg.diff(before, self._snapshot(self._ids), constants.actions[int(action)],
+                          self._core._world[target][0])
+        info = self._info(events=events, message=msg.render(change))
+        if self.task_def is not None:
+            reward, success = self.task_def.reward(events)
             terminated = terminated or success
+            truncated = truncated and not terminated
             info["success"] = success
         return self._observation(pixels), float(reward), terminated, truncated, info
+
+    def _snapshot(self, ids: np.ndarray) -> msg.Snapshot:
+        """What :func:`~llmguide.envs.crafter.messages.diff` compares, read from the live state."""
+        player, world = self._core._player, self._core._world
+        pos = (int(player.pos[0]), int(player.pos[1]))
+        facing = (int(player.facing[0]), int(player.facing[1]))
+        material, obj = world[(pos[0] + facing[0], pos[1] + facing[1])]
+        kind = type(obj).__name__.lower() if obj is not None else None
+        near: dict[str, int] = {}  # nearest distance of each object kind within SKELETON_RANGE
+        r = msg.SKELETON_RANGE
+        (ax, ay), objs = world.area, world._obj_map
+        window = objs[max(pos[0] - r, 0):min(pos[0] + r + 1, ax), max(pos[1] - r, 0):min(pos[1] + r + 1, ay)]
+        for i in window[window > 0].tolist():
+            other = world._objects[i]
+            if other is not None and other is not player:
+                name = type(other).__name__.lower()
+                d = abs(int(other.pos[0]) - pos[0]) + abs(int(other.pos[1]) - pos[1])
+                near[name] = min(d, near.get(name, d))
+        touching = {world[(pos[0] + dx, pos[1] + dy)][0] for dx, dy in ((0, 0), *DIRECTIONS)}
+        return msg.Snapshot(
+            inventory=dict(player.inventory), achievements=dict(player.achievements), sleeping=bool(player.sleeping),
+            pos=pos, facing=facing, target=material, creature=kind if kind in msg.CREATURES else None,
+            visible=frozenset(_visible_by_distance(ids)), touching=frozenset(touching & set(msg.TOUCH)),
+            on_lava=world[pos][0] == "lava", zombie_adjacent=near.get("zombie", 99) == 1,
+            arrow_near=near.get("arrow", 99) <= msg.ARROW_RANGE, skeleton_near="skeleton" in near)
 
     # --- observation and text -----------------------------------------------------------
     def _local_ids(self) -> np.ndarray:
@@ -163,7 +200,7 @@ class CrafterText(gym.Env):
             image[ids, np.arange(ids.shape[0])[:, None], np.arange(ids.shape[1])[None, :]] = 1.0
         return {"image": image, "vector": vector}
 
-    def _info(self, events: list[str]) -> dict[str, Any]:
+    def _info(self, events: list[str], message: str = "") -> dict[str, Any]:
         player, world = self._core._player, self._core._world
         visible = _visible_by_distance(self._ids)
         target = player.pos + np.array(player.facing)
@@ -173,7 +210,8 @@ class CrafterText(gym.Env):
         info: dict[str, Any] = {
             "caption": caption(visible, facing, inventory, player.sleeping),
             "events": events,
-            "mission": self.task.replace("_", " ") if self.task else "",
+            "message": message,
+            "mission": self.task_def.goal if self.task_def else "",
             "achievements": dict(player.achievements),
             "inventory": inventory,
             "visible": visible,
@@ -201,20 +239,15 @@ def _visible_by_distance(ids: np.ndarray) -> list[str]:
     return sorted(best, key=lambda n: (best[n], n))
 
 
-def _task_name(task: str | None) -> str | None:
-    if task in (None, "", "null", "none"):
-        return None
-    name = normalize_goal(task).replace(" ", "_")
-    if name not in ACHIEVEMENTS:
-        raise ValueError(f"env.task: unknown Crafter task {task!r}; choose one of {ACHIEVEMENTS} or null")
-    return name
+_task_name = task_name  # the name Craftax-Classic and older code import
 
 
 def make_crafter(env_cfg: Any, seed: int | None = None) -> gym.Env:
     """Build :class:`CrafterText` from an ``env`` config (keys obs, task, max_steps, size), with ELLM's
     139 text actions when ``actions: text`` (and its rule changes with ``ellm_rules: true``)."""
+    max_steps = cfg_get(env_cfg, "max_steps")
     env = CrafterText(obs=cfg_get(env_cfg, "obs", "symbolic"), task=cfg_get(env_cfg, "task"),
-                      max_steps=int(cfg_get(env_cfg, "max_steps", 10000)),
+                      max_steps=None if max_steps is None else int(max_steps),
                       size=int(cfg_get(env_cfg, "size", 9)), seed=seed)
     if cfg_get(env_cfg, "actions", "primitive") == "text":
         from llmguide.envs.crafter.actions import CrafterTextActions

@@ -1,27 +1,76 @@
-"""Crafter's rules as the env family's knowledge: names, the caption grammar, the requirement tree read
-from Crafter's own constants, the Crafter score and the ground-truth goal oracle.  The env
-(:mod:`llmguide.envs.crafter.env`), its text actions and Craftax-Classic's oracle import this module."""
+"""Crafter's rules as the env family's knowledge: names, the caption grammar, the single-task definition
+(:class:`Task`), the requirement tree read from Crafter's own constants, the Crafter score and the ground-truth
+goal oracle (which also judges the message line of :mod:`llmguide.envs.crafter.messages`: ONI's and Motif's
+oracle labels).  The env (:mod:`llmguide.envs.crafter.env`), its text actions and Craftax-Classic import this
+module."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from crafter import constants
 
-from llmguide.envs.base import Oracle
+from llmguide.envs.base import Oracle, normalize_goal
+from llmguide.envs.crafter.messages import FEEL_BELOW, FEELINGS, VITALS, message_achievements
 
 ACHIEVEMENTS: list[str] = list(constants.achievements)  # the 22 names, e.g. "collect_wood"
 GOALS: list[str] = [a.replace("_", " ") for a in ACHIEVEMENTS]
 EVENTS: list[str] = GOALS + ["take damage", "die"]
 ITEMS: list[str] = list(constants.items)  # health, food, drink, energy, sapling, wood, ...
-VITALS = ("health", "food", "drink", "energy")
-FEELINGS = {"health": "hurt", "food": "hungry", "drink": "thirsty", "energy": "sleepy"}
-FEEL_BELOW = 5  # "You feel thirsty." when drink < 5 (of 9)
 OBJECT_TYPES = ["player", "cow", "zombie", "skeleton", "arrow", "plant"]
 SEMANTIC_NAMES: list[str | None] = [None, *constants.materials, *OBJECT_TYPES]  # 19 classes
+
+# --- single tasks ----------------------------------------------------------------------------
+EPISODE_STEPS = 10000  # Crafter's episode length (env.max_steps null, no task)
+TASK_MAX_STEPS = 1500  # a single task's episode cap (env.max_steps null, env.task set)
+
+
+@dataclass(frozen=True)
+class Task:
+    """``env.task=<achievement>``, the same on Crafter and Craftax-Classic: reward 1 when the achievement
+    happens and 0 otherwise (no health reward, no other achievement), the episode ends on that success
+    (``terminated``), and it is cut at ``max_steps`` (:data:`TASK_MAX_STEPS` unless ``env.max_steps`` is set)."""
+
+    achievement: str                 # ACHIEVEMENTS name, e.g. "make_stone_pickaxe"
+    max_steps: int = TASK_MAX_STEPS
+
+    @property
+    def goal(self) -> str:
+        """The goal string ("make stone pickaxe"), the env's ``mission``."""
+        return self.achievement.replace("_", " ")
+
+    @property
+    def index(self) -> int:
+        return ACHIEVEMENTS.index(self.achievement)
+
+    def reward(self, events: Sequence[str]) -> tuple[float, bool]:
+        """(reward, success) of a step with these events."""
+        success = self.goal in events
+        return (1.0 if success else 0.0), success
+
+
+def task_name(task: str | None) -> str | None:
+    """The achievement that ``env.task`` names (``"make stone pickaxe"`` → ``"make_stone_pickaxe"``), or None."""
+    if task in (None, "", "null", "none"):
+        return None
+    name = normalize_goal(task).replace(" ", "_")
+    if name not in ACHIEVEMENTS:
+        raise ValueError(f"env.task: unknown Crafter task {task!r}; choose one of {ACHIEVEMENTS} or null")
+    return name
+
+
+def make_task(task: str | None, max_steps: int | None = None) -> tuple[Task | None, int]:
+    """The :class:`Task` of ``env.task`` (None without one) and the episode cap: ``max_steps`` when given, else
+    :data:`TASK_MAX_STEPS` with a task and :data:`EPISODE_STEPS` without."""
+    name = task_name(task)
+    if max_steps is not None and int(max_steps) <= 0:
+        raise ValueError(f"env.max_steps must be > 0 or null, got {max_steps}")
+    limit = int(max_steps) if max_steps is not None else (TASK_MAX_STEPS if name else EPISODE_STEPS)
+    return (Task(name, limit) if name else None), limit
 
 
 def caption(visible: Sequence[str], facing: str, inventory: dict[str, int], sleeping: bool = False) -> str:
@@ -172,3 +221,47 @@ class CrafterOracle(Oracle):
         # what the caption shows is already owned is not suggested again (e.g. "make wood pickaxe")
         owned = {f"make {k.replace('_', ' ')}" for k in constants.make if have.get(k, 0) > 0}
         return [g for g in self.goals if g in feasible and g not in owned]
+
+    # --- ONI / Motif ground truth: a message is helpful when it reports progress towards the goal -------
+    def goal_achievements(self, goal: str | None = None) -> frozenset[str]:
+        """The achievements that are progress towards ``goal``: the achievement it names and all it needs in the
+        requirement tree (:attr:`prerequisites`, transitively); every achievement when it names none (no goal, or
+        a task-agnostic one such as "make progress in the game")."""
+        name = named_goal(goal, self.goals)
+        if name is None:
+            return frozenset(self.goals)
+        out: set[str] = set()
+        todo = [name]
+        while todo:
+            g = todo.pop()
+            if g not in out:
+                out.add(g)
+                todo += self.prerequisites.get(g, [])
+        return frozenset(out)
+
+    def message_progress(self, message: str, goal: str | None = None) -> int:
+        """How many achievements serving ``goal`` the message line reports (:func:`message_achievements`)."""
+        wanted = self.goal_achievements(goal)
+        return sum(a in wanted for a in message_achievements(message))
+
+    def helpful(self, message: str, goal: str | None = None) -> bool:
+        """ONI's yes/no label from ground truth: the message reports progress towards ``goal`` (an achievement
+        on its requirement path; without a goal, any achievement)."""
+        return self.message_progress(message, goal) > 0
+
+    def prefer(self, a: str, b: str, goal: str | None = None) -> str:
+        """Motif / ONI-Ranking preference from ground truth: ``"A"``, ``"B"`` or ``"="`` by progress."""
+        pa, pb = self.message_progress(a, goal), self.message_progress(b, goal)
+        return "=" if pa == pb else ("A" if pa > pb else "B")
+
+
+def named_goal(goal: str | None, goals: Sequence[str]) -> str | None:
+    """The vocabulary goal that ``goal`` names ("make_stone_pickaxe", "Make a stone pickaxe."), or None: the
+    text normalised without articles, or else the one vocabulary goal it contains."""
+    if not goal:
+        return None
+    text = " ".join(w for w in normalize_goal(goal).split() if w not in ("a", "an", "the"))
+    if text in goals:
+        return text
+    found = [g for g in goals if re.search(rf"\b{re.escape(g)}\b", text)]
+    return found[0] if len(found) == 1 else None
