@@ -8,10 +8,11 @@ A study script is an arm table and a call::
         name="bk",                                      # results/<name>/<variant>/ ("{env}", "{task}" allowed)
         env="babyai", task="GoToLocal-RedBall-S20",     # defaults of --env / --task
         arms={"ppo": ["method=none"],                   # arm name -> overrides; named <method>-<llm>,
-              "bk_code-oracle": ["method=bk_code", "llm=oracle"]},   # baselines by their method
+              "bk_code-oracle": ["method=bk_code", "method.labels={prep}/labels-bk_code-oracle"]},
         common=["agent=ppo", "num_envs=8"],             # every arm gets these (same budget, network, env)
         metric="charts/success", metric_name="training success rate",
         control="ppo", steps=300_000, seeds=3,
+        prepare=prepare,                                # offline steps before the arms (see below)
     )
 
     if __name__ == "__main__":
@@ -19,32 +20,56 @@ A study script is an arm table and a call::
 
 Every arm is one sweep, ``llmguide train -m seed=0,1,2 <arm overrides> <common> env=... total_steps=...``
 (``sweep.jobs`` runs at a time, ``sweep.retries`` retries from the last checkpoint, failures listed), into
-``<runs>/<study>/<variant>/<arm>/seed-<s>/``. Seeds are common random numbers: seed s of every arm has
-the same initialisation, env layouts and minibatch order. Then the report code
+``<runs>/<study>/<variant>/<arm>/seed-<s>/`` (``order="seed"`` / ``"alternate"``: seed by seed, every arm,
+one run at a time; ``alternate`` reverses the arm order on odd seeds). Seeds are common random numbers:
+seed s of every arm has the same initialisation, env layouts and minibatch order. Then the report code
 (:func:`llmguide.report.study_report`, runs grouped by their arm folder) writes, into
 ``benchmarks/results/<study>/<variant>/``:
 
-- ``report.md``: per-arm final values with honest intervals (a range with <= 5 seeds), paired
+- ``report.md``: per-arm values with honest intervals (a range with <= 5 seeds), paired
   differences against the control arm (t-interval, p-value, Wilcoxon and sign tests from 6 seeds,
   bootstrap from 10, the smallest detectable difference), learning curves, achievements, LM statistics;
 - ``curves.png``: the study metric over training, every arm;
 - ``result.json``: DESIGN.md's format (``task``, ``budget_steps``, ``metric``, ``higher_is_better``,
   ``arms: {name: {seeds, values, curve}}``, ``paired: {"<arm> - <control>": {mean, t_low, t_high, p, n, ...}}``)
-  plus the study's settings, the failed runs and the commit;
+  plus the study's settings, the preparation steps, the failed runs and the commit;
 
 and regenerates the index ``benchmarks/results/README.md``: every study variant's headline row, grouped
 by env and task, so studies of different methods on the same task sit in one table.
 
-The value of a run is the mean of ``metric`` over its last 10% of logged steps (``llmguide.report``).
+**The value of a run** (``Study.value``, ``--value``): ``final`` (default), the mean of ``metric`` over its
+last 10% of logged steps (``llmguide.report``); ``auc``, the area under its learning curve: the mean over
+``bins`` equal env-step bins of the budget of the mean ``metric`` in each bin (an empty bin counts as the
+mean of the others; a longer run is cut at the budget), e.g. success AUC.
+
+**Preparation** (``Study.prepare(plan)``): offline steps a method needs before its arms train (collect a
+dataset, label it, fit a codebook, pretrain), run before the arms, into ``<prep>`` (``--prep``, default
+``<runs>/prep``). ``plan.step(verb, name, overrides, done)`` runs ``llmguide <verb>`` into ``<prep>/<name>``
+unless ``<prep>/<name>/<done>`` exists (resumable: a finished step is never run again), and returns None
+or why it failed; ``plan.fail(arm, reason)`` marks an arm failed: it is not trained, and is listed in the
+report and ``result.json`` as failed with the reason (the study goes on). With ``--dry-run`` steps are
+printed and their configs validated; with ``--report-only`` only finished steps count.
+
+**Placeholders**: ``{prep}``, ``{runs}``, ``{env}``, ``{task}``, ``{steps}`` and every command-line value
+(``{num_envs}``, a script flag ``--code-iters`` as ``{code_iters}``) are substituted in arm overrides,
+``common`` and ``per_env`` (``${...}`` is left to the config: ``seed-${seed}`` is the run's seed).
+
+**Script flags**: ``Study.flags(parser)`` adds a script's own flags; ``Study.configure(args)`` resolves them
+(defaults that depend on the env, computed values, more ``args.extra``) before the plan is made.
+``Study.details(plan)`` returns Markdown lines appended to report.md and a dict stored as ``details`` in
+result.json (label summaries, pretraining statistics, shaping scale).
+
 The harness drives only the ``llmguide`` CLI and the report module, never a method's modules.
 
-Flags of every study script: ``--env/--env-id`` (env group), ``--task`` (``env.task``, or ``env.id`` for
-NetHack/MiniHack), ``--seeds`` (a count, ``3`` = 0,1,2, or a list ``100,101,102`` / range ``100-104``),
-``--steps``, ``--variant`` (default ``<task>-<budget>``), ``--arms`` (a subset), ``--jobs``,
-``--retries``, ``--num-envs``, ``--extra`` (more overrides for every arm), ``--resume`` (keep finished
-runs, continue interrupted ones from their checkpoint), ``--dry-run`` (validate every arm's config, print
-the commands, run nothing), ``--runs`` and ``--results`` (folders), ``--report-only`` (no training:
-report what is in ``--runs``). ``python benchmarks/harness.py --index`` only regenerates the index.
+Flags of every study script: ``--env`` (env group; also ``--env-id`` unless the study names the task so),
+``--task`` (``env.task``, or ``env.id`` for NetHack/MiniHack), ``--seeds`` (a count, ``3`` = 0,1,2, or a list
+``100,101,102`` / range ``100-104``), ``--steps``, ``--variant`` (default ``<task>-<budget>``), ``--study``
+(results folder name), ``--arms`` (a subset), ``--jobs``, ``--retries``, ``--num-envs``, ``--extra`` (more
+overrides for every arm), ``--metric``, ``--value``, ``--bins``, ``--resume`` (keep finished runs,
+continue interrupted ones from their checkpoint), ``--dry-run`` (print the preparation and the sweeps,
+validate every config, run nothing), ``--prepare-only``, ``--report-only`` (no training: report what is
+in ``--runs``), ``--runs``, ``--prep`` and ``--results`` (folders), ``--notes`` (Markdown appended to
+report.md). ``python benchmarks/harness.py --index`` only regenerates the index.
 """
 
 from __future__ import annotations
@@ -53,8 +78,11 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +93,9 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 TASK_KEYS = {"minihack": "env.id", "nethack": "env.id"}   # other env groups take env.task
 STATIC_KEYS = ("study", "variant", "env", "task")
+PLACEHOLDER = re.compile(r"(?<!\$)\{(\w+)\}")             # {prep}, {num_envs}; never ${seed}
+VALUES = ("final", "auc")
+ORDERS = ("arm", "seed", "alternate")
 
 
 @dataclass
@@ -88,10 +119,26 @@ class Study:
     about: str = ""                               # a paragraph at the top of report.md
     jobs: int = 1
     retries: int = 1
+    value: str = "final"                          # the value of a run: "final" (last 10%) or "auc" (see above)
+    bins: int = 20                                # env-step bins of value="auc"
+    default_arms: tuple[str, ...] = ()            # --arms default (empty: every arm)
+    env_id: str = "env"                           # what --env-id names: "env" (the env group) or "task"
+    order: str = "arm"                            # "arm", "seed" or "alternate" (see above)
+    flags: Callable[[argparse.ArgumentParser], None] | None = None      # the script's own flags
+    configure: Callable[[argparse.Namespace], None] | None = None      # resolve them before the plan
+    prepare: Callable[[Plan], None] | None = None                       # offline steps before the arms
+    details: Callable[[Plan], tuple[list[str], dict[str, Any]]] | None = None   # report lines, result.json data
 
     def __post_init__(self) -> None:
         if self.control not in self.arms:
             raise ValueError(f"control arm {self.control!r} is not in the arm table {list(self.arms)}")
+        unknown = [a for a in self.default_arms if a not in self.arms]
+        if unknown:
+            raise ValueError(f"default arms {unknown} are not in the arm table {list(self.arms)}")
+        for key, value, allowed in (("value", self.value, VALUES), ("order", self.order, ORDERS),
+                                    ("env_id", self.env_id, ("env", "task"))):
+            if value not in allowed:
+                raise ValueError(f"Study.{key} must be one of {allowed}, got {value!r}")
 
 
 # --- arguments -----------------------------------------------------------------------------------------
@@ -118,23 +165,39 @@ def budget_name(steps: int) -> str:
 def build_parser(study: Study) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(study.title or study.name) + "\n\n" + (study.about or ""),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--env", "--env-id", dest="env", default=study.env, help=f"env group (default {study.env})")
-    p.add_argument("--task", default=study.task, help="env.task (env.id on nethack/minihack); default "
-                                                      f"{study.task or 'the env config default'}")
+    env_flags, task_flags = ["--env"], ["--task"]
+    (env_flags if study.env_id == "env" else task_flags).append("--env-id")
+    p.add_argument(*env_flags, dest="env", default=study.env, help=f"env group (default {study.env})")
+    p.add_argument(*task_flags, dest="task", default=study.task,
+                   help=f"env.task (env.id on nethack/minihack); default {study.task or 'the env config default'}")
     p.add_argument("--seeds", default=str(study.seeds), help="a count (3 = seeds 0,1,2), a list 100,101 or a range 100-104")
     p.add_argument("--steps", type=int, default=study.steps, help="env steps per run")
     p.add_argument("--variant", default=None, help="results subfolder (default: <task>-<budget>)")
-    p.add_argument("--arms", default=",".join(study.arms), help="comma-separated subset of the arm table")
+    p.add_argument("--study", default=None, help="results folder <results>/<study>/ (default: the study's name)")
+    p.add_argument("--arms", default=",".join(study.default_arms or study.arms),
+                   help=f"comma-separated subset of the arm table {list(study.arms)}")
     p.add_argument("--jobs", type=int, default=study.jobs, help="runs at a time (sweep.jobs)")
     p.add_argument("--retries", type=int, default=study.retries, help="sweep.retries: a failed run is resumed this often")
     p.add_argument("--num-envs", type=int, default=None, help="num_envs for every arm")
     p.add_argument("--extra", nargs="*", default=[], help="extra overrides for every arm")
+    p.add_argument("--metric", default=study.metric, help=f"metrics.jsonl key of the value (default {study.metric})")
+    p.add_argument("--value", default=study.value, choices=VALUES,
+                   help="value of a run: final (mean over the last 10%% of logged steps) or auc (mean over --bins "
+                        f"equal env-step bins of the budget); default {study.value}")
+    p.add_argument("--bins", type=int, default=study.bins, help="env-step bins of --value auc")
     p.add_argument("--resume", action="store_true", help="keep finished runs; continue unfinished ones")
-    p.add_argument("--dry-run", action="store_true", help="validate every arm's config and print the commands")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the preparation steps and the sweeps, validate every config, run nothing")
+    p.add_argument("--prepare-only", action="store_true", help="run the preparation steps only")
     p.add_argument("--report-only", action="store_true", help="no training: report the runs already in --runs")
     p.add_argument("--runs", type=Path, default=None, help="run folder (default runs/bench/<study>/<variant>)")
+    p.add_argument("--prep", type=Path, default=None, help="preparation folder (default <runs>/prep)")
     p.add_argument("--results", type=Path, default=RESULTS, help="results root (default benchmarks/results)")
+    p.add_argument("--notes", type=Path, default=None, help="a Markdown file appended to report.md")
     p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples for >= 10 seeds")
+    p.set_defaults(metric_name=study.metric_name)
+    if study.flags:
+        study.flags(p.add_argument_group("study flags"))
     return p
 
 
@@ -155,13 +218,81 @@ class Plan:
     results: Path
     jobs: int
     retries: int
-    overrides: list[str]          # common + per-env + env/task/budget + extra, for every arm
+    overrides: list[str]          # common + per-env + env/task/budget + extra, for every arm (filled)
+    setup: list[str] = field(default_factory=list)   # common + per-env + env + num_envs + extra: prep steps
+    prep: Path = Path("prep")
+    args: argparse.Namespace = field(default_factory=argparse.Namespace)
+    values: dict[str, str] = field(default_factory=dict)          # placeholder -> value
+    metric: str = ""
+    metric_name: str = ""
+    value: str = "final"
+    bins: int = 20
+    dry_run: bool = False
+    report_only: bool = False
+    failed: dict[str, str] = field(default_factory=dict)          # arm -> why it cannot run (preparation)
+    steps_done: dict[str, dict[str, Any]] = field(default_factory=dict)   # preparation step -> record
+    errors: list[str] = field(default_factory=list)               # config errors found by --dry-run
+
+    def fill(self, overrides: list[str]) -> list[str]:
+        """``overrides`` with the placeholders substituted (unknown ``{name}`` left as written)."""
+        def sub(m: re.Match[str]) -> str:
+            return self.values.get(m.group(1), m.group(0))
+        return [PLACEHOLDER.sub(sub, o) for o in overrides]
 
     def arm_overrides(self, arm: str) -> list[str]:
-        return [*self.study.arms[arm], *self.overrides]
+        return [*self.fill(self.study.arms[arm]), *self.overrides]
+
+    def fail(self, arm: str, reason: str) -> None:
+        """Mark ``arm`` failed before training (its preparation failed): not trained, listed with ``reason``."""
+        if arm in self.study.arms and arm not in self.failed:
+            self.failed[arm] = reason
+            print(f"  failed {arm}: {reason}", flush=True)
+
+    def step(self, verb: str, name: str, overrides: list[str], done: str) -> str | None:
+        """A preparation step: ``llmguide <verb> <setup> <overrides>`` into ``<prep>/<name>``, unless
+        ``<prep>/<name>/<done>`` exists (then it is kept). None when complete, else why it failed."""
+        folder = self.prep / name
+        marker = folder / done
+        over = [*self.setup, *self.fill(overrides)]
+        cmd = [*_cli(), verb, *over, f"run.dir={self.prep}", f"run.name={name}", "run.overwrite=true", "progress=false"]
+        record: dict[str, Any] = {"verb": verb, "run": str(folder), "command": "llmguide " + " ".join(cmd[3:])}
+        self.steps_done[name] = record
+        if marker.exists():
+            record["state"] = "kept"
+            print(f"  keep   {name} ({marker} exists)", flush=True)
+            return None
+        if self.dry_run:
+            record["state"] = "dry run"
+            print(f"[prep {name}] {record['command']}", flush=True)
+            proc = subprocess.run([*_cli(), verb, "--print-config", *over], capture_output=True, text=True,
+                                  env=_env(self))
+            if proc.returncode != 0:
+                self.errors.append(f"prep {name}: {(proc.stderr.strip().splitlines() or ['exit ?'])[-1]}")
+            return None
+        if self.report_only:
+            record["state"] = "missing"
+            return f"{verb} {name} not done ({marker} missing)"
+        self.prep.mkdir(parents=True, exist_ok=True)
+        log = self.prep / f"{name}.log"
+        print(f"[prep {name}] {record['command']}", flush=True)
+        t0 = time.perf_counter()
+        with open(log, "w") as f:
+            code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(self))
+        record.update(exit=code, seconds=round(time.perf_counter() - t0, 1), log=str(log))
+        if code == 0 and marker.exists():
+            record["state"] = "done"
+            print(f"  done   {name} ({record['seconds']:.0f}s)", flush=True)
+            return None
+        tail = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        reason = f"{verb} {name} failed (exit {code}): {tail[-1][:300] if tail else 'no output'}"
+        record.update(state="failed", reason=reason)
+        print(f"  {reason} (log {log})", flush=True)
+        return reason
 
 
 def make_plan(study: Study, args: argparse.Namespace) -> Plan:
+    if study.configure:
+        study.configure(args)
     arms = [a for a in args.arms.split(",") if a]
     unknown = [a for a in arms if a not in study.arms]
     if unknown:
@@ -169,8 +300,17 @@ def make_plan(study: Study, args: argparse.Namespace) -> Plan:
     if study.control not in arms:
         arms.insert(0, study.control)   # paired statistics need the control
     task = args.task
-    name = study.name.format(env=args.env, task=task or "default")
+    name = args.study or study.name.format(env=args.env, task=task or "default")
     variant = args.variant or "-".join(p for p in (task, budget_name(args.steps)) if p)
+    runs = (args.runs or Path("runs") / "bench" / name / variant).resolve()
+    prep = (args.prep or runs / "prep").resolve()
+    values = {k: str(v) for k, v in vars(args).items() if isinstance(v, str | int | float | Path) and v is not None}
+    values.update(runs=str(runs), prep=str(prep), env=args.env, task=task or "", steps=str(args.steps),
+                  study=name, variant=variant)
+    setup = [*study.common, *study.per_env.get(args.env, []), f"env={args.env}"]
+    if args.num_envs:
+        setup.append(f"num_envs={args.num_envs}")
+    setup += list(args.extra)
     overrides = [*study.common, *study.per_env.get(args.env, []), f"env={args.env}", f"total_steps={args.steps}"]
     if task:
         overrides.append(f"{TASK_KEYS.get(args.env, 'env.task')}={task}")
@@ -179,9 +319,13 @@ def make_plan(study: Study, args: argparse.Namespace) -> Plan:
     overrides += list(args.extra)
     if not any(o.startswith("log_every=") for o in overrides):
         overrides.append(f"log_every={max(args.steps // 50, 1000)}")   # about 50 periodic metric records a run
-    runs = (args.runs or Path("runs") / "bench" / name / variant).resolve()
-    return Plan(study, name, variant, args.env, task, parse_seeds(args.seeds), args.steps, arms, runs,
-                (args.results / name / variant).resolve(), args.results.resolve(), args.jobs, args.retries, overrides)
+    plan = Plan(study, name, variant, args.env, task, parse_seeds(args.seeds), args.steps, arms, runs,
+                (args.results / name / variant).resolve(), args.results.resolve(), args.jobs, args.retries, [],
+                prep=prep, args=args, values=values, metric=args.metric, metric_name=args.metric_name or args.metric,
+                value=args.value, bins=args.bins, dry_run=bool(getattr(args, "dry_run", False)),
+                report_only=bool(getattr(args, "report_only", False)))
+    plan.overrides, plan.setup = plan.fill(overrides), plan.fill(setup)
+    return plan
 
 
 # --- running ------------------------------------------------------------------------------------------
@@ -235,24 +379,39 @@ def validate(plan: Plan) -> list[str]:
     return errors
 
 
+def _sweep(plan: Plan, arm: str, seeds: list[int], resume: bool, dry_run: bool) -> None:
+    """One sweep of ``arm`` per resume mode over those of ``seeds`` that still need running."""
+    existing = seed_runs(plan, arm)
+    groups: dict[str, list[int]] = {"overwrite": [], "resume": []}
+    for s in seeds:
+        state = run_state(existing[s], plan) if resume and s in existing else "new"
+        if state == "done":
+            print(f"  skip   {arm} seed {s} (finished: {existing[s]})")
+        else:
+            groups["resume" if state == "partial" else "overwrite"].append(s)
+    for mode, todo in groups.items():
+        if not todo:
+            continue
+        cmd = sweep_command(plan, arm, todo, mode)
+        print(f"[{arm}] llmguide " + " ".join(cmd[3:]), flush=True)
+        if not dry_run:
+            subprocess.call(cmd, env=_env(plan))   # failures are found below, from the run folders
+
+
 def run_arms(plan: Plan, resume: bool, dry_run: bool) -> None:
-    """One sweep per arm (per resume mode) over the seeds that still need running."""
+    """Every arm that did not fail its preparation: one sweep per arm over the seeds (``order="arm"``), or
+    seed by seed over the arms (``"seed"``; ``"alternate"`` reverses the arm order on odd seeds)."""
+    arms = [a for a in plan.arms if a not in plan.failed]
     for arm in plan.arms:
-        existing = seed_runs(plan, arm)
-        groups: dict[str, list[int]] = {"overwrite": [], "resume": []}
-        for s in plan.seeds:
-            state = run_state(existing[s], plan) if resume and s in existing else "new"
-            if state == "done":
-                print(f"  skip   {arm} seed {s} (finished: {existing[s]})")
-            else:
-                groups["resume" if state == "partial" else "overwrite"].append(s)
-        for mode, seeds in groups.items():
-            if not seeds:
-                continue
-            cmd = sweep_command(plan, arm, seeds, mode)
-            print(f"[{arm}] llmguide " + " ".join(cmd[3:]), flush=True)
-            if not dry_run:
-                subprocess.call(cmd, env=_env(plan))   # failures are found below, from the run folders
+        if arm in plan.failed:
+            print(f"  not trained: {arm} ({plan.failed[arm]})")
+    if plan.study.order == "arm":
+        for arm in arms:
+            _sweep(plan, arm, plan.seeds, resume, dry_run)
+        return
+    for i, s in enumerate(plan.seeds):
+        for arm in (arms[::-1] if plan.study.order == "alternate" and i % 2 else arms):
+            _sweep(plan, arm, [s], resume, dry_run)
 
 
 # --- results ------------------------------------------------------------------------------------------
@@ -264,10 +423,14 @@ def _git_commit() -> str | None:
         return None
 
 
-def collect(plan: Plan) -> tuple[list[str], list[dict[str, str]], dict[str, Any]]:
-    """Finished run folders, failed (arm, seed) with their logs, and the first finished run's config."""
+def collect(plan: Plan) -> tuple[list[str], list[dict[str, Any]], dict[str, Any]]:
+    """Finished run folders, failed (arm, seed) with their logs (an arm whose preparation failed: seed
+    ``all`` and the reason), and the first finished run's config."""
     done, failed, cfg = [], [], {}
     for arm in plan.arms:
+        if arm in plan.failed:
+            failed.append({"arm": arm, "seed": "all", "log": "not trained", "reason": plan.failed[arm]})
+            continue
         existing = seed_runs(plan, arm)
         for s in plan.seeds:
             run = existing.get(s)
@@ -280,6 +443,12 @@ def collect(plan: Plan) -> tuple[list[str], list[dict[str, str]], dict[str, Any]
     return done, failed, cfg
 
 
+def _failed_text(f: dict[str, Any]) -> str:
+    if f["seed"] == "all":
+        return f"{f['arm']}, every seed (not trained: {f['reason']})"
+    return f"{f['arm']} seed {f['seed']} ({f['log']})"
+
+
 def _task_of(cfg: dict[str, Any], plan: Plan) -> str:
     env = cfg.get("env") or {}
     if plan.task:
@@ -289,6 +458,59 @@ def _task_of(cfg: dict[str, Any], plan: Plan) -> str:
     return str(value) if value else "all achievements" if plan.env in ("crafter", "craftax") else "default"
 
 
+def auc(steps: Any, values: Any, budget: int, bins: int) -> float:
+    """Area under a run's curve: the mean over ``bins`` equal env-step bins of [0, ``budget``] of the mean
+    value logged in each bin; an empty bin counts as the mean of the others (so: the mean over the bins
+    that have values); values after ``budget`` are cut. NaN without values."""
+    import numpy as np
+
+    steps, values = np.asarray(steps, float), np.asarray(values, float)
+    keep = steps <= budget
+    steps, values = steps[keep], values[keep]
+    if not len(values):
+        return float("nan")
+    idx = np.clip(np.digitize(steps, np.linspace(0, budget, bins + 1)) - 1, 0, bins - 1)
+    return float(np.mean([values[idx == b].mean() for b in range(bins) if (idx == b).any()]))
+
+
+def value_text(plan: Plan) -> str:
+    if plan.value == "auc":
+        return (f"the area under its curve: the mean over {plan.bins} equal env-step bins of the {plan.steps:,}-step "
+                "budget of the mean value logged in each bin")
+    return "the mean over its last 10% of logged steps"
+
+
+def auc_section(plan: Plan, done: list[str], reps: int) -> tuple[list[str], dict[str, Any]]:
+    """``value="auc"``: :func:`llmguide.report.study.summarize`'s curves with every run's value replaced by
+    :func:`auc`, the paired statistics of those values, and the report section of them."""
+    from llmguide import stats
+    from llmguide.report.runs import FINAL_FRACTION, group_runs, load_run, metric_series, seed_key
+    from llmguide.report.study import study_section, summarize
+
+    groups = group_runs([load_run(p) for p in done], "folder")
+    summary = summarize(groups, plan.metric, None, reps)
+    for label, data in summary["arms"].items():
+        first: dict[Any, Any] = {}
+        for run in groups[label]:
+            if len(metric_series(run, plan.metric)[0]):
+                first.setdefault(seed_key(run), run)
+        data["values"] = [auc(*metric_series(first[s], plan.metric), plan.steps, plan.bins) for s in data["seeds"]]
+    control = plan.study.control
+    if control in summary["arms"]:
+        base = dict(zip(summary["arms"][control]["seeds"], summary["arms"][control]["values"], strict=True))
+        for label, data in summary["arms"].items():
+            mine = dict(zip(data["seeds"], data["values"], strict=True))
+            if label != control and set(mine) & set(base):
+                summary["paired"][f"{label} - {control}"] = stats.paired(mine, base, names=(label, control)).to_json()
+    else:
+        summary["notes"].append(f"control `{control}` has no values; no paired statistics")
+    lines = study_section(summary, plan.metric_name, control, plan.out)
+    old = f"mean over its last {int(FINAL_FRACTION * 100)}% of logged steps"
+    lines = [ln.replace(old, value_text(plan)) for ln in lines]
+    lines += [f"- {n}" for n in summary["notes"]] + ([""] if summary["notes"] else [])
+    return lines, summary
+
+
 def write_results(plan: Plan, reps: int = 2000) -> int:
     """Report the finished runs into ``plan.out`` (report.md, curves.png, result.json); 1 if any run failed."""
     from llmguide.report import study_report
@@ -296,39 +518,62 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
     done, failed, cfg = collect(plan)
     study = plan.study
     if not done:
-        print(f"{plan.name}/{plan.variant}: no finished run in {plan.runs}", file=sys.stderr)
+        print(f"{plan.name}/{plan.variant}: no finished run in {plan.runs}" +
+              "".join(f"\n  {_failed_text(f)}" for f in failed if f["seed"] == "all"), file=sys.stderr)
         return 1
     plan.out.mkdir(parents=True, exist_ok=True)
     task = _task_of(cfg, plan)
     seeds = ", ".join(map(str, plan.seeds))
     intro = [study.about.strip()] if study.about.strip() else []
     intro += [f"Env `{plan.env}`, task `{task}`, {plan.steps:,} env steps per run, seeds {seeds} (common random "
-              f"numbers across arms). Control: `{study.control}`. Metric: {study.metric_name or study.metric} "
-              f"(`{study.metric}`, {'higher' if study.higher_is_better else 'lower'} is better).", "",
+              f"numbers across arms). Control: `{study.control}`. Metric: {plan.metric_name} "
+              f"(`{plan.metric}`, {'higher' if study.higher_is_better else 'lower'} is better); value of a run: "
+              f"{value_text(plan)}.", "",
               "| arm | overrides |", "|---|---|",
               *[f"| {a}{' (upper reference)' if a in study.upper_reference else ''} | "
-                f"`{' '.join(study.arms[a])}` |" for a in plan.arms], "",
-              f"Every arm also gets: `{' '.join(plan.overrides)}`.", "",
-              "Failed runs: " + (", ".join(f"{f['arm']} seed {f['seed']} ({f['log']})" for f in failed) or "none") + "."]
-    path, summary = study_report(done, plan.out, reps, group_by="folder", control=study.control,
-                                 metric=study.metric, metric_name=study.metric_name or study.metric,
-                                 title=study.title or f"{plan.name} / {plan.variant}", intro=intro)
+                f"`{' '.join(plan.fill(study.arms[a]))}` |" for a in plan.arms], "",
+              f"Every arm also gets: `{' '.join(plan.overrides)}`.", ""]
+    if plan.steps_done:
+        intro += [f"Preparation (`{plan.prep}`): " + "; ".join(
+            f"`{name}` ({r['verb']}, {r.get('state', '?')}{', ' + str(r['seconds']) + ' s' if 'seconds' in r else ''})"
+            for name, r in plan.steps_done.items()) + ".", ""]
+    intro += ["Failed runs: " + (", ".join(_failed_text(f) for f in failed) or "none") + "."]
+    title = study.title or f"{plan.name} / {plan.variant}"
+    if plan.value == "auc":
+        path, _ = study_report(done, plan.out, reps, group_by="folder", title=title, intro=intro)
+        section, summary = auc_section(plan, done, reps)
+        text = path.read_text()
+        at = text.find("## Learning curves")
+        text = text[:at] + "\n".join(section) + "\n" + text[at:] if at >= 0 else text + "\n" + "\n".join(section)
+        path.write_text(text)
+    else:
+        path, summary = study_report(done, plan.out, reps, group_by="folder", control=study.control,
+                                     metric=plan.metric, metric_name=plan.metric_name, title=title, intro=intro)
+    details_lines, details = study.details(plan) if study.details else ([], {})
+    extra = [*details_lines, *([plan.args.notes.read_text().strip(), ""] if getattr(plan.args, "notes", None)
+                               and Path(plan.args.notes).exists() else [])]
+    if extra:
+        path.write_text(path.read_text().rstrip("\n") + "\n\n" + "\n".join(extra) + "\n")
     arms = {}
     for arm in plan.arms:
         if arm in summary["arms"]:
-            arms[arm] = {**summary["arms"][arm], "overrides": study.arms[arm],
+            arms[arm] = {**summary["arms"][arm], "overrides": plan.fill(study.arms[arm]),
                          "upper_reference": arm in study.upper_reference}
+        elif arm in plan.failed:
+            arms[arm] = {"failed": plan.failed[arm], "seeds": [], "values": [], "overrides": plan.fill(study.arms[arm])}
     result = {"study": plan.name, "variant": plan.variant, "env": plan.env, "task": task,
-              "budget_steps": plan.steps, "metric": study.metric_name or study.metric, "metric_key": study.metric,
+              "budget_steps": plan.steps, "metric": plan.metric_name, "metric_key": plan.metric,
+              "value": {"kind": plan.value, **({"bins": plan.bins} if plan.value == "auc" else {"final_fraction": 0.1})},
               "higher_is_better": study.higher_is_better, "control": study.control, "arms": arms,
               "paired": summary["paired"], "seeds": plan.seeds, "common": plan.overrides, "failed": failed,
-              "notes": summary["notes"], "produced_by": "benchmarks/harness.py", "commit": _git_commit(),
-              "command": " ".join(sys.argv)}
-    (plan.out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+              "prepare": plan.steps_done, "details": details, "notes": summary["notes"],
+              "produced_by": "benchmarks/harness.py", "commit": _git_commit(), "command": " ".join(sys.argv)}
+    (plan.out / "result.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(f"{plan.name}/{plan.variant}: {path}")
     write_index(plan.results)
     if failed:
-        print(f"{len(failed)} run(s) failed: " + ", ".join(f"{f['arm']} seed {f['seed']}" for f in failed),
+        print(f"{len(failed)} run(s) failed: " + ", ".join(
+            f"{f['arm']} seed {f['seed']}" if f["seed"] != "all" else f"{f['arm']} (every seed)" for f in failed),
               file=sys.stderr)
     return 1 if failed else 0
 
@@ -387,7 +632,7 @@ def headline(result: dict[str, Any]) -> tuple[str, bool]:
     for arm, data in (result.get("arms") or {}).items():
         values = [v for v in data.get("values", []) if isinstance(v, int | float)]
         if not values:
-            cells.append(f"{arm}: no result")
+            cells.append(f"{arm}: {'failed' if data.get('failed') else 'no result'}")
             continue
         text = f"{arm} {_num(sum(values) / len(values))}"
         if arm == control:
@@ -469,8 +714,12 @@ def main(study: Study, argv: list[str] | None = None) -> int:
     plan = make_plan(study, args)
     print(f"{plan.name}/{plan.variant}: arms {plan.arms} x seeds {plan.seeds}, {plan.steps:,} steps; runs in "
           f"{plan.runs}; results in {plan.out}", flush=True)
+    if study.prepare:
+        study.prepare(plan)
+    if args.prepare_only:
+        return 1 if plan.failed else 0
     if args.dry_run:
-        errors = validate(plan)
+        errors = plan.errors + validate(plan)
         run_arms(plan, args.resume, dry_run=True)
         for err in errors:
             print(f"config error: {err}", file=sys.stderr)
