@@ -63,7 +63,8 @@ def vitals(agent: Any) -> int | None:
             agent.vital = None  # no more wandering in the dark: shelter
     else:
         urgent = [k for k in level if can[k] and level[k] <= 1]
-    if urgent:  # the one whose water / food is known first (sleeping needs nothing), then the lowest
+    busy = agent.vital in steps and level[agent.vital] < 9 and _cost(agent, steps[agent.vital]) <= 2
+    if urgent and not busy:  # the one whose water / food is known first, then the lowest (finish a drink first)
         agent.vital = min(urgent, key=lambda k: (k in steps and _cost(agent, steps[k]) >= 100, level[k]))
     elif agent.vital is None and not dark:
         low = [k for k in ("drink", "food") if can[k] and level[k] <= below[k]]
@@ -114,6 +115,11 @@ def vitals(agent: Any) -> int | None:
         action = sleep(agent, urgent=False)
         if action == SLEEP and level["sleep"] >= 9:
             action = NOOP
+        if action is None and agent.vital == "recover":  # no pocket: keep away from creatures while healing
+            pos = agent.map.pos
+            near = [(abs(x - pos[0]) + abs(y - pos[1]), (x, y)) for s, x, y in agent.map.mobs
+                    if s in (SEM["zombie"], SEM["skeleton"])]
+            return flee(agent, min(near)[1]) if near and min(near)[0] <= 6 else None
         if action is None:
             agent.vital = None
         return action
