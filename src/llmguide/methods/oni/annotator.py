@@ -265,8 +265,10 @@ class MessageAnnotator(Annotator):
 
 
 def _goal_template(name: str, goal: str | None) -> Any:
-    """The template ``name``; with a goal and no ``${goal}`` field in it, its ``<name>_goal`` variant."""
-    from llmguide.llm.prompts import PromptTemplateError, load_template
+    """The template ``name`` (ONI's own Crafter ones, :mod:`.prompts`, or a shipped one); with a goal and no
+    ``${goal}`` field in it, its ``<name>_goal`` variant."""
+    from llmguide.llm.prompts import PromptTemplateError
+    from llmguide.methods.oni.prompts import template as load_template
 
     template = load_template(name)
     if goal is None:

@@ -21,9 +21,10 @@ class ELLMBoW(RewardModule):
     name = "ellm_bow"
 
     def __init__(self, num_envs: int, goal: str, *, threshold: float = 0.1, beta: float = 3.0,
-                 count_scope: str = "episode"):
+                 count_scope: str = "episode", message_key: str = "caption"):
         from llmguide.llm.embeddings import BowEmbedder
 
+        self.message_key = str(message_key)   # the info key of the message: caption, or Crafter's message line
         self.embedder = BowEmbedder()
         self.goal_vec = self.embedder.embed([goal])[0]
         self.threshold, self.beta = float(threshold), float(beta)
@@ -41,7 +42,7 @@ class ELLMBoW(RewardModule):
         return np.array([self.table[m] for m in messages], dtype=np.float64)
 
     def compute(self, batch: TransitionBatch) -> np.ndarray:
-        msgs = batch_messages(batch)
+        msgs = batch_messages(batch, self.message_key)
         dones = np.asarray(batch.dones, dtype=bool)
         counts = np.stack([self.counter.step(msgs[t], dones[t]) for t in range(dones.shape[0])])
         sim = np.stack([self.similarity(row) for row in msgs])
@@ -54,7 +55,9 @@ class ELLMBoW(RewardModule):
         self.counter.load_state_dict(state["counter"])
 
 
-def build_ellm_bow(method_cfg: Any, obs_space: Any, action_space: Any, num_envs: int, **_: Any) -> ELLMBoW:
+def build_ellm_bow(method_cfg: Any, obs_space: Any, action_space: Any, num_envs: int, message_key: str = "caption",
+                   **_: Any) -> ELLMBoW:
     """Reward factory for ``method=ellm_bow`` (``llmguide.rewards.register_reward``)."""
     return ELLMBoW(num_envs, str(method_cfg["goal"]), threshold=float(method_cfg.get("threshold", 0.1)),
-                   beta=float(method_cfg.get("beta", 3.0)), count_scope=str(method_cfg.get("count_scope", "episode")))
+                   beta=float(method_cfg.get("beta", 3.0)), count_scope=str(method_cfg.get("count_scope", "episode")),
+                   message_key=message_key)

@@ -185,7 +185,8 @@ class MotifReward(RewardModule):
     name = "motif"
 
     def __init__(self, checkpoint: dict[str, Any], num_envs: int, *, beta: float = 3.0,
-                 count_scope: str = "episode", canonicalize: bool = False):
+                 count_scope: str = "episode", canonicalize: bool = False, message_key: str = "caption"):
+        self.message_key = str(message_key)   # the info key of the message: caption, or Crafter's message line
         self.net = MessageRewardNet()
         self.net.load_state_dict(checkpoint["net"])
         self.net.eval()
@@ -208,7 +209,7 @@ class MotifReward(RewardModule):
         return np.array([self.table[k] for k in keys], dtype=np.float64)
 
     def compute(self, batch: TransitionBatch) -> np.ndarray:
-        msgs = batch_messages(batch)
+        msgs = batch_messages(batch, self.message_key)
         dones = np.asarray(batch.dones, dtype=bool)
         counts = np.stack([self.counter.step(msgs[t], dones[t]) for t in range(dones.shape[0])])
         return (np.stack([self.shaped(row) for row in msgs]) / np.power(counts, self.beta)).astype(np.float32)

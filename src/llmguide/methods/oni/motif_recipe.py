@@ -57,12 +57,13 @@ def collection(cfg: DictConfig) -> Collection:
 def collect(cfg: DictConfig) -> int:
     """The collection policy's episodes (the collect step's run directory is :func:`data_dir`: ``dataset/``,
     ``collect_summary.json``, ``metrics.jsonl``), its message counts and sampled pairs in ``pairs.sqlite``."""
-    from llmguide.methods.oni.recipe import use_reference_policy
+    from llmguide.methods.oni.recipe import message_key, use_reference_policy
 
     use_reference_policy(cfg)
     spec = collection(cfg)
     counts: Counter[str] = Counter()
-    summary = explore(cfg, spec, on_infos=lambda infos: counts.update(str(i.get("caption") or "") for i in infos))
+    key = message_key(cfg)
+    summary = explore(cfg, spec, on_infos=lambda infos: counts.update(str(i.get(key) or "") for i in infos))
     stats: dict[str, Any] = {"policy": str(cfg.method.collect_policy), "steps": spec.steps}
     if spec.policy == "ppo":
         stats.update({"episodes": float(summary["finished_episodes"]),
@@ -83,14 +84,15 @@ def collect(cfg: DictConfig) -> int:
 def label(cfg: DictConfig) -> int:
     """Annotate the pairs still to do (resumable)."""
     from llmguide.methods.oni.annotator import PairAnnotator
-    from llmguide.methods.oni.recipe import method_goal, oracle_answers
+    from llmguide.methods.oni.recipe import family_templates, method_goal, oracle_answers
     from llmguide.pipelines.services import service_for
 
     db = PairsDB(data_dir(cfg) / "pairs.sqlite")
     if db.count() == 0:
         raise FileNotFoundError(f"no pairs in {db.path}; run `llmguide collect method=motif ...` first")
     with service_for(cfg, answerers=[oracle_answers(cfg)]) as service:
-        annot = PairAnnotator(service, template=cfg.method.template or "motif_pref", mode=cfg.method.label_mode,
+        template = cfg.method.template or family_templates(str(cfg.env.name))[2] or "motif_pref"
+        annot = PairAnnotator(service, template=template, mode=cfg.method.label_mode,
                               max_tokens=int(cfg.method.max_tokens), goal=method_goal(cfg))
         result = annotate_pairs(db, annot, int(cfg.method.label_batch), int(cfg.method.max_batches))
         result.update({"lm_submitted": service.metrics()["submitted"], **annot.counts})
@@ -132,7 +134,7 @@ class MotifRecipe(Recipe):
     """Motif: offline collect → label → reward model, then PPO with the Motif reward."""
 
     agents = ("ppo",)
-    env_families = ("minihack", "nethack")
+    env_families = ("minihack", "nethack", "crafter", "craftax")   # the families with a message line
     steps = {"collect": collect, "label": label}
 
     def check(self) -> None:
@@ -142,10 +144,12 @@ class MotifRecipe(Recipe):
         use_reference_policy(self.cfg)
 
     def build(self, envs: Any, run: RunDir | None) -> Parts:
+        from llmguide.methods.oni.recipe import message_key
+
         cfg = self.cfg
         ckpt = safe_torch_load(fit_reward_model(cfg))
         module = MotifReward(ckpt, envs.num_envs, beta=float(cfg.method.beta), count_scope=str(cfg.method.count_scope),
-                             canonicalize=bool(cfg.method.canonicalize))
+                             canonicalize=bool(cfg.method.canonicalize), message_key=message_key(cfg))
         return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef))
 
     def finish(self, parts: Parts, run: RunDir) -> None:

@@ -3,7 +3,8 @@
 A label prompt (``oni_label*``) has a ``Message:`` line, a pair prompt (``motif_pref``) ``A:`` / ``B:``
 lines (quotes stripped); a ``Goal:`` line (the ``*_goal`` templates) conditions the answer on that
 goal, as it conditions an LM's.  The env oracle must know messages (``helpful(message, goal=...)`` and
-``prefer(a, b, goal=...)``: NetHack / MiniHack, from the message events).  ``generate`` answers in the
+``prefer(a, b, goal=...)``: NetHack / MiniHack, from the message events; Crafter / Craftax-Classic, from the
+achievements their message line reports and the requirement tree).  ``generate`` answers in the
 ``<answer>`` tag; ``score`` gives 0.0 to the true answer and ``MISS_SCORE`` to the others.
 """
 

@@ -106,7 +106,7 @@ class ONIRanking(MessageReward):
         return snap.rewards([self.key(m) for m in messages]).astype(np.float64)
 
     def compute(self, batch: TransitionBatch) -> np.ndarray:
-        msgs = batch_messages(batch)
+        msgs = batch_messages(batch, self.message_key)
         dones = np.asarray(batch.dones, dtype=bool)
         counts = np.stack([self.counter.step(msgs[t], dones[t]) for t in range(dones.shape[0])])
         nonempty = sorted({m for row in msgs for m in row if m})

@@ -1,10 +1,13 @@
-"""ONI pipeline: ``llmguide train method=oni_retrieval|oni_classification|oni_ranking|ellm_bow env=minihack|nethack``.
+"""ONI pipeline: ``llmguide train method=oni_retrieval|oni_classification|oni_ranking|ellm_bow
+env=minihack|nethack|crafter|craftax``.
 
 PPO on the env; the intrinsic reward module labels the agent's messages online through the async
 :class:`~llmguide.llm.service.LLMService` (never blocking the learner; labels persisted in the LM
 cache, so later runs and seeds reuse them).  The Runner writes metrics (``lm/*`` and
 ``reward/<module>/*``), checkpoints (agent incl. the reward module's labels and weights), ``eval.json``
-and the report.
+and the report.  The message is the env's message line: NetHack's (``info["caption"]``, with status changes when
+``env.blstats_deltas``), Crafter's and Craftax-Classic's ``info["message"]`` (:mod:`llmguide.envs.crafter.messages`,
+labelled with ONI's own Crafter prompts, :mod:`.prompts`, and ONI's task-agnostic goal unless ``method.goal`` is set).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from llmguide.rewards.base import RewardModule
 log = logging.getLogger(__name__)
 
 ONI_METHODS = ("oni_retrieval", "oni_classification", "oni_ranking")
+MESSAGE_LINES = {"crafter": "message", "craftax": "message"}  # families whose message line is not the caption
 
 for _key, _rule in {
     "method.beta": non_negative, "method.count_scope": one_of("episode", "global"),
@@ -61,6 +65,20 @@ def method_goal(cfg: Any) -> str | None:
     return None
 
 
+def message_key(cfg: Any) -> str:
+    """The info key that ONI and Motif read as the agent's message: ``message`` (the message line) on Crafter and
+    Craftax-Classic, ``caption`` elsewhere (NetHack's and MiniHack's message line)."""
+    return MESSAGE_LINES.get(str(cfg.env.name), "caption")
+
+
+def family_templates(env_name: str) -> tuple[str | None, str | None, str | None]:
+    """The labelling templates of an env family when ``method.template`` is null: (label in score mode, label in
+    generate mode, pair); ``None`` entries leave the annotators' NetHack defaults."""
+    from llmguide.methods.oni.prompts import FAMILY_TEMPLATES
+
+    return FAMILY_TEMPLATES.get(str(env_name), (None, None, None))
+
+
 def oracle_answers(cfg: Any) -> Any:
     """ONI's questions answered by the env's ground truth (``llm=oracle`` and its controls); with ``llm.target``
     (a task id) the oracle answers for that task's goal instead (wrong knowledge)."""
@@ -77,24 +95,28 @@ def oracle_answers(cfg: Any) -> Any:
 
 
 def build_oni_module(method_cfg: Any, num_envs: int, service: Any, seed: int = 0,
-                     goal: str | None = None) -> RewardModule:
+                     goal: str | None = None, family: str | None = None,
+                     message_key: str = "caption") -> RewardModule:
     """The reward module of an ONI method; ``service`` is the LLMService the annotator talks to, ``goal``
-    the task's goal in the labelling prompt (:func:`method_goal`)."""
+    the task's goal in the labelling prompt (:func:`method_goal`), ``family`` the env family (its prompts,
+    :func:`family_templates`), ``message_key`` the info key of the message (:func:`message_key`)."""
     from llmguide.methods.oni.annotator import MessageAnnotator, PairAnnotator
     from llmguide.methods.oni.ranking import ONIRanking
     from llmguide.methods.oni.reward import ONIClassification, ONIRetrieval
 
     m = method_cfg
     common = {"beta": float(m.beta), "count_scope": str(m.count_scope), "pending_default": float(m.pending_default),
-              "canonicalize": bool(m.canonicalize)}
+              "canonicalize": bool(m.canonicalize), "message_key": message_key}
+    score_t, generate_t, pair_t = family_templates(str(family))
     if m.name == "oni_ranking":
-        annot = PairAnnotator(service, template=m.template or "motif_pref", mode=m.label_mode,
+        annot = PairAnnotator(service, template=m.template or pair_t or "motif_pref", mode=m.label_mode,
                               max_tokens=int(m.max_tokens), max_in_flight=int(m.max_in_flight), goal=goal)
         return ONIRanking(annot, num_envs, threshold=float(m.threshold), pairs_per_batch=int(m.pairs_per_batch),
                           max_messages=int(m.max_messages), min_pairs=int(m.min_pairs), lr=float(m.lr),
                           batch_size=int(m.batch_size), steps_per_round=int(m.steps_per_round),
                           duty=float(m.duty), seed=seed, **common)
-    annot = MessageAnnotator(service, template=m.get("template"), mode=m.label_mode, max_tokens=int(m.max_tokens),
+    template = m.get("template") or (score_t if m.label_mode == "score" else generate_t)
+    annot = MessageAnnotator(service, template=template, mode=m.label_mode, max_tokens=int(m.max_tokens),
                              score_margin=float(m.get("score_margin", 1.0)), max_in_flight=int(m.max_in_flight),
                              goal=goal)
     if m.name == "oni_classification":
@@ -118,7 +140,7 @@ class ONIRecipe(Recipe):
     """ONI (and ELLM-BoW): PPO with an intrinsic reward from online, asynchronous LM labels."""
 
     agents = ("ppo",)
-    env_families = ("minihack", "nethack")   # + craftax/crafter once their message grammar lands
+    env_families = ("minihack", "nethack", "crafter", "craftax")   # the families with a message line
 
     def check(self) -> None:
         super().check()
@@ -130,13 +152,14 @@ class ONIRecipe(Recipe):
             from llmguide.methods.oni.bow import build_ellm_bow
 
             module = build_ellm_bow(cfg.method, envs.single_observation_space, envs.single_action_space,
-                                    envs.num_envs)
+                                    envs.num_envs, message_key=message_key(cfg))
             return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef),
                          closers=[module.close])
         from llmguide.pipelines.services import close_service, open_service
 
         service = open_service(cfg, answerers=[oracle_answers(cfg)])
-        module = build_oni_module(cfg.method, envs.num_envs, service, int(cfg.seed), goal=method_goal(cfg))
+        module = build_oni_module(cfg.method, envs.num_envs, service, int(cfg.seed), goal=method_goal(cfg),
+                                  family=str(cfg.env.name), message_key=message_key(cfg))
         return Parts(envs, [(float(cfg.method.intrinsic_coef), module)], float(cfg.method.extrinsic_coef),
                      metrics=lambda: lm_metrics(service, module),
                      progress=LM_PROGRESS,

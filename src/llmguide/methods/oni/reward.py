@@ -1,7 +1,8 @@
 """ONI intrinsic rewards from LM feedback on the agent's own messages (Zheng et al. 2024).
 
 Three variants share one skeleton (:class:`MessageReward`): read the transition's message
-(``info["caption"]``), ask the :mod:`~llmguide.methods.oni.annotator` for a label without ever
+(``info[message_key]``: the caption on NetHack/MiniHack, the message line ``info["message"]`` on Crafter and
+Craftax-Classic, :func:`llmguide.methods.oni.recipe.message_key`), ask the :mod:`~llmguide.methods.oni.annotator` for a label without ever
 waiting, turn labels into a reward, divide by the episodic count of the exact message ``1 / n^β``.
 
 - :class:`ONIRetrieval`: the label table (1 helpful / 0 not); ``pending_default`` while pending.
@@ -63,12 +64,12 @@ from llmguide.methods.oni.trainer import BackgroundTrainer
 from llmguide.rewards.base import RewardModule, TransitionBatch
 
 
-def batch_messages(batch: TransitionBatch) -> list[list[str]]:
-    """The T×N message texts (``info["caption"]``) of a batch; a clear error when infos are missing."""
+def batch_messages(batch: TransitionBatch, key: str = "caption") -> list[list[str]]:
+    """The T×N message texts (``info[key]``) of a batch; a clear error when infos are missing."""
     T, N = np.asarray(batch.dones).shape[:2]
     if len(batch.infos) != T or any(len(row) != N for row in batch.infos):
-        raise ValueError(f"ONI rewards need batch.infos as a {T}×{N} list of per-env info dicts with 'caption'")
-    return [[str(info.get("caption") or "") for info in row] for row in batch.infos]
+        raise ValueError(f"ONI rewards need batch.infos as a {T}×{N} list of per-env info dicts with {key!r}")
+    return [[str(info.get(key) or "") for info in row] for row in batch.infos]
 
 
 class EpisodicCounter:
@@ -110,8 +111,9 @@ class MessageReward(RewardModule):
     name = "oni"
 
     def __init__(self, annotator: Annotator, num_envs: int, *, beta: float = 3.0, count_scope: str = "episode",
-                 pending_default: float = 0.0, canonicalize: bool = False):
+                 pending_default: float = 0.0, canonicalize: bool = False, message_key: str = "caption"):
         self.annotator = annotator
+        self.message_key = str(message_key)   # the info key of the message: caption, or Crafter's message line
         self.beta = float(beta)
         self.pending_default = float(pending_default)
         self.canonicalize = bool(canonicalize)
@@ -132,7 +134,7 @@ class MessageReward(RewardModule):
         self.annotator.submit(dict.fromkeys(self.key(m) for m in messages))
 
     def compute(self, batch: TransitionBatch) -> np.ndarray:
-        msgs = batch_messages(batch)
+        msgs = batch_messages(batch, self.message_key)
         dones = np.asarray(batch.dones, dtype=bool)
         T, N = dones.shape
         counts = np.stack([self.counter.step(msgs[t], dones[t]) for t in range(T)])
