@@ -96,7 +96,7 @@ def scoring_ratio(task: str, contexts: int, k_history: int) -> dict:
     from llmguide.envs import make_env
     from llmguide.envs.babyai.env import ACTION_STRINGS
     from llmguide.llm.hf import HFLM
-    from llmguide.methods.glam.learner import History
+    from llmguide.methods.glam.policy import History
 
     torch.set_num_threads(1)
     env = make_env({"name": "babyai", "task": task}, 0)

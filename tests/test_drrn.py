@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 from llmguide.envs.babyai.env import ACTION_STRINGS
 from llmguide.methods.glam.drrn import DRRN, DRRNAgent, DRRNPolicy, HashTokenizer, TextReplay
-from llmguide.methods.glam.learner import glam_prompt
+from llmguide.methods.glam.policy import glam_prompt
 
 PROMPTS = [glam_prompt("go to the red ball", ["You see a red ball 2 steps forward"], [], ACTION_STRINGS),
            glam_prompt("pick up the blue key", ["You see a wall 1 step left", "You carry a blue key"],

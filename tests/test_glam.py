@@ -9,15 +9,8 @@ import pytest
 import torch
 
 from llmguide.envs.babyai.env import ACTION_STRINGS
-from llmguide.methods.glam.learner import (
-    GLAMPPO,
-    History,
-    LMPolicy,
-    ValueHead,
-    apply_lora,
-    d_model_of,
-    glam_prompt,
-)
+from llmguide.methods.glam.learner import GLAMPPO
+from llmguide.methods.glam.policy import History, LMPolicy, ValueHead, apply_lora, d_model_of, glam_prompt
 
 SHORT = glam_prompt("go to the red ball", ["You see a red ball 1 step forward"], [], ACTION_STRINGS)
 OTHER = glam_prompt("pick up the blue key", ["You see a blue key 2 steps left"], [], ACTION_STRINGS)
@@ -257,7 +250,7 @@ def test_new_composition_and_heldout_levels_are_solvable_and_mention_what_they_t
 @needs_hf
 def test_npae_keeps_pretrained_embeddings_and_scores_with_action_heads():
     from llmguide.llm.hf import HFLM
-    from llmguide.methods.glam.learner import MLPHead
+    from llmguide.methods.glam.policy import MLPHead
 
     torch.set_num_threads(1)
     pretrained = HFLM()

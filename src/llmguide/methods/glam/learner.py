@@ -27,16 +27,7 @@ from llmguide.envs.vector import split_infos
 from llmguide.learners.callbacks import Callback, as_callback
 from llmguide.learners.common import EpisodeTracker, rng_state, set_rng_state
 from llmguide.learners.ppo import compute_gae
-from llmguide.methods.glam.policy import (  # noqa: F401  (re-exported: the GLAM policy's public names)
-    HEADER,
-    History,
-    LMPolicy,
-    MLPHead,
-    ValueHead,
-    apply_lora,
-    d_model_of,
-    glam_prompt,
-)
+from llmguide.methods.glam.policy import History, LMPolicy
 from llmguide.rewards.base import StepTransition
 
 log = logging.getLogger(__name__)
