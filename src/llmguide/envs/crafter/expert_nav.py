@@ -33,6 +33,22 @@ _LUT_WALK[WALKABLE] = True
 _INF = np.inf
 
 
+_GRIDS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _grid(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR layout of an n x n 4-neighbour grid: indptr and the 4 neighbours of each cell (itself off the edge)."""
+    if n not in _GRIDS:
+        ii, jj = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        nbr = []
+        for dx, dy in MOVES.values():
+            x, y = ii + dx, jj + dy
+            inside = (x >= 0) & (x < n) & (y >= 0) & (y < n)
+            nbr.append(np.where(inside, x * n + y, ii * n + jj).reshape(-1))
+        _GRIDS[n] = (np.arange(0, 4 * n * n + 1, 4), np.stack(nbr, axis=1).reshape(-1))
+    return _GRIDS[n]
+
+
 def view_ids(image: np.ndarray) -> np.ndarray:
     """Semantic ids ``[..., x, y]`` (9x7) from one-hot view planes ``[..., C, y, x]``."""
     return np.swapaxes(np.argmax(image, axis=-3), -1, -2)
@@ -221,17 +237,11 @@ class LocalMap:
             cost[self.prev[0] - x0, self.prev[1] - y0] += 2.0
         for _, x, y in self.mobs:
             cost[x - x0, y - y0] = _INF
-        idx = np.arange(n * n).reshape(n, n)
-        src, dst, w = [], [], []
-        for dx, dy in MOVES.values():
-            a = idx[max(0, -dx):n - max(0, dx), max(0, -dy):n - max(0, dy)]
-            b = idx[max(0, dx):n - max(0, -dx), max(0, dy):n - max(0, -dy)]
-            c = cost[max(0, dx):n - max(0, -dx), max(0, dy):n - max(0, -dy)]
-            ok = np.isfinite(c)
-            src.append(a[ok])
-            dst.append(b[ok])
-            w.append(c[ok])
-        graph = csr_matrix((np.concatenate(w), (np.concatenate(src), np.concatenate(dst))), shape=(n * n, n * n))
+        indptr, nbr = _grid(n)
+        w = cost.reshape(-1)[nbr]  # edge u -> v costs entering v; a missing edge is a self-loop
+        bad = ~np.isfinite(w)
+        w[bad] = 1.0
+        graph = csr_matrix((w, np.where(bad, np.repeat(np.arange(n * n), 4), nbr), indptr), shape=(n * n, n * n))
         source = r * n + r
         dist, pred = dijkstra(graph, indices=source, return_predecessors=True)
         return Plan(self, dist.reshape(n, n), pred, int(x0), int(y0), n)
