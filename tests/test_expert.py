@@ -206,6 +206,8 @@ def test_policy_api_checks_its_arguments_and_resets_finished_envs():
         ExpertPolicy({"name": "crafter"}, mode="greedy")
     with pytest.raises(ValueError, match="primitive"):
         ExpertPolicy({"name": "crafter", "actions": "text"})
+    with pytest.raises(ValueError, match="symbolic"):
+        ExpertPolicy({"name": "crafter", "obs": "pixels"})
     with pytest.raises(ValueError, match="crafter or env=craftax"):
         ExpertPolicy({"name": "babyai"})
     cfg = {"name": "crafter"}

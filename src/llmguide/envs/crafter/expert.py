@@ -295,6 +295,8 @@ class ExpertPolicy:
             raise ValueError(f"the expert plays env=crafter or env=craftax, not {family!r}")
         if _cfg(env_cfg, "actions", "primitive") != "primitive":
             raise ValueError("the expert acts with the 17 primitive actions (env.actions=primitive)")
+        if _cfg(env_cfg, "obs", "symbolic") != "symbolic" or int(_cfg(env_cfg, "size", 9)) != 9:
+            raise ValueError("the expert reads the symbolic 9x7 view (env.obs=symbolic, env.size=9)")
         from llmguide.envs.registry import get_oracle
 
         self.tree = RequirementTree(get_oracle(family, "primitive"))
