@@ -211,6 +211,7 @@ RULES: dict[str, Rule] = {
     "checkpoint_every": non_negative,
     "log_every": positive,
     "eval.episodes": non_negative,
+    "eval.max_steps": lambda v: None if v is None or (_number(v) and v > 0) else f"must be > 0 or null, got {v!r}",
     "agent.lr": positive,
     "agent.gamma": in_range(0.0, 1.0),
     "agent.gae_lambda": in_range(0.0, 1.0),

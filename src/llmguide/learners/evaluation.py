@@ -2,12 +2,57 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
+from tqdm import tqdm
+
+_PROGRESS: dict[str, Any] = {"enabled": False, "desc": "eval"}
+
+
+@contextmanager
+def eval_progress(enabled: bool, desc: str = "eval") -> Iterator[None]:
+    """Evaluations run inside show a progress line (episodes done, steps, mean return so far) on stderr."""
+    before = dict(_PROGRESS)
+    _PROGRESS.update(enabled=bool(enabled), desc=desc)
+    try:
+        yield
+    finally:
+        _PROGRESS.clear()
+        _PROGRESS.update(before)
+
+
+class _Bar:
+    """The evaluation's progress line: a tqdm bar over episodes whose postfix counts steps (quiet unless enabled)."""
+
+    def __init__(self, episodes: int):
+        self.bar = tqdm(total=episodes, desc=_PROGRESS["desc"], unit="ep", disable=not _PROGRESS["enabled"],
+                        mininterval=1.0, dynamic_ncols=True)
+        self.steps, self.returns = 0, []
+
+    def step(self, n: int = 1) -> None:
+        self.steps += n
+        if not self.bar.disable and self.steps % 200 == 0:
+            self.bar.set_postfix(self._post(), refresh=True)
+
+    def episode(self, ret: float) -> None:
+        self.returns.append(ret)
+        if not self.bar.disable:
+            self.bar.set_postfix(self._post(), refresh=False)
+            self.bar.update(1)
+
+    def _post(self) -> dict[str, str]:
+        post = {"steps": str(self.steps)}
+        if self.returns:
+            post["return"] = f"{np.mean(self.returns):.3g}"
+        return post
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _batched(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -31,6 +76,7 @@ def evaluate(agent: Any, env_cfg: Any, episodes: int, seed: int, greedy: bool = 
         return results
     env = make_env_fn(env_cfg, seed)
     returns, lengths, successes, achievements = [], [], [], []
+    bar = _Bar(episodes)
     agent_rng = getattr(agent, "rng", None)
     saved_agent_rng = agent_rng.bit_generator.state if agent_rng is not None else None
     np_state = np.random.get_state()
@@ -49,7 +95,9 @@ def evaluate(agent: Any, env_cfg: Any, episodes: int, seed: int, greedy: bool = 
                     obs, reward, terminated, truncated, info = env.step(action)
                     ret += float(reward)
                     length += 1
+                    bar.step()
                     done = terminated or truncated or (max_steps is not None and length >= max_steps)
+                bar.episode(ret)
                 returns.append(ret)
                 lengths.append(length)
                 if "success" in info:
@@ -57,6 +105,7 @@ def evaluate(agent: Any, env_cfg: Any, episodes: int, seed: int, greedy: bool = 
                 if isinstance(info.get("achievements"), dict):
                     achievements.append({k: int(v) for k, v in info["achievements"].items()})
     finally:
+        bar.close()
         env.close()
         np.random.set_state(np_state)
         if agent_rng is not None:
@@ -98,6 +147,7 @@ def evaluate_vector(agent: Any, envs: Any, episodes: int, seed: int, greedy: boo
     if episodes <= 0:
         return results
     returns, lengths, successes, achievements = [], [], [], []
+    bar = _Bar(episodes)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         obs, _ = envs.reset(seed=seed)
@@ -113,7 +163,9 @@ def evaluate_vector(agent: Any, envs: Any, episodes: int, seed: int, greedy: boo
                 module.watch(step)
             obs = next_obs
             ret, length = ret + float(reward[0]), length + 1
+            bar.step()
             if term[0] or trunc[0]:
+                bar.episode(ret)
                 returns.append(ret)
                 lengths.append(length)
                 if "success" in info[0]:
@@ -121,6 +173,7 @@ def evaluate_vector(agent: Any, envs: Any, episodes: int, seed: int, greedy: boo
                 if isinstance(info[0].get("achievements"), dict):
                     achievements.append({k: int(v) for k, v in info[0]["achievements"].items()})
                 ret, length = 0.0, 0
+    bar.close()
     if hasattr(agent, "reset_act_state"):
         agent.reset_act_state()
     return {**results, **_summary(returns, lengths, successes, achievements)}

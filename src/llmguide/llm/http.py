@@ -36,7 +36,7 @@ A misbehaving server cannot crash a run, stall it, flood it or poison the cache:
 Counters (:meth:`HTTPLM.io_stats`): ``http_requests`` (HTTP requests sent, retries included),
 ``retries``, ``errors_http``, ``errors_decode``, ``errors_timeout``, ``errors_connection``,
 ``errors_oversize``, ``rejected_nonfinite``, ``truncated``, ``failed`` (requests that exhausted their
-retries), ``redacted`` (answers or messages in which the key was found and removed).
+retries), ``redacted`` (answers or messages in which the key was found and removed), ``cancelled``.
 """
 
 from __future__ import annotations
@@ -210,12 +210,16 @@ class HTTPLM(LanguageModel):
             raise Fault("decode", f"{self._where()} sent JSON that is not an object ({type(data).__name__})")
         return data
 
-    def _attempts(self, attempt: Callable[[], T]) -> T:
+    def _attempts(self, attempt: Callable[[], T], epoch: int | None = None) -> T:
         """``attempt()`` until it succeeds, at most ``1 + max_retries`` times; counted faults, backoff.
-        :meth:`interrupt` and :meth:`close` end the retries (and the wait before the next one)."""
-        epoch = self._epoch
+        :meth:`interrupt` and :meth:`close` end the retries (and the wait before the next one); a request of
+        a call interrupted before it was sent is not sent (``cancelled``).  ``epoch``: the call's start."""
+        epoch = self._epoch if epoch is None else epoch
         cut = lambda: self._closing.is_set() or self._epoch != epoch  # noqa: E731
         for i in range(self.max_retries + 1):
+            if i == 0 and self._epoch != epoch and not self._closing.is_set():
+                self._bump("cancelled")
+                raise LLMUnavailableError(f"{self._where()}: the call was interrupted before this request was sent")
             try:
                 return attempt()
             except Fault as fault:
@@ -305,12 +309,14 @@ class HTTPLM(LanguageModel):
         if seed is not None:
             params["seed"] = seed
 
+        epoch = self._epoch
+
         def one(prompt: str) -> Completion:
             if self.chat:
                 send = lambda: self._post(True, messages=[{"role": "user", "content": prompt}], **params)  # noqa: E731
             else:
                 send = lambda: self._post(False, prompt=prompt, **params)  # noqa: E731
-            return self._attempts(lambda: self._completion(send(), max_tokens))
+            return self._attempts(lambda: self._completion(send(), max_tokens), epoch)
 
         out = self._map(self._settle(one), list(prompts))
         errors = [r for r in out if isinstance(r, LLMUnavailableError)]
@@ -323,7 +329,7 @@ class HTTPLM(LanguageModel):
         """(summed log-prob, token count) of the candidate span in one echoed answer; or a fault."""
         return span_logprob(data, context, candidate, self._where(), self._message)
 
-    def _score_pair(self, pair: tuple[str, str]) -> tuple[float, int]:
+    def _score_pair(self, pair: tuple[str, str], epoch: int | None = None) -> tuple[float, int]:
         """(summed log-prob, token count) of the candidate given the context, from echoed prompt log-probs."""
         context, candidate = pair
         if not candidate:
@@ -336,7 +342,7 @@ class HTTPLM(LanguageModel):
                               temperature=0.0)
             return self._span_logprob(data, context, candidate)
 
-        return self._attempts(attempt)
+        return self._attempts(attempt, epoch)
 
     def score(
         self,
@@ -352,7 +358,8 @@ class HTTPLM(LanguageModel):
         """
         check_score_args(contexts, candidates)
         pairs = [(ctx, cand) for ctx, cands in zip(contexts, candidates, strict=True) for cand in cands]
-        flat = self._map(self._settle(self._score_pair), pairs)
+        epoch = self._epoch
+        flat = self._map(self._settle(lambda pair: self._score_pair(pair, epoch)), pairs)
         out: list[list[float]] = []
         errors: list[LLMUnavailableError] = []
         k = 0
@@ -370,7 +377,8 @@ class HTTPLM(LanguageModel):
         return out
 
     def interrupt(self) -> None:
-        """End the retries of the calls in progress (see :meth:`LanguageModel.interrupt`)."""
+        """End the retries of the calls in progress and drop their requests not yet sent (see
+        :meth:`LanguageModel.interrupt`): closing waits for at most the requests already on the wire."""
         with self._idle:
             self._epoch += 1
             self._idle.notify_all()

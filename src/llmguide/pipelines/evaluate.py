@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from llmguide.core.errors import ConfigError
-from llmguide.pipelines.runner import Recipe, reopen_run
+from llmguide.pipelines.runner import Recipe, eval_summary, evaluate_agent, reopen_run
 
 
 def load_run_config(run_dir: str | Path, overrides: list[str] = ()) -> DictConfig:
@@ -44,12 +44,12 @@ def evaluate_run(run_dir: str, overrides: list[str], recipe_for: Callable[[DictC
         agent = recipe.load_for_eval(state["agent"])
         episodes, greedy = int(cfg.eval.episodes), bool(cfg.eval.greedy)
         other = "sampled" if greedy else "greedy"
-        results: dict[str, Any] = {"step": int(state["step"]), **recipe.evaluate(agent, episodes, greedy)}
-        results[other] = recipe.evaluate(agent, episodes, not greedy)
+        progress = bool(cfg.get("progress", True))
+        results: dict[str, Any] = {"step": int(state["step"]),
+                                   **evaluate_agent(recipe, agent, episodes, greedy, progress=progress)}
+        results[other] = evaluate_agent(recipe, agent, episodes, not greedy, progress=progress)
         run.write_json("eval.json", results)
-        main = results.get("success_rate", results.get("return_mean"))
-        print(f"eval: {Path(run_dir) / 'eval.json'} ({'greedy' if greedy else 'sampled'} {main}, "
-              f"{other} {results[other].get('success_rate', results[other].get('return_mean'))})")
+        print(f"eval: {Path(run_dir) / 'eval.json'} — {eval_summary(results)}; {eval_summary(results[other])}")
     finally:
         run.close()
     return 0

@@ -15,6 +15,8 @@ is :mod:`llmguide.pipelines.evaluate`.
 from __future__ import annotations
 
 import logging
+import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,7 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from llmguide.core.errors import ConfigError
 from llmguide.core.rundir import RunDir
@@ -160,11 +162,32 @@ def make_run_envs(cfg: DictConfig) -> Any:
     return make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
 
 
+@dataclass
+class TrainResult:
+    """What a finished training run left: its directory, last step, final evaluation and report."""
+
+    path: Path
+    step: int
+    eval: dict[str, Any]
+    report: Path | None
+    seconds: float
+
+
 def train(cfg: DictConfig, recipe: Recipe) -> int:
-    """Run ``recipe`` into ``runs/<name>/``; returns 0."""
+    """Run ``recipe`` into ``runs/<name>/``; returns 0 (:func:`run_training` returns what it wrote)."""
+    run_training(cfg, recipe)
+    return 0
+
+
+def run_training(cfg: DictConfig, recipe: Recipe) -> TrainResult:
+    """Run ``recipe`` into ``runs/<name>/`` and print a one-line summary (run directory, final return, report)."""
     recipe.check()
+    start = time.perf_counter()
     seed_everything(int(cfg.seed), bool(cfg.deterministic))
     with open_run(cfg) as run:
+        wait = _family_wait(cfg)
+        if wait:
+            print(f"env={cfg.env.name}: {wait}", file=sys.stderr, flush=True)
         envs = make_run_envs(cfg)
         parts = None
         try:
@@ -188,21 +211,84 @@ def train(cfg: DictConfig, recipe: Recipe) -> int:
             if parts is not None:
                 parts.close()
             envs.close()
-        results = recipe.evaluate(agent, int(cfg.eval.episodes), bool(cfg.eval.greedy))
+        results = evaluate_agent(recipe, agent, int(cfg.eval.episodes), bool(cfg.eval.greedy),
+                                 progress=bool(cfg.progress))
         run.write_json("eval.json", {"step": int(agent.global_step), **results})
         run_path = run.path
-    write_report(run_path)
+    result = TrainResult(Path(run_path), int(agent.global_step), results, write_report(run_path),
+                         time.perf_counter() - start)
+    print(summary_line(result), flush=True)
     # llm.require_fraction: a run whose LM answered too few of its requests fails, with every file written
     check_answered_fraction(final, cfg.llm.get("require_fraction"))
-    return 0
+    return result
+
+
+def _family_wait(cfg: DictConfig) -> str | None:
+    from llmguide.envs.registry import FAMILIES
+
+    fam = FAMILIES.get(str(cfg.env.name))
+    return fam.wait if fam is not None else None
+
+
+def _num(x: Any) -> str:
+    """A value as printed on the console: 3 significant digits."""
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
+def eval_summary(results: dict[str, Any]) -> str:
+    """``return 1.2 ± 0.4 over 5 greedy episodes (success 0.6)`` of an evaluation's results."""
+    if not results.get("episodes") or "return_mean" not in results:
+        return "no evaluation episodes"
+    text = (f"return {_num(results['return_mean'])} ± {_num(results.get('return_std', 0.0))} over "
+            f"{results['episodes']} {'greedy' if results.get('greedy', True) else 'sampled'} episodes")
+    extra = [f"{k.replace('_rate', '')} {_num(results[k])}" for k in ("success_rate", "achievements_per_episode")
+             if k in results]
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+def summary_line(result: TrainResult) -> str:
+    report = f"; report {result.report}" if result.report else ""
+    return (f"train: {result.path} — {result.step} steps in {result.seconds:.0f} s; final eval "
+            f"{eval_summary(result.eval)}{report}")
+
+
+@contextmanager
+def _eval_episode_cap(cfg: DictConfig) -> Iterator[int | None]:
+    """``eval.max_steps``: every env an evaluation builds has ``env.max_steps`` = min(its own, the cap)."""
+    cap = cfg.eval.get("max_steps") if "eval" in cfg else None
+    if not cap:
+        yield None
+        return
+    before = cfg.env.get("max_steps")
+    with open_dict(cfg.env):
+        cfg.env.max_steps = int(cap) if before is None else min(int(before), int(cap))
+    try:
+        yield int(cfg.env.max_steps)
+    finally:
+        with open_dict(cfg.env):
+            cfg.env.max_steps = before
+
+
+def evaluate_agent(recipe: Recipe, agent: Any, episodes: int, greedy: bool, progress: bool = False) -> dict[str, Any]:
+    """``recipe.evaluate`` with ``eval.max_steps`` applied to the envs it builds and, with ``progress``, a
+    progress line (episodes done, steps, return so far); the results record the cap and the seconds taken."""
+    from llmguide.learners.evaluation import eval_progress
+
+    start = time.perf_counter()
+    with _eval_episode_cap(recipe.cfg) as cap, eval_progress(progress and episodes > 0,
+                                                             "eval greedy" if greedy else "eval sampled"):
+        results = recipe.evaluate(agent, episodes, greedy)
+    if episodes > 0:
+        results = {**results, "max_steps": cap, "seconds": round(time.perf_counter() - start, 2)}
+    return results
 
 
 def _callbacks(cfg: DictConfig, recipe: Recipe, parts: Parts, run: RunDir, envs: Any) -> list[Callback]:
     callbacks: list[Callback] = [CheckpointCallback(run, int(cfg.checkpoint_every))]
     if int(cfg.eval.every) > 0 and int(cfg.eval.episodes) > 0:
         callbacks.append(EvalCallback(run, int(cfg.eval.every),
-                                      lambda agent: recipe.evaluate(agent, int(cfg.eval.episodes),
-                                                                    bool(cfg.eval.greedy))))
+                                      lambda agent: evaluate_agent(recipe, agent, int(cfg.eval.episodes),
+                                                                   bool(cfg.eval.greedy))))
     # the recipe's metrics and the vector env's own (e.g. Ray env-runner restarts), logged together
     sources = [f for f in (parts.metrics, getattr(envs, "metrics", None)) if callable(f)]
     if sources:
@@ -211,11 +297,12 @@ def _callbacks(cfg: DictConfig, recipe: Recipe, parts: Parts, run: RunDir, envs:
     return callbacks
 
 
-def write_report(run_path: str | Path) -> None:
-    """``report.md`` with plots for one run (a failure here never loses the run's files)."""
+def write_report(run_path: str | Path) -> Path | None:
+    """``report.md`` with plots for one run (a failure here never loses the run's files); its path or None."""
     try:
         from llmguide.report import write_report as write
 
-        write([str(run_path)])
+        return Path(write([str(run_path)])) / "report.md"
     except Exception as err:
         log.warning("report not written for %s: %s", run_path, err)
+        return None
