@@ -10,6 +10,7 @@ heavy dependencies load only when used); importing one registers its config rule
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from importlib import import_module
 from typing import Any
@@ -60,11 +61,38 @@ def load_config(overrides: Sequence[str] = ()) -> DictConfig:
     return core_load_config(overrides, providers=[register_rules])
 
 
+# method keys that choose how the LM is asked: score (echo + prompt log-probs) or generate
+LM_MODE_KEYS = ("suggester", "label_mode")
+
+
+def probe_lm(cfg: DictConfig) -> str | None:
+    """``llm=http``: time one request of the mode the method asks in (``method.suggester`` /
+    ``method.label_mode``) and print a warning with the fix when the server is slower than
+    ``llm.probe_threshold`` seconds (:mod:`llmguide.llm.probe`); the warning, or None."""
+    if str(cfg.llm.get("backend")) != "http" or not cfg.llm.get("probe_threshold"):
+        return None
+    key = next((k for k in LM_MODE_KEYS if cfg.method.get(k) in ("score", "generate")), None)
+    if key is None:
+        return None
+    from llmguide.llm.probe import probe_http
+
+    mode = str(cfg.method[key])
+    warning = probe_http(cfg.llm, mode, float(cfg.llm.probe_threshold),
+                         switch=f"method.{key}=generate" if mode == "score" else None,
+                         max_tokens=int(cfg.method.get("max_tokens") or cfg.llm.get("max_tokens") or 16))
+    if warning:
+        print(f"llmguide: warning: {warning}", file=sys.stderr, flush=True)
+    return warning
+
+
 def run(verb: str, cfg: DictConfig) -> int | None:
     """Run ``verb`` (train / collect / label) for the configured method."""
     from llmguide.pipelines.runner import train
 
     recipe = recipe_class(cfg)(cfg)
+    if verb in ("train", "label"):
+        recipe.check_env(cfg)
+        probe_lm(cfg)
     if verb == "train":
         return train(cfg, recipe)
     if verb not in recipe.steps:
