@@ -45,8 +45,10 @@ def one_state(env: CraftaxVectorEnv):
 
 
 def put_state(env: CraftaxVectorEnv, state) -> None:
-    states = jax.tree_util.tree_map(lambda x, v: x.at[0].set(v), env._carry["states"], state)
-    env._carry = {**env._carry, "states": _canon(states)}
+    """Env 0 takes ``state``; the carry's view of what is in sight (the message line's "before") follows."""
+    states = _canon(jax.tree_util.tree_map(lambda x, v: x.at[0].set(v), env._carry["states"], state))
+    seen = jax.vmap(lambda s: tx.seen_bits(tx.caption_key(s, tx.local_ids(s))))(states)
+    env._carry = {**env._carry, "states": states, "seen": seen}
 
 
 def mirror(env: CraftaxVectorEnv, crafter_env: CrafterText) -> dict:

@@ -1,5 +1,7 @@
 """ONI-Ranking (:class:`ONIRanking`): a Bradley-Terry char-CNN reward model trained on LM preferences over
-pairs of the agent's messages, its output normalised and thresholded (:func:`normalize_threshold`)."""
+pairs of the agent's messages, its output normalised and thresholded (:func:`normalize_threshold`), then clipped
+at ``clip_min`` (0 by default: with ``threshold`` −0.5 the reward is otherwise negative for most messages, which pays
+an agent for ending its own episode early, e.g. walking into lava)."""
 
 from __future__ import annotations
 
@@ -49,10 +51,11 @@ class ONIRanking(MessageReward):
     def __init__(self, annotator: PairAnnotator, num_envs: int, *, threshold: float = -0.5,
                  pairs_per_batch: int = 10, max_messages: int = 10_000, min_pairs: int = 1, lr: float = 1e-3,
                  batch_size: int = 256, steps_per_round: int = 32, duty: float = 0.5, background: bool = True,
-                 seed: int = 0, **kwargs: Any):
+                 seed: int = 0, clip_min: float | None = 0.0, **kwargs: Any):
         super().__init__(annotator, num_envs, **kwargs)
         torch.manual_seed(seed)
         self.threshold = float(threshold)
+        self.clip_min = None if clip_min is None else float(clip_min)   # None: no clipping
         self.pairs_per_batch, self.max_messages, self.min_pairs = int(pairs_per_batch), int(max_messages), int(min_pairs)
         self.store: Counter[str] = Counter()
         self.normalizer = RunningMeanStd()
@@ -122,6 +125,8 @@ class ONIRanking(MessageReward):
             shaped = np.zeros_like(raw)
             shaped[mask] = normalize_threshold(raw[mask], self.normalizer, self.threshold)
             rewards = shaped
+        if self.clip_min is not None:
+            rewards = np.maximum(rewards, self.clip_min)
         rewards = rewards / np.power(counts, self.beta)
         self.last = {"r_int_mean": float(rewards.mean()), "r_int_nonzero": float((rewards != 0).mean()),
                      "unique_messages": float(len(self.store)), "norm/mean": float(self.normalizer.mean),

@@ -114,7 +114,8 @@ def build_oni_module(method_cfg: Any, num_envs: int, service: Any, seed: int = 0
         return ONIRanking(annot, num_envs, threshold=float(m.threshold), pairs_per_batch=int(m.pairs_per_batch),
                           max_messages=int(m.max_messages), min_pairs=int(m.min_pairs), lr=float(m.lr),
                           batch_size=int(m.batch_size), steps_per_round=int(m.steps_per_round),
-                          duty=float(m.duty), seed=seed, **common)
+                          duty=float(m.duty), seed=seed,
+                          clip_min=None if m.get("clip_min") is None else float(m.clip_min), **common)
     template = m.get("template") or (score_t if m.label_mode == "score" else generate_t)
     annot = MessageAnnotator(service, template=template, mode=m.label_mode, max_tokens=int(m.max_tokens),
                              score_margin=float(m.get("score_margin", 1.0)), max_in_flight=int(m.max_in_flight),
