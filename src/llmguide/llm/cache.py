@@ -327,7 +327,8 @@ class LLMCache:
         }
 
     def export(self, path: str | Path) -> int:
-        """Write every entry as one JSON object per line; returns the number of entries written."""
+        """Write every entry as one JSON object per line, what the LM was asked beside its answer (``prompt``;
+        for scores ``context`` and ``candidates``; null for entries stored without it); returns the count."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
@@ -336,9 +337,12 @@ class LLMCache:
                 "ORDER BY created").fetchall()
         with open(path, "w", encoding="utf-8") as f:
             for key, value, backend, model_id, version, kind, meta, created in rows:
+                extra = json.loads(meta or "{}")   # put() writes a dict; "request" is what the LM was asked
+                asked = extra.pop("request", None) or ({"context": None, "candidates": None} if kind == "score"
+                                                       else {"prompt": None})
                 f.write(json.dumps({"key": key, "backend": backend, "model_id": model_id,
                                     "template_version": version, "kind": kind, "created": created,
-                                    "value": json.loads(value), "meta": json.loads(meta or "{}")},
+                                    **asked, "value": json.loads(value), "meta": extra},
                                    ensure_ascii=False) + "\n")
         return len(rows)
 

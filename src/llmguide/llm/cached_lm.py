@@ -88,9 +88,12 @@ class CachedLM(LanguageModel):
     def key(self, kind: str, payload: dict[str, Any]) -> str:
         return self.cache.key(self.backend, self.model_id, self.template_version, kind, payload)
 
-    def _meta(self, kind: str) -> dict[str, Any]:
-        return {"backend": self.backend, "model_id": self.model_id,
-                "template_version": self.template_version, "kind": kind}
+    def _meta(self, kind: str, request: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The entry's columns, and the request (prompt, or context and candidates) kept beside the answer
+        for ``llmguide cache export``."""
+        meta = {"backend": self.backend, "model_id": self.model_id, "template_version": self.template_version,
+                "kind": kind}
+        return {**meta, "request": request} if request is not None else meta
 
     def _get(self, key: str) -> dict[str, Any] | None:
         try:
@@ -100,13 +103,13 @@ class CachedLM(LanguageModel):
             log.warning("LLM cache %s read failed (%s); treated as a miss", self.cache.path, err)
             return None
 
-    def _put(self, key: str, value: dict[str, Any], kind: str) -> None:
+    def _put(self, key: str, value: dict[str, Any], kind: str, request: dict[str, Any] | None = None) -> None:
         try:
-            if not self.cache.put(key, value, self._meta(kind)):
+            if not self.cache.put(key, value, self._meta(kind, request)):
                 self._count(rejected=1)
         except (TypeError, ValueError):  # not JSON-serialisable (e.g. exotic meta): keep the core answer
             if "meta" in value:
-                self._put(key, {**value, "meta": {}}, kind)
+                self._put(key, {**value, "meta": {}}, kind, request)
             else:
                 self._count(uncached_errors=1)
         except sqlite3.Error as err:
@@ -154,7 +157,7 @@ class CachedLM(LanguageModel):
                     value = {"text": comp.text, "prompt_tokens": comp.prompt_tokens,
                              "completion_tokens": comp.completion_tokens, "finish_reason": comp.finish_reason,
                              "meta": comp.meta}
-                    self._put(k, value, "generate")
+                    self._put(k, value, "generate", {"prompt": prompts[idx[0]]})
                 for j in idx:
                     results[j] = comp
         return results  # type: ignore[return-value]
@@ -183,7 +186,8 @@ class CachedLM(LanguageModel):
             self._count(backend_calls=1)
             for (k, idx), scores in zip(misses.items(), fresh, strict=True):
                 if well_formed_scores(scores, len(candidates[idx[0]])):
-                    self._put(k, {"scores": [float(s) for s in scores]}, "score")
+                    self._put(k, {"scores": [float(s) for s in scores]}, "score",
+                              {"context": contexts[idx[0]], "candidates": list(candidates[idx[0]])})
                 else:
                     self._count(uncached_errors=1)
                 for j in idx:
