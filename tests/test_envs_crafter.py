@@ -178,3 +178,67 @@ def test_oracle_follows_state(env):
     _, _, _, _, info = env.step(NOOP)
     assert oracle.grade("make wood pickaxe", info) == "good"
     assert "make wood pickaxe" in oracle.suggest_from_caption(info["caption"])
+
+
+@pytest.mark.parametrize("family", ["crafter", "craftax"])
+def test_one_sparse_task_definition_on_crafter_and_craftax(family, tmp_path):
+    """env.task=<achievement>: reward 1 on success and 0 otherwise (no health reward), the episode ends on success,
+    capped at TASK_MAX_STEPS unless env.max_steps is set; the same on both envs (rules.Task)."""
+    from llmguide.envs.crafter.rules import EPISODE_STEPS, TASK_MAX_STEPS, make_task
+    from llmguide.pipelines import load_config
+
+    if family == "craftax":
+        pytest.importorskip("craftax")
+    assert 1000 <= TASK_MAX_STEPS <= 2000
+    assert make_task("make stone pickaxe", None)[0].max_steps == TASK_MAX_STEPS
+    assert make_task(None, None) == (None, EPISODE_STEPS) and make_task("eat_cow", 300)[1] == 300
+    cfg = load_config([f"env={family}", "env.task=make_stone_pickaxe", f"run.dir={tmp_path}"])
+    env = make_env(cfg.env, seed=0)
+    _, info = env.reset(seed=0)
+    inner = env.unwrapped if family == "crafter" else env.unwrapped._vec
+    assert inner.max_steps == TASK_MAX_STEPS and info["mission"] == "make stone pickaxe"
+    assert inner.task_def.achievement == "make_stone_pickaxe"
+    free = make_env(load_config([f"env={family}", f"run.dir={tmp_path}"]).env, seed=0)
+    assert (free.unwrapped if family == "crafter" else free.unwrapped._vec).max_steps == EPISODE_STEPS
+
+    starve, craft = _task_steps(env, family)
+    _, reward, terminated, truncated, info = starve()
+    assert "take damage" in info["events"] and (reward, terminated, info["success"]) == (0.0, False, False)
+    _, reward, terminated, truncated, info = craft()
+    assert "make stone pickaxe" in info["events"]
+    assert (reward, terminated, truncated, info["success"]) == (1.0, True, False, True)
+
+
+def _task_steps(env, family):
+    """(a step that costs health by starvation, a step that makes a stone pickaxe at a table) for ``env``."""
+    make_stone_pickaxe = 12
+    if family == "crafter":
+        core = env.unwrapped
+        player = core._core._player
+
+        def starve():
+            player.inventory["food"], player._recover = 0, -15
+            return env.step(NOOP)
+
+        def craft():
+            player.inventory.update(wood=1, stone=1, food=9)
+            face(core, "table")
+            return env.step(make_stone_pickaxe)
+
+        return starve, craft
+    from craftax.craftax_classic.constants import BlockType
+
+    from test_envs_craftax import one_state, put_state, set_up
+
+    vec = env.unwrapped._vec
+
+    def starve():
+        set_up(vec, BlockType.GRASS, {})
+        put_state(vec, one_state(vec).replace(player_food=0, player_recover=-15.0))
+        return env.step(NOOP)
+
+    def craft():
+        set_up(vec, BlockType.CRAFTING_TABLE, {"wood": 1, "stone": 1})
+        return env.step(make_stone_pickaxe)
+
+    return starve, craft
