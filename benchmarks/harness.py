@@ -190,7 +190,8 @@ def build_parser(study: Study) -> argparse.ArgumentParser:
                    help="print the preparation steps and the sweeps, validate every config, run nothing")
     p.add_argument("--prepare-only", action="store_true", help="run the preparation steps only")
     p.add_argument("--report-only", action="store_true", help="no training: report the runs already in --runs")
-    p.add_argument("--runs", type=Path, default=None, help="run folder (default runs/bench/<study>/<variant>)")
+    p.add_argument("--runs", "--out", dest="runs", type=Path, default=None,
+                   help="run folder (default runs/bench/<study>/<variant>)")
     p.add_argument("--prep", type=Path, default=None, help="preparation folder (default <runs>/prep)")
     p.add_argument("--results", type=Path, default=RESULTS, help="results root (default benchmarks/results)")
     p.add_argument("--notes", type=Path, default=None, help="a Markdown file appended to report.md")
@@ -250,9 +251,11 @@ class Plan:
 
     def step(self, verb: str, name: str, overrides: list[str], done: str) -> str | None:
         """A preparation step: ``llmguide <verb> <setup> <overrides>`` into ``<prep>/<name>``, unless
-        ``<prep>/<name>/<done>`` exists (then it is kept). None when complete, else why it failed."""
+        ``<prep>/<name>/<done>`` exists (then it is kept; ``done`` may be an absolute path, placeholders
+        allowed: ``{prep}/motif-data/label_stats.json``). None when complete, else why it failed."""
         folder = self.prep / name
-        marker = folder / done
+        marker = Path(self.fill([done])[0])
+        marker = marker if marker.is_absolute() else folder / marker
         over = [*self.setup, *self.fill(overrides)]
         cmd = [*_cli(), verb, *over, f"run.dir={self.prep}", f"run.name={name}", "run.overwrite=true", "progress=false"]
         record: dict[str, Any] = {"verb": verb, "run": str(folder), "command": "llmguide " + " ".join(cmd[3:])}
