@@ -222,3 +222,20 @@ def test_policy_api_checks_its_arguments_and_resets_finished_envs():
     single = policy.act({k: v[0] for k, v in obs.items()})
     assert isinstance(single, int) and 0 <= single < len(ACTIONS)
     envs.close()
+
+
+def test_craftax_expert_plays_from_the_same_observation():
+    from llmguide.envs.craftax.env import CraftaxVectorEnv
+
+    envs = CraftaxVectorEnv(1, seed=0, reset_ratio=1)  # the shape test_envs_craftax compiles
+    policy = ExpertPolicy({"name": "craftax"}, seed=0)
+    obs, infos = envs.reset(seed=0)
+    start = np.asarray(envs._carry["states"].player_position[0])
+    for _ in range(150):
+        obs, _, term, trunc, infos = envs.step(policy.act(obs, infos))
+        assert not (term[0] or trunc[0])
+    policy.act(obs, infos)
+    row, col = np.asarray(envs._carry["states"].player_position[0]) - start
+    assert (policy.agents[0].map.pos - ORIGIN == (col, row)).all()  # map x = Craftax column, y = row
+    got = {k for k, v in infos["achievements"].items() if v[0] > 0}
+    assert {"collect_wood", "place_table", "make_wood_pickaxe", "collect_stone"} <= got
