@@ -1,13 +1,15 @@
 """Embedded-LM (Gemma 3 270M) labels vs the oracle on the distinct messages the oracle arms of a
-``benchmarks/oni.py`` run directory labelled.
+``benchmarks/oni.py`` run folder labelled.
 
-The labeller is built exactly as the ``oni_retrieval-embedded`` arm builds it (``benchmarks/oni.py`` overrides,
-``llmguide.methods.oni.recipe.build_oni_module`` with ``method_goal(cfg)``); agreement is ``benchmarks/oni.py``'s
-``agreement``.  Usage (from the repo root):
-  .venv/bin/python benchmarks/oni_agreement.py --env-id ENV_ID --run-dir RUN_DIR --out OUT_JSON \
+The labeller is built exactly as the ``oni_retrieval-embedded`` arm builds it (the overrides of ``benchmarks/oni.py``'s
+study for ``--env-id``, ``llmguide.methods.oni.recipe.build_oni_module`` with ``method_goal(cfg)``); agreement is
+``benchmarks/oni.py``'s ``agreement``.  Usage (from the repo root):
+  .venv/bin/python benchmarks/oni_agreement.py --env-id ENV_ID --run-dir RUN_DIR [--out OUT_JSON] \
       [--key-message "You start to float in the air!"]
-(``benchmarks/results/oni_lavacross_potion/embedded_agreement.json`` was written by this script, then named
-``embedded_agreement.py``, with the key message as its ``float_message`` field.)
+RUN_DIR: the study's runs folder (``runs/bench/oni/<env id>-<budget>``: ``<arm>/seed-<s>/``; the old flat
+``<arm>-s<seed>/`` layout is read too). OUT_JSON: default ``benchmarks/results/oni/<RUN_DIR's name>/embedded_agreement.json``.
+(``benchmarks/results/oni_lavacross_potion/legacy-300k/embedded_agreement.json`` was written by this script, then
+named ``embedded_agreement.py``, with the key message as its ``float_message`` field.)
 """
 
 from __future__ import annotations
@@ -25,28 +27,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/oni.py
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--env-id", "--task", dest="env_id", required=True)
-    p.add_argument("--run-dir", type=Path, required=True, help="the --out of a benchmarks/oni.py run")
-    p.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    p.add_argument("--run-dir", type=Path, required=True, help="the --runs folder of a benchmarks/oni.py study")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON file to write (default benchmarks/results/oni/<run dir name>/embedded_agreement.json)")
     p.add_argument("--key-message", action="append", default=[], help="a message whose labels to report")
     args_in = p.parse_args()
-    run_dir, out, env_id = args_in.run_dir, args_in.out, args_in.env_id
+    run_dir, env_id = args_in.run_dir, args_in.env_id
+    out = args_in.out or Path(__file__).resolve().parent / "results" / "oni" / run_dir.resolve().name / "embedded_agreement.json"
     os.environ["LLMGUIDE_CACHE_DIR"] = str(run_dir / "cache-embedded-agreement")  # fresh: every label is an LM call
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import harness  # benchmarks/harness.py
     import oni  # benchmarks/oni.py
     from llmguide.envs.nethack.oracle import NetHackOracle, task_goal
     from llmguide.methods.oni.recipe import build_oni_module, method_goal
     from llmguide.pipelines import load_config
     from llmguide.pipelines.services import close_service, open_service
 
-    sources = sorted(p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith(
-        ("oni_retrieval-oracle-s", "oni_classification-oracle-s")))
+    sources = sorted({*run_dir.glob("oni_retrieval-oracle/seed-*"), *run_dir.glob("oni_classification-oracle/seed-*"),
+                      *run_dir.glob("oni_retrieval-oracle-s*"), *run_dir.glob("oni_classification-oracle-s*")})
+    sources = [p for p in sources if p.is_dir()]
     oracle_labels: dict[str, float | None] = {}
     for run in sources:
         oracle_labels.update(oni.labelled_messages(run))
     messages = sorted(oracle_labels)
-    args = oni.argparse.Namespace(num_envs=16, num_steps=64, update_epochs=2, hidden=128, extrinsic_coef=None,
-                                  step_penalty="auto", actions="extended", out=run_dir)
-    cfg = load_config([*oni.common(args, env_id), *oni.ARMS["oni_retrieval-embedded"], "seed=0",
+    plan = harness.make_plan(oni.STUDY, harness.build_parser(oni.STUDY).parse_args(
+        ["--env-id", env_id, "--runs", str(run_dir)]))
+    cfg = load_config([*plan.arm_overrides("oni_retrieval-embedded"), "seed=0", f"run.dir={run_dir}",
                        "run.name=embedded-agreement"])
     goal = method_goal(cfg)
     service = open_service(cfg)
@@ -60,7 +66,7 @@ def main() -> None:
     result = oni.agreement(lm, task_goal(env_id))  # as report() does for the embedded arm
     oracle = NetHackOracle()
     result.update({
-        "source_runs": [p.name for p in sources], "distinct_messages": len(messages),
+        "source_runs": [str(p.relative_to(run_dir)) for p in sources], "distinct_messages": len(messages),
         "lm": f"{cfg.llm.backend}:{cfg.llm.model}", "label_mode": str(cfg.method.label_mode),
         "score_margin": float(cfg.method.score_margin), "template": annot.template.version, "goal": goal,
         "unparseable": int(annot.counts["unparseable"]), "fallbacks": int(annot.counts["fallbacks"]),
@@ -75,6 +81,7 @@ def main() -> None:
         "lm_no_oracle_yes_messages": sorted(m for m, y in lm.items() if y is not None and y <= 0.5
                                             and oracle.helpful(m, None)),
         "labels": lm})
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k not in ("labels", "oracle_helpful")}, indent=1))
     close_service(service)

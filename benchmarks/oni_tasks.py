@@ -8,8 +8,13 @@ oracle (``NetHackOracle.helpful``, no goal: any progress event) calls it helpful
 random success is low and a message the oracle pays for is rare and lifts success: the intrinsic reward
 then marks the step that matters.  No task-specific code: the same analysis runs on every id.
 
-    nice -n 10 .venv/bin/python benchmarks/oni_tasks.py --episodes 300 --out benchmarks/results/oni_tasks.json \\
+    nice -n 10 .venv/bin/python benchmarks/oni_tasks.py --episodes 300 \\
+        --out benchmarks/results/oni_tasks/<name>/task_survey.json \\
         MiniHack-River-Narrow-v0 MiniHack-LavaCross-Levitate-Potion-Inv-Full-v0 ...
+
+Writes ``--out`` (JSON, merged with what it holds) and the table beside it (``task_survey.md`` for
+``task_survey.json``; ``--markdown`` prints it). The survey behind ``benchmarks/oni.py``'s task choice is
+``benchmarks/results/oni_lavacross_potion/legacy-300k/task_survey.{json,md}``.
 """
 
 from __future__ import annotations
@@ -113,6 +118,8 @@ def main() -> None:
         print(json.dumps({k: v for k, v in r.items() if k not in ("top_lift", "oracle_helpful")}), flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
+        args.out.with_suffix(".md").write_text("# Which tasks can a message-based reward act on? "
+                                               f"(a random policy)\n\n{table(result)}\n")
 
 
 if __name__ == "__main__":
