@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     variant = args.variant or f"{args.env_id}-{args.mode}"
     result = {"study": "expert", "variant": variant, "env": args.env_id, "task_id": None,
               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}",
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, "
+                         f"load average {os.getloadavg()[1]:.1f} (shared machine)",
               "summary": summarize(per_seed),
               "episodes": [ep for r in per_seed.values() for ep in r["episodes"]]}
     out = args.out / variant
