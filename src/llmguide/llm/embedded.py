@@ -17,6 +17,7 @@ for such boundaries the concatenation equals the joint tokenisation of ``context
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +27,32 @@ import numpy as np
 
 from llmguide.core.errors import LLMUnavailableError
 from llmguide.llm.base import Completion, LanguageModel, check_score_args
+
+# llama.cpp log lines that are no news: the SWA note comes at every context Gemma 3 opens (issue 32)
+_QUIET_LOG = (b"using full-size SWA cache",)
+_LOG_HOOK: list[Any] = []      # the installed ctypes callback (kept alive while llama.cpp holds it)
+_LOADED: set[str] = set()      # models this process loaded (the first load says what it waits for)
+
+
+def _quiet_llama_log() -> None:
+    """Route llama.cpp's log through llama-cpp-python's own printer, less :data:`_QUIET_LOG` lines."""
+    if _LOG_HOOK:
+        return
+    import ctypes
+
+    import llama_cpp
+    from llama_cpp import _logger
+
+    default = _logger.llama_log_callback
+
+    @llama_cpp.llama_log_callback
+    def hook(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        if text and any(line in text for line in _QUIET_LOG):
+            return
+        default(level, text, user_data)
+
+    _LOG_HOOK.append(hook)
+    llama_cpp.llama_log_set(hook, ctypes.c_void_p(0))
 
 
 def _log_softmax_gather(logits: np.ndarray, targets: Sequence[int]) -> np.ndarray:
@@ -54,6 +81,11 @@ class EmbeddedLM(LanguageModel):
         self.model_id = path.stem
         self.seed = seed
         self._lock = threading.Lock()
+        _quiet_llama_log()
+        if str(path) not in _LOADED:
+            _LOADED.add(str(path))
+            print(f"LM: loading {path.name} ({path.stat().st_size / 2**20:.0f} MiB) with llama.cpp ...",
+                  file=sys.stderr, flush=True)
         self._llm = llama_cpp.Llama(
             model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, seed=seed, verbose=False, logits_all=False
         )

@@ -85,16 +85,25 @@ def probe_lm(cfg: DictConfig) -> str | None:
     return warning
 
 
-def run(verb: str, cfg: DictConfig) -> int | None:
-    """Run ``verb`` (train / collect / label) for the configured method."""
-    from llmguide.pipelines.runner import train
+def train_run(cfg: DictConfig) -> Any:
+    """Train the configured method (the LM probed first); the :class:`~llmguide.pipelines.runner.TrainResult`."""
+    from llmguide.pipelines.runner import run_training
 
     recipe = recipe_class(cfg)(cfg)
-    if verb in ("train", "label"):
+    recipe.check_env(cfg)
+    probe_lm(cfg)
+    return run_training(cfg, recipe)
+
+
+def run(verb: str, cfg: DictConfig) -> int | None:
+    """Run ``verb`` (train / collect / label) for the configured method."""
+    if verb == "train":
+        train_run(cfg)
+        return 0
+    recipe = recipe_class(cfg)(cfg)
+    if verb == "label":
         recipe.check_env(cfg)
         probe_lm(cfg)
-    if verb == "train":
-        return train(cfg, recipe)
     if verb not in recipe.steps:
         raise ConfigError("method", f"method '{cfg.method.name}' has no '{verb}' step; it supports "
                                     f"{['train', *recipe.steps]}")

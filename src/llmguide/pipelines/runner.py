@@ -241,8 +241,8 @@ def eval_summary(results: dict[str, Any]) -> str:
         return "no evaluation episodes"
     text = (f"return {_num(results['return_mean'])} ± {_num(results.get('return_std', 0.0))} over "
             f"{results['episodes']} {'greedy' if results.get('greedy', True) else 'sampled'} episodes")
-    extra = [f"{k.replace('_rate', '')} {_num(results[k])}" for k in ("success_rate", "achievements_per_episode")
-             if k in results]
+    names = {"success_rate": "success", "achievements_per_episode": "achievements/episode"}
+    extra = [f"{name} {_num(results[key])}" for key, name in names.items() if key in results]
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -302,7 +302,7 @@ def write_report(run_path: str | Path) -> Path | None:
     try:
         from llmguide.report import write_report as write
 
-        return Path(write([str(run_path)])) / "report.md"
+        return Path(write([str(run_path)]))   # the report.md file
     except Exception as err:
         log.warning("report not written for %s: %s", run_path, err)
         return None

@@ -1,0 +1,238 @@
+"""The Python API, in the style of Stable-Baselines3: train a method, read its run, act with its policy.
+
+.. code-block:: python
+
+    import llmguide
+
+    run = llmguide.train(env="crafter", method="rnd", total_steps=20_000, progress=False)
+    run.path, run.final_return, run.eval["return_mean"], run.metrics[-1], run.report
+    policy = llmguide.load_policy(run.path)          # or run.load_policy()
+    env = policy.make_env(seed=0)
+    obs, info = env.reset()
+    action, _ = policy.predict(obs, deterministic=True)   # SB3's signature; policy.act(obs) -> action
+    policy.evaluate(episodes=5)                      # the method's own evaluation (eval.max_steps respected)
+
+:func:`train` takes what ``llmguide train`` takes: a list of ``key=value`` overrides, a dict (``{"env":
+"crafter", "agent.lr": 1e-3}``), keyword overrides (``total_steps=...``), or a config from
+:func:`llmguide.load_config`.  A bad key raises :class:`~llmguide.core.errors.ConfigError` naming it, before
+any compute.  Everything the command line writes is written here too (``runs/<name>/``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig
+
+from llmguide.core.errors import LLMGuideError
+
+__all__ = ["Policy", "Run", "load_config", "load_policy", "load_run", "train"]
+
+
+def _value(value: Any) -> str:
+    """A Python value as a Hydra override value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_value(v) for v in value) + "]"
+    text = str(value)
+    if isinstance(value, str) and any(c in text for c in " ,[]{}()=:'\"\\"):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
+def _flatten(items: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key, value in items.items():
+        if isinstance(value, Mapping):
+            out += _flatten(value, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key}={_value(value)}")
+    return out
+
+
+def overrides_of(config: Sequence[str] | Mapping[str, Any] | None = None, **kwargs: Any) -> list[str]:
+    """``key=value`` overrides from a list of them, a (nested) dict and keyword arguments."""
+    if config is None:
+        out: list[str] = []
+    elif isinstance(config, str):
+        out = config.split()
+    elif isinstance(config, Mapping):
+        out = _flatten(config)
+    else:
+        out = [str(o) for o in config]
+    return out + _flatten(kwargs)
+
+
+def load_config(config: Sequence[str] | Mapping[str, Any] | None = None, **kwargs: Any) -> DictConfig:
+    """The validated config of these overrides (what ``llmguide train --print-config`` shows)."""
+    from llmguide.pipelines import load_config as load
+
+    return load(overrides_of(config, **kwargs))
+
+
+def train(config: Sequence[str] | Mapping[str, Any] | DictConfig | None = None, /, **kwargs: Any) -> Run:
+    """Train as ``llmguide train`` would and return the :class:`Run` (run directory, metrics, final evaluation).
+
+    ``config``: overrides (``["env=crafter", "method=rnd"]`` or ``{"env": "crafter"}``) or a loaded config;
+    ``kwargs``: more overrides (``total_steps=20_000``)."""
+    from llmguide import pipelines
+    from llmguide.distributed import connect, uses_ray
+
+    if isinstance(config, DictConfig):
+        if kwargs:
+            raise TypeError("train(config) with a loaded config takes no more overrides; put them in load_config")
+        cfg = config
+    else:
+        cfg = load_config(config, **kwargs)
+    if uses_ray(cfg):
+        connect(cfg.ray)
+    result = pipelines.train_run(cfg)
+    return Run(result.path)
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """A finished (or running) run directory as a :class:`Run`."""
+    path = Path(run_dir)
+    if not (path / "config.yaml").exists():
+        raise FileNotFoundError(f"{path} is not a run directory (no config.yaml)")
+    return Run(path)
+
+
+def load_policy(run_dir: str | Path, overrides: Sequence[str] = ()) -> Policy:
+    """The trained agent of a run directory (its newest checkpoint that loads), ready to act."""
+    from llmguide.pipelines import recipe_class
+    from llmguide.pipelines.evaluate import load_run_config
+    from llmguide.pipelines.runner import reopen_run
+
+    cfg = load_run_config(run_dir, list(overrides))
+    recipe = recipe_class(cfg)(cfg)
+    run = reopen_run(run_dir)
+    try:
+        state = run.load_checkpoint()
+    finally:
+        run.close()
+    if state is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint to load")
+    return Policy(recipe.load_for_eval(state["agent"]), recipe, Path(run_dir), int(state["step"]))
+
+
+@dataclass
+class Run:
+    """One run directory: ``path``, ``config``, ``metrics`` (the rows of metrics.jsonl), ``eval`` (eval.json),
+    ``final_return``, ``report`` (report.md) and :meth:`load_policy`."""
+
+    path: Path
+
+    def __repr__(self) -> str:
+        ret = self.final_return
+        return f"Run({str(self.path)!r}, final_return={ret if ret is None else round(ret, 3)})"
+
+    @cached_property
+    def config(self) -> dict[str, Any]:
+        import yaml
+
+        return yaml.safe_load((self.path / "config.yaml").read_text())
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every row of ``metrics.jsonl`` (a torn last line skipped), in step order."""
+        rows = []
+        file = self.path / "metrics.jsonl"
+        for line in file.read_text().splitlines() if file.exists() else []:
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue
+        return rows
+
+    def curve(self, key: str = "charts/episodic_return") -> list[tuple[int, float]]:
+        """``(step, value)`` of one metric over the run."""
+        return [(int(r["step"]), float(r[key])) for r in self.metrics if key in r and "step" in r]
+
+    @property
+    def eval(self) -> dict[str, Any]:
+        """The final evaluation (``eval.json``): return_mean/std, episode returns and lengths, success, ..."""
+        file = self.path / "eval.json"
+        return json.loads(file.read_text()) if file.exists() else {}
+
+    @property
+    def final_return(self) -> float | None:
+        return self.eval.get("return_mean")
+
+    @property
+    def report(self) -> Path | None:
+        file = self.path / "report.md"
+        return file if file.exists() else None
+
+    def load_policy(self) -> Policy:
+        return load_policy(self.path)
+
+
+class Policy:
+    """A trained agent: ``act(obs)`` / ``predict(obs, deterministic)`` on the observations of
+    :meth:`make_env`, and :meth:`evaluate` (the method's own evaluation).  ``agent`` is the learner itself."""
+
+    def __init__(self, agent: Any, recipe: Any, path: Path, step: int):
+        self.agent, self.recipe, self.path, self.step = agent, recipe, path, step
+        self.config = recipe.cfg
+
+    def __repr__(self) -> str:
+        return f"Policy({str(self.path)!r}, method={self.config.method.name}, env={self.config.env.name}, step={self.step})"
+
+    def make_env(self, seed: int = 0) -> Any:
+        """A Gymnasium env as the agent saw it in training (the method's wrapper where it has one: PTGM's options)."""
+        from llmguide.envs import make_env
+
+        env = make_env(self.config.env, seed)
+        wrap = getattr(self.recipe, "wrap", None)
+        return wrap(env, seed) if callable(wrap) else env
+
+    def act(self, obs: Mapping[str, Any], deterministic: bool = True) -> Any:
+        """The action for one observation (an int), or an array of actions for a batch (arrays with a leading
+        batch axis)."""
+        if hasattr(self.agent, "action_strings"):
+            raise LLMGuideError(f"method={self.config.method.name}'s policy acts on prompts: use "
+                                "policy.agent.act(prompts, greedy) or policy.evaluate()")
+        single = self._single(obs)
+        batch = {k: np.asarray(v)[None] if single else np.asarray(v) for k, v in obs.items()}
+        try:
+            actions = np.asarray(self.agent.act(batch, greedy=deterministic))
+        except KeyError as err:
+            raise LLMGuideError(f"this policy reads the observation key {err} that method="
+                                f"{self.config.method.name}'s wrapper adds in training (e.g. ELLM's goal): "
+                                "use policy.evaluate()") from None
+        return int(actions[0]) if single else actions
+
+    def predict(self, obs: Mapping[str, Any], state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[Any, None]:
+        """Stable-Baselines3's signature: ``(action, None)`` (no recurrent state is handed out)."""
+        return self.act(obs, deterministic), None
+
+    def evaluate(self, episodes: int = 5, deterministic: bool = True, progress: bool = False) -> dict[str, Any]:
+        """The method's evaluation episodes on held-out seeds (as ``llmguide eval``), ``eval.max_steps`` applied."""
+        from llmguide.pipelines.runner import evaluate_agent
+
+        return evaluate_agent(self.recipe, self.agent, int(episodes), bool(deterministic), progress=progress)
+
+    @cached_property
+    def _shapes(self) -> dict[str, int]:
+        env = self.make_env()
+        try:
+            return {k: len(space.shape) for k, space in getattr(env.observation_space, "spaces", {}).items()}
+        finally:
+            env.close()
+
+    def _single(self, obs: Mapping[str, Any]) -> bool:
+        for key, value in obs.items():
+            if key in self._shapes:
+                return np.ndim(value) == self._shapes[key]
+        return True
