@@ -407,7 +407,7 @@ def run_arms(plan: Plan, resume: bool, dry_run: bool) -> None:
     arms = [a for a in plan.arms if a not in plan.failed]
     for arm in plan.arms:
         if arm in plan.failed:
-            print(f"  not trained: {arm} ({plan.failed[arm]})")
+            print(f"  not trained: {arm} (its preparation failed)")
     if plan.study.order == "arm":
         for arm in arms:
             _sweep(plan, arm, plan.seeds, resume, dry_run)
