@@ -39,11 +39,13 @@ def test_a_slow_score_server_is_named_with_the_fix():
     assert server.served["stall"] == 1 and server.served["ok"] == 1   # one request per mode, no retries
 
 
-def test_a_score_request_past_the_timeout_says_so():
-    with SlowScoring(stall=3.0) as server:
-        warning = probe_http(_llm(server, "llm.timeout=1.0"), "score", threshold=5.0, switch="method.label_mode=generate")
-    assert warning is not None and "got no answer within llm.timeout=1 s" in warning
+def test_a_score_request_past_the_timeout_says_so(capsys):
+    with SlowScoring(stall=4.0) as server:
+        warning = probe_http(_llm(server, "llm.timeout=3.0"), "score", threshold=5.0, switch="method.label_mode=generate")
+    assert warning is not None and "got no answer within llm.timeout=3 s" in warning
     assert "method.label_mode=generate" in warning
+    # a wait longer than 2 s says what it is waiting for, once
+    assert capsys.readouterr().err.count("LM probe: waiting for one score request") == 1
 
 
 def test_a_fast_mode_is_quiet_and_zero_turns_the_probe_off():

@@ -10,6 +10,8 @@ bypasses the LM cache (a cached answer says nothing about the server) and retrie
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 from typing import Any
 
@@ -53,8 +55,14 @@ def probe_http(llm_cfg: Any, mode: str, threshold: float, switch: str | None = N
     lm = HTTPLM(str(cfg_get(llm_cfg, "base_url")), str(cfg_get(llm_cfg, "model")),
                 api_key_env=str(cfg_get(llm_cfg, "api_key_env", "OPENAI_API_KEY")), concurrency=1, timeout=timeout,
                 max_retries=0, chat=bool(cfg_get(llm_cfg, "chat", False)))
+    notice = threading.Timer(2.0, lambda: print(
+        f"LM probe: waiting for one {mode} request to {lm.base_url} (at most llm.timeout={timeout:g} s) ...",
+        file=sys.stderr, flush=True))    # a slow server: say what the wait is
+    notice.daemon = True
     try:
+        notice.start()
         seconds, error = time_request(lm, mode, max_tokens)
+        notice.cancel()
         if error is None and seconds <= threshold:
             return None
         where = f"{lm.base_url} (model {lm.model_id!r})"
@@ -74,4 +82,5 @@ def probe_http(llm_cfg: Any, mode: str, threshold: float, switch: str | None = N
                          "at them on CPU)")
         return f"LM probe: one {mode} request ({what}) to {where} {took}; fix: {'; or '.join(fixes)}"
     finally:
+        notice.cancel()
         lm.close()
