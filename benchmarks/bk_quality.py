@@ -1,7 +1,8 @@
 """Quality of BK labels against ground truth, and paired AUC differences between BK arms (evaluation
 only: nothing here feeds training).
 
-For each label run ``<out>/labels-<variant>-<lm>`` of ``benchmarks/bk.py``:
+For each BK-Pref / BK-Goal label run ``<runs>/prep/labels-<arm>`` of ``benchmarks/bk.py`` (``--runs``: the
+study's run folder; the old flat ``<out>/labels-<variant>-<lm>`` layout is read too):
 
 - **BK-Pref**: the LM's answers (usable, strict A/B, ties) and their agreement with the ground-truth
   ranking of the same segment pairs (the oracle's rule: progress = Φ*(last) − Φ*(first) towards the
@@ -10,14 +11,16 @@ For each label run ``<out>/labels-<variant>-<lm>`` of ``benchmarks/bk.py``:
   produced and Φ* of the same state; for BK-Goal also how often its Φ fires and the fraction of
   fired transitions where the target is in view, against the base rate.
 
-**Paired differences** (from ``<results>/bk.json``, after ``bk.py --phase report``): per seed (same seed =
-same env and init seeds), AUC(arm) − AUC(other) over the arm's own budget (the other arm's same runs
-cut at that step: ``values_first_<N>``), mean and 95% percentile-bootstrap CI over seeds; for every
-BK arm against ``ppo`` and every embedded arm against its oracle arm.
+**Paired differences** (from ``<results>/result.json``, the study's, written by ``bk.py``): per seed (same
+seed = same env and init seeds), AUC(arm) − AUC(other) over the arm's own budget (an old result's other arm
+cut at that step: ``values_first_<N>``), mean and 95% percentile-bootstrap CI over seeds; for every BK arm
+against ``ppo``, every embedded or shuffled arm against its oracle arm, and ``bk_random_phi`` and
+``bk_code-wrong-target`` against ``bk_code-oracle``.
 
-Writes ``<results>/bk_quality.json``.
+Writes ``<results>/bk_quality.json`` (``--results``: the study variant's results folder).
 
-    python benchmarks/bk_quality.py --out runs/bench-bk-300k --task GoToLocal-RedBall-S20
+    python benchmarks/bk_quality.py --runs runs/bench/bk/GoToLocal-RedBall-S20-300k \
+        --results benchmarks/results/bk/GoToLocal-RedBall-S20-300k --task GoToLocal-RedBall-S20
 """
 
 from __future__ import annotations
@@ -134,8 +137,8 @@ def goal_quality(label_dir: Path, episodes, target: str, names, rng: np.random.G
 
 
 def window_values(arm: dict, steps: int) -> dict[int, float] | None:
-    """Per-seed AUC of ``arm`` over its first ``steps`` steps, from bk.json (None if not available)."""
-    if arm.get("budget_steps") == steps:
+    """Per-seed AUC of ``arm`` over its first ``steps`` steps, from the study's result.json (None if not available)."""
+    if arm.get("budget_steps", steps) == steps:
         values = arm["values"]
     elif f"values_first_{steps}" in arm:
         values = arm[f"values_first_{steps}"]
@@ -146,8 +149,11 @@ def window_values(arm: dict, steps: int) -> dict[int, float] | None:
 
 def paired_differences(bk: dict, reps: int = 5000) -> dict[str, dict]:
     arms = bk["arms"]
+    budget = bk.get("budget_steps")
+    arms = {a: {"budget_steps": budget, **v} for a, v in arms.items()}
     pairs = [(a, "ppo") for a in arms if a != "ppo"]
-    pairs += [(a, a.replace("-embedded", "-oracle")) for a in arms if a.endswith("-embedded")]
+    pairs += [(a, a.rsplit("-", 1)[0] + "-oracle") for a in arms if a.endswith(("-embedded", "-shuffled"))]
+    pairs += [(a, "bk_code-oracle") for a in ("bk_random_phi", "bk_code-wrong-target") if a in arms]
     out = {}
     rng = np.random.default_rng(0)
     for arm, other in pairs:
@@ -171,16 +177,18 @@ def paired_differences(bk: dict, reps: int = 5000) -> dict[str, dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("runs/bench-bk-300k"))
+    p.add_argument("--runs", "--out", dest="runs", type=Path, default=Path("runs/bench/bk/GoToLocal-RedBall-S20-300k"),
+                   help="the bk.py study's run folder (label runs in its prep/)")
     p.add_argument("--task", default="GoToLocal-RedBall-S20")
     p.add_argument("--samples", type=int, default=5000)
-    p.add_argument("--results", type=Path, default=Path("benchmarks/results"))
+    p.add_argument("--results", type=Path, default=Path("benchmarks/results/bk/GoToLocal-RedBall-S20-300k"),
+                   help="the study variant's results folder (result.json; bk_quality.json is written there)")
     p.add_argument("--differences-only", action="store_true",
                    help="keep the label measures of an existing bk_quality.json, recompute the AUC differences")
     args = p.parse_args()
     if args.differences_only:
         result = json.loads((args.results / "bk_quality.json").read_text())
-        result["auc_differences"] = paired_differences(json.loads((args.results / "bk.json").read_text()))
+        result["auc_differences"] = paired_differences(json.loads((args.results / "result.json").read_text()))
         (args.results / "bk_quality.json").write_text(json.dumps(result, indent=1) + "\n")
         print(json.dumps(result["auc_differences"], indent=1))
         return
@@ -188,24 +196,24 @@ def main() -> None:
 
     mission, target = target_of(args.task)
     result = {"task": args.task, "mission": mission, "target": target, "arms": {}}
-    for variant in ("bk_pref", "bk_goal"):
-        for lm in ("oracle", "embedded"):
-            label_dir = args.out / f"labels-{variant}-{lm}" / "bk"
-            manifest = json.loads((label_dir / "manifest.json").read_text()) if (label_dir / "manifest.json").exists() \
-                else None
-            if manifest is None or manifest.get("failed"):
-                result["arms"][f"{variant}-{lm}"] = {"failed": (manifest or {}).get("failed", "no labels")}
-                continue
-            episodes = EpisodeDataset([Path(d) for d in manifest["data"]]).episodes()
-            rng = np.random.default_rng(0)
-            pairs = [(i, t) for i, ep in enumerate(episodes) for t in range(len(ep) + 1)]
-            states = [pairs[j] for j in rng.choice(len(pairs), min(args.samples, len(pairs)), replace=False)]
-            q = (pref_quality(label_dir, episodes, target, states) if variant == "bk_pref" else
-                 goal_quality(label_dir, episodes, target, manifest.get("action_names"), rng, args.samples))
-            result["arms"][f"{variant}-{lm}"] = {"prompt_versions": manifest.get("prompt_versions"),
-                                                 "llm": manifest.get("llm"), **q}
-    if (args.results / "bk.json").exists():
-        result["auc_differences"] = paired_differences(json.loads((args.results / "bk.json").read_text()))
+    prep = args.runs / "prep" if (args.runs / "prep").is_dir() else args.runs
+    for folder in [f for f in sorted(prep.glob("labels-bk_pref-*")) + sorted(prep.glob("labels-bk_goal-*")) if f.is_dir()]:
+        arm = folder.name.removeprefix("labels-")
+        variant, label_dir = arm.split("-", 1)[0], folder / "bk"
+        manifest = json.loads((label_dir / "manifest.json").read_text()) if (label_dir / "manifest.json").exists() \
+            else None
+        if manifest is None or manifest.get("failed"):
+            result["arms"][arm] = {"failed": (manifest or {}).get("failed", "no labels")}
+            continue
+        episodes = EpisodeDataset([Path(d) for d in manifest["data"]]).episodes()
+        rng = np.random.default_rng(0)
+        pairs = [(i, t) for i, ep in enumerate(episodes) for t in range(len(ep) + 1)]
+        states = [pairs[j] for j in rng.choice(len(pairs), min(args.samples, len(pairs)), replace=False)]
+        q = (pref_quality(label_dir, episodes, target, states) if variant == "bk_pref" else
+             goal_quality(label_dir, episodes, target, manifest.get("action_names"), rng, args.samples))
+        result["arms"][arm] = {"prompt_versions": manifest.get("prompt_versions"), "llm": manifest.get("llm"), **q}
+    if (args.results / "result.json").exists():
+        result["auc_differences"] = paired_differences(json.loads((args.results / "result.json").read_text()))
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "bk_quality.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
