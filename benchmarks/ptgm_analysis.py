@@ -7,7 +7,9 @@
         600 env steps; per event, its rate when a code whose cluster means it is commanded vs otherwise,
         and the mutual information code <-> event
 
-RUN_DIR: runs/bench-ptgm-craftax-inventory-delta, or runs/bench-ptgm-craftax (view_inventory, no cluster meanings).
+RUN_DIR: the runs folder of a benchmarks/ptgm.py study (its preparation in RUN_DIR/prep: data, codes, pre), e.g.
+runs/bench/ptgm_craftax/400k-inventory_delta (view_inventory: no cluster meanings), or a folder holding pre/ and codes/
+directly (the old layout: runs/bench-ptgm-craftax-inventory-delta).
 """
 
 import json
@@ -19,8 +21,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from llmguide.envs import make_env, make_vector_env
-from llmguide.learners.common import split_infos
+from llmguide.envs import make_env, make_vector_env, split_infos
 from llmguide.methods.ptgm.goals import GoalCodebook
 from llmguide.methods.ptgm.models import LowLevelActor, _logits, make_lowlevel
 from llmguide.methods.ptgm.options import AsyncOptionsVectorEnv, lowlevel_space
@@ -44,8 +45,14 @@ def mutual_information_bits(x: np.ndarray, codes: np.ndarray) -> float:
     return binary_entropy_bits(x.mean()) - conditional
 
 
+def prep_dir(root: str) -> str:
+    """The folder holding the preparation runs (pre/, codes/): RUN_DIR/prep, or RUN_DIR itself (old layout)."""
+    return str(Path(root) / "prep") if (Path(root) / "prep" / "pre").is_dir() else root
+
+
 def bc(root: str) -> None:
     """Low-level BC on its own validation split: accuracy and NLL with vs without the goal."""
+    root = prep_dir(root)
     cfg = OmegaConf.load(f"{root}/pre/config.yaml")
     data = goal_data(cfg)
     book = GoalCodebook.load(f"{root}/pre/ptgm/codebook.npz")
@@ -97,6 +104,7 @@ def bc(root: str) -> None:
 
 def control(root: str, steps: int) -> None:
     """A random code per 8-step option, frozen low level: event rates per commanded code, and code-event MI."""
+    root = prep_dir(root)
     cfg = OmegaConf.load(f"{root}/pre/config.yaml")
     book = GoalCodebook.load(f"{root}/pre/ptgm/codebook.npz")
     ll = torch.load(f"{root}/pre/ptgm/lowlevel.pt", weights_only=True)
