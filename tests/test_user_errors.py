@@ -66,8 +66,8 @@ def test_a_bad_task_found_while_building_the_env_is_a_one_line_error(tmp_path, c
     _one_line_error(capsys, "env.task")
 
 
-@pytest.mark.parametrize("method,env", [("ellm", "babyai"), ("oni_retrieval", "crafter"), ("oni_retrieval", "craftax"),
-                                        ("motif", "crafter"), ("glam", "minihack"), ("ptgm", "nethack")])
+@pytest.mark.parametrize("method,env", [("ellm", "babyai"), ("oni_retrieval", "babyai"), ("motif", "babyai"),
+                                        ("bk_code", "minihack"), ("glam", "minihack"), ("ptgm", "nethack")])
 def test_a_method_refuses_an_env_family_it_does_not_support(method, env, tmp_path, capsys):
     code = main(["train", f"method={method}", f"env={env}", f"run.dir={tmp_path}", "run.name=x", "--print-config"])
     assert code == 2
@@ -82,10 +82,12 @@ def test_env_families_are_declared_on_each_recipe(monkeypatch):
         cfg = load_config([f"method={method}", "env=babyai"]) if method in ("glam", "npae", "drrn") else None
         cls = recipe_class(cfg or _any_env_config(method))
         assert "env_families" in vars(cls) or cls.env_families is None, cls
-    # a family is added with one line: ONI on Craftax once its message grammar lands
+    # a family is added with one line (as ONI gained crafter|craftax with their message line)
     oni = recipe_class(load_config(["method=oni_retrieval", "env=minihack"]))
-    monkeypatch.setattr(oni, "env_families", (*oni.env_families, "craftax"))
-    assert load_config(["method=oni_retrieval", "env=craftax"]).env.name == "craftax"
+    with pytest.raises(ConfigError, match="runs on env="):
+        load_config(["method=oni_retrieval", "env=babyai"])
+    monkeypatch.setattr(oni, "env_families", (*oni.env_families, "babyai"))
+    assert load_config(["method=oni_retrieval", "env=babyai"]).env.name == "babyai"
 
 
 def _any_env_config(method: str):
