@@ -54,7 +54,8 @@ _COLLECTS = {SEM["tree"]: "collect wood", SEM["stone"]: "collect stone", SEM["co
 
 @dataclass
 class ExpertSettings:
-    mode: str = "plain"
+    """Every knob of the expert (``ExpertPolicy(..., **settings)`` overrides any of them)."""
+
     eps: float = 0.0  # probability of a random action each step (data mode default 0.1)
     explore_prob: float = 0.0  # probability that a subgoal pick becomes a random walk (data mode default 0.15)
     explore_len: tuple[int, int] = (4, 16)
@@ -307,7 +308,7 @@ class ExpertPolicy:
         data = mode == "data"
         self.mode, self.seed = mode, int(seed)
         self.settings = ExpertSettings(
-            mode=mode, eps=(0.1 if data else 0.0) if eps is None else float(eps),
+            eps=(0.1 if data else 0.0) if eps is None else float(eps),
             explore_prob=(0.15 if data else 0.0) if explore_prob is None else float(explore_prob),
             radius=int(radius), goal_budget=(150 if data else 300) if goal_budget is None else int(goal_budget),
             ripe_after=RIPE_AFTER[family], **settings)
