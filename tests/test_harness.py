@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -118,3 +119,77 @@ def test_results_index_lists_every_study_and_links_resolve():
         assert f"]({path.parent.relative_to(root).as_posix()}/" in index, path
     for link in re.findall(r"\]\(([^)]+)\)", index):
         assert (root / link).exists(), link
+
+
+@pytest.mark.slow   # 5 llmguide processes: 90 s wall on the shared 2-core box (37 s CPU)
+def test_prepare_hook_runs_offline_steps_once_and_fails_arms_not_the_study(harness, tmp_path, capsys):
+    """A tiny BK study: collect + one label run per arm (llm=oracle) before the arms; a labelling that fails
+    makes its arm failed with the reason (the other arms train); a second invocation keeps every finished step."""
+    bk = load("bk")
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    argv = ["--runs", str(runs), "--results", str(results), "--steps", "256", "--seeds", "1", "--num-envs", "2",
+            "--collect-steps", "256", "--code-iters", "1", "--oracle-pairs", "4", "--jobs", "1",
+            "--arms", "ppo,bk_code-oracle,bk_pref-oracle", "--extra", "env.room_size=6", "env.max_steps=32"]
+    assert harness.main(bk.STUDY, argv) == 1                     # bk_pref-oracle: 4 pairs < method.pref.min_usable
+
+    prep = runs / "prep"
+    assert (prep / "data" / "collect_summary.json").exists()
+    assert (prep / "labels-bk_code-oracle" / "bk" / "manifest.json").exists()
+    assert (runs / "bk_code-oracle" / "seed-0" / "eval.json").exists() and not (runs / "bk_pref-oracle").exists()
+    out = results / "bk" / "GoToLocal-RedBall-S20-256"
+    result = json.loads((out / "result.json").read_text())
+    assert result["value"] == {"kind": "auc", "bins": 20} and result["metric_key"] == "charts/success"
+    assert {"ppo", "bk_code-oracle"} <= set(result["arms"]) and "bk_code-oracle - ppo" in result["paired"]
+    assert result["arms"]["bk_code-oracle"]["overrides"] == ["method=bk_code",
+                                                             f"method.labels={prep.resolve()}/labels-bk_code-oracle"]
+    failed = result["arms"]["bk_pref-oracle"]
+    assert failed["values"] == [] and failed["failed"].startswith("labelling failed:")
+    assert [(f["arm"], f["seed"]) for f in result["failed"]] == [("bk_pref-oracle", "all")]
+    assert {k: v["state"] for k, v in result["prepare"].items()} == {
+        "data": "done", "labels-bk_code-oracle": "done", "labels-bk_pref-oracle": "failed"}
+    assert "oracle_mission" in json.dumps(result["details"]["labels"]["bk_code-oracle"])
+    report = (out / "report.md").read_text()
+    assert "bk_pref-oracle, every seed (not trained: labelling failed" in report
+    assert "the area under its curve: the mean over 20 equal env-step bins" in report
+    assert "### Paired differences against `ppo`" in report and "## Labelling and shaping scale" in report
+    assert re.search(r"bk_pref-oracle: failed", (results / "README.md").read_text())
+
+    # resumable: the finished steps (and the failed labelling's manifest) are kept, nothing is run again
+    capsys.readouterr()
+    assert harness.main(bk.STUDY, [*argv, "--prepare-only"]) == 1
+    printed = capsys.readouterr().out
+    for name in ("data", "labels-bk_code-oracle", "labels-bk_pref-oracle"):
+        assert f"keep   {name}" in printed
+    assert "[prep" not in printed and "failed bk_pref-oracle: labelling failed" in printed
+
+
+def test_placeholders_auc_and_study_scripts_resolve(harness, tmp_path):
+    load("ellm_crafter")   # ellm_finetune.py and lm_guidance.py import its arm table
+    def plan_of(module, argv):
+        study = load(module).STUDY
+        return harness.make_plan(study, harness.build_parser(study).parse_args([*argv, "--runs", str(tmp_path)]))
+
+    plan = plan_of("bk", ["--seeds", "100-101"])
+    assert plan.fill(["a={prep}/x", "b=seed-${seed}", "c={unknown}", "d={code_iters}"]) == [
+        f"a={tmp_path}/prep/x", "b=seed-${seed}", "c={unknown}", "d=5"]
+    assert "method.random_phi.seed=${seed}" in harness.sweep_command(plan, "bk_random_phi", plan.seeds, "overwrite")
+    assert {"ppo", "bk_code-oracle", "bk_code-embedded", "bk_pref-oracle", "bk_pref-embedded", "bk_goal-oracle",
+            "bk_goal-embedded", "bk_pref-shuffled", "bk_code-wrong-target", "bk_random_phi"} == set(plan.arms)
+    crafter = plan_of("bk", ["--env", "craftax", "--num-steps", "64"])
+    assert (crafter.name, crafter.task, crafter.args.collect_task) == ("bk_craftax", "place_table", "null")
+    assert "agent.num_steps=64" in crafter.overrides and crafter.args.wrong_target != crafter.task
+    ptgm = plan_of("ptgm", ["--env-id", "craftax", "--goal-space", "inventory_delta", "--steps", "400000"])
+    assert (ptgm.env, ptgm.task, ptgm.name, ptgm.variant) == ("craftax", None, "ptgm_craftax", "400k-inventory_delta")
+    assert ptgm.metric == "charts/achievements_per_episode" and "agent.num_steps=4" in ptgm.arm_overrides("ptgm")
+    oni = plan_of("oni", ["--env-id", "NetHackScore-v0"])
+    assert (oni.env, oni.metric) == ("nethack", "charts/episodic_return")
+    assert {"method.extrinsic_coef=0.1", "env.action_set=extended", "env.id=NetHackScore-v0"} <= set(oni.overrides)
+    finetune = plan_of("ellm_finetune", ["--arms", "ellm-oracle,novelty"])
+    assert finetune.arms == ["scratch", "ellm-oracle-pretrained", "novelty-pretrained"]
+    assert f"method.pretrained={tmp_path}/prep/pretrained/novelty/seed-${{seed}}" in finetune.arm_overrides(
+        "novelty-pretrained")
+    assert load("lm_guidance").STUDY.order == "alternate"
+
+    # success AUC: the mean over the bins that hold values; values after the budget are cut
+    assert harness.auc([10, 60, 70, 150], [1.0, 0.0, 1.0, 1.0], budget=100, bins=2) == pytest.approx(0.75)
+    assert math.isnan(harness.auc([], [], 100, 2))
