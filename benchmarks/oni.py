@@ -73,14 +73,23 @@ def flags(p) -> None:
     p.add_argument("--num-pairs", type=int, default=2000, help="Motif: pairs labelled")
 
 
+def step_penalty(args, env_id: str) -> float | None:
+    """The reward of a "frozen" step for every arm.  ``auto``: the reference's rule.  Its Score task keeps
+    NLE's −0.01 (tasks_nle.py ``NetHackScore``); its sparse tasks reward success only (``NetHackStaircase``
+    and ``NetHackOracle`` override ``_reward_fn`` with 50 on success, else 0: no step penalty), so a sparse
+    task here gets penalty 0 too.  None: the task's own."""
+    if args.step_penalty == "auto":
+        return None if "Score" in env_id else 0.0
+    return None if args.step_penalty == "task" else float(args.step_penalty)
+
+
 def configure(args) -> None:
     score = "Score" in args.task
     args.env = "nethack" if args.task.startswith("NetHack") else "minihack"
     if args.extrinsic_coef is None:
         args.extrinsic_coef = 0.1 if score else 10.0
     args.log_every = (args.num_envs or 16) * args.num_steps
-    penalty = (None if score else 0.0) if args.step_penalty == "auto" else (
-        None if args.step_penalty == "task" else float(args.step_penalty))
+    penalty = step_penalty(args, args.task)
     args.extra = [*([f"env.penalty_step={penalty}"] if penalty is not None else []), *args.extra]
     kind = ("return" if score else "success") if args.metric == "auto" else args.metric
     if kind in METRICS:
