@@ -170,3 +170,20 @@ def test_ellm_runs_unchanged_on_a_counterfactual_lm_over_the_open_vocabulary(tmp
         assert last["ellm/good"] == 1.0 and last["ellm/impossible"] == 0.0
     else:                 # a random 5 of the 139 action strings are mostly not achievements
         assert last["ellm/impossible"] > 0.5
+
+
+def test_the_wrong_target_bk_code_oracle_program_values_the_other_object() -> None:
+    from llmguide.envs import get_oracle
+    from llmguide.methods.bk.oracle import BKOracleAnswers
+
+    def phi(mission: str, image: np.ndarray) -> float:
+        code = BKOracleAnswers(get_oracle("babyai"), mission).generate("def potential(obs, caption) ...")
+        namespace: dict = {}
+        exec(code.strip("`").removeprefix("python\n"), namespace)  # noqa: S102 - our own ground-truth program
+        return namespace["potential"]({"image": image, "vector": np.zeros(40)}, "")
+
+    from minigrid.core.constants import COLOR_TO_IDX
+
+    image = np.zeros((20, 7, 7))
+    image[6, 3, 3] = image[11 + COLOR_TO_IDX["red"], 3, 3] = 1.0     # a red ball 3 steps ahead
+    assert phi("go to the red ball", image) == 0.25 and phi("go to the blue box", image) == -1.0

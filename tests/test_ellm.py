@@ -157,7 +157,7 @@ def test_signature_gating_asks_the_real_lm_only_when_the_signature_changes(embed
         sug.observe(1, {"caption": tree})  # same signature in another env: no second request
         assert sug.stats.submitted == 1 and sug.stats.requests == 2
         wait_until(lambda: sug.pending() == 0, poll=sug.poll)
-        assert service.metrics()["completed"] == 1
+        assert service.lm_metrics()["lm/completed"] == 1
         assert len(sug.goals(0)) == 3 and set(sug.goals(0)) <= set(VOCAB) and sug.goals(1) == sug.goals(0)
         # the signature changes: one new request; coming back to a known one: answered from the memo
         sug.observe(0, {"caption": "You see grass, water. You face water. You feel thirsty."})
@@ -165,8 +165,8 @@ def test_signature_gating_asks_the_real_lm_only_when_the_signature_changes(embed
         assert sug.stats.submitted == 2 and sug.stats.memo_hits == 1 and sug.goals(0) == sug.goals(1)
         wait_until(lambda: sug.pending() == 0, poll=sug.poll)
         # the water request is answered, or dropped when still queued (env 0 left that state; issue #19)
-        m = service.metrics()
-        assert m["completed"] + m["dropped_stale"] == 2 and sug.stats.dropped == m["dropped_stale"]
+        m = service.lm_metrics()
+        assert m["lm/completed"] + m["lm/dropped_stale"] == 2 and sug.stats.dropped == m["lm/dropped_stale"]
 
 
 def test_closed_vocabulary_scoring_with_the_embedded_lm(embedded_lm):

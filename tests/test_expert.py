@@ -239,3 +239,20 @@ def test_craftax_expert_plays_from_the_same_observation():
     assert (policy.agents[0].map.pos - ORIGIN == (col, row)).all()  # map x = Craftax column, y = row
     got = {k for k, v in infos["achievements"].items() if v[0] > 0}
     assert {"collect_wood", "place_table", "make_wood_pickaxe", "collect_stone"} <= got
+
+
+def test_ptgm_collects_competent_play_with_the_expert_and_never_the_excluded_achievement(tmp_path):
+    import json
+
+    from llmguide.data import EpisodeDataset
+    from llmguide.pipelines import load_config, run
+
+    cfg = load_config(["env=craftax", "env.max_steps=300", "num_envs=2", "method=ptgm", "method.collect.policy=expert",
+                       "method.collect.agent_steps=1200", "method.collect.exclude=[place_table]", "progress=false",
+                       f"run.dir={tmp_path}", "run.name=data"])
+    assert run("collect", cfg) == 0
+    summary = json.loads((tmp_path / "data" / "collect_summary.json").read_text())
+    assert summary["collector"] == "expert" and summary["episodes"] >= 2
+    episodes = EpisodeDataset(tmp_path / "data" / "dataset").episodes()
+    events = [e for ep in episodes for step in ep.events for e in step]
+    assert "collect wood" in events and "place table" not in events

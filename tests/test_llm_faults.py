@@ -172,7 +172,6 @@ def test_service_over_the_full_fault_schedule(canary, tmp_path):
             sco = [service.submit_score(f"State {i}: you see water. Goal:", VOCAB) for i in range(24)]
             results = [f.result(timeout=120) for f in gen + sco]
             m = service.lm_metrics(parse_errors=0)
-            legacy = service.metrics()
         lm.close()
     assert len(results) == 84 and all(r is not None for r in results)
     served = server.served
@@ -192,7 +191,7 @@ def test_service_over_the_full_fault_schedule(canary, tmp_path):
     assert m["lm/deduplicated"] == 0 and m["lm/completed"] + m["lm/fallbacks"] == 84 and 0.0 <= m["lm/hit_rate"] <= 1.0
     assert m["lm/answered_fraction"] == pytest.approx(m["lm/completed"] / 84) and m["lm/completed"] > 0
     assert m["lm/latency_p95"] >= m["lm/latency_p50"] > 0 and all(isinstance(v, float) for v in m.values())
-    assert legacy["submitted"] == 84   # the old unprefixed view still works
+    assert m["lm/requests"] == 84
 
     # score fallbacks are [None, ...]; answers are never NaN; generate fallbacks carry an error
     for r in results[60:]:

@@ -260,15 +260,6 @@ def test_close_from_a_callback_on_the_worker_does_not_deadlock():
     assert service.close() is True
 
 
-def test_legacy_metrics_is_an_unprefixed_alias_of_lm_metrics():
-    with LLMService(NGramLM()) as service:
-        service.submit_generate("eat ", max_tokens=2).result(timeout=10)
-        legacy, lm = service.metrics(), service.lm_metrics()
-    assert legacy["submitted"] == legacy["requests"] == lm["lm/requests"] == 1
-    for key in ("completed", "fallbacks", "dropped_stale", "deduplicated", "answered_fraction"):
-        assert legacy[key] == lm[f"lm/{key}"]
-
-
 def test_service_over_cached_lm_counts_cache_hits(tmp_path):
     lm = NGramLM()
     cached = CachedLM(lm, LLMCache(tmp_path / "c.sqlite"))

@@ -113,7 +113,7 @@ def test_same_message_from_many_envs_is_one_request_and_learner_never_blocks(sta
     prompts = module.annotator.template.render
     assert counting.prompts[prompts(message=KILL)] == 1 and counting.prompts[prompts(message=GOLD)] == 1
     assert sum(counting.prompts.values()) == 2
-    assert service.metrics()["submitted"] == 2
+    assert service.lm_metrics()["lm/requests"] == 2
     assert "" not in module.annotator.labels  # the empty message is never annotated
 
 
@@ -132,7 +132,7 @@ def test_labels_persist_in_the_sqlite_cache_for_a_new_annotator_and_a_new_proces
         assert second.submit([KILL, WALL, DOOR]) == 0
         assert {m: second.get(m) for m in labels} == labels
         assert second.counts["cache_reused"] == 3
-        assert sum(counting2.prompts.values()) == 0 and service2.metrics()["submitted"] == 0
+        assert sum(counting2.prompts.values()) == 0 and service2.lm_metrics()["lm/requests"] == 0
 
     # a new process (another run / seed) sharing the cache file
     code = f"""
@@ -147,7 +147,7 @@ with LLMService(lm) as svc:
     a = MessageAnnotator(svc)
     sent = a.submit({[KILL, WALL, DOOR]!r})
     print(json.dumps({{"sent": sent, "labels": [a.get(m) for m in {[KILL, WALL, DOOR]!r}],
-                      "backend_calls": lm.stats["backend_calls"], "submitted": svc.metrics()["submitted"]}}))
+                      "backend_calls": lm.stats["backend_calls"], "submitted": svc.lm_metrics()["lm/requests"]}}))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     import json

@@ -151,7 +151,7 @@ def test_lm_actor_is_shared_falls_back_counted_when_killed_then_recovers(local_r
             break
         time.sleep(0.05)
     assert fallback.error is not None and fallback.text == ""
-    assert service.metrics()["fallbacks"] >= 1       # counted, not raised
+    assert service.lm_metrics()["lm/fallbacks"] >= 1       # counted, not raised
     deadline, answer = time.monotonic() + 90, None
     while time.monotonic() < deadline:                # Ray restarts the actor; the circuit breaker probes
         answer = service.submit_generate(prompt + " (recovered)").result(timeout=60)

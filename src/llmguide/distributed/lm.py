@@ -58,7 +58,7 @@ class LMActor:
         return [f.result() for f in futures]
 
     def metrics(self) -> dict[str, Any]:
-        return self.service.metrics()
+        return self.service.lm_metrics()
 
     def io_stats(self) -> dict[str, float]:
         return dict(self.lm.io_stats())

@@ -59,7 +59,7 @@ from llmguide.llm.resilience import (
     lower_thread_priority,
     reason_name,
 )
-from llmguide.llm.service_metrics import Budget, ServiceState, legacy_metrics, lm_metrics
+from llmguide.llm.service_metrics import Budget, ServiceState, lm_metrics
 
 log = logging.getLogger(__name__)
 
@@ -278,10 +278,6 @@ class LLMService:
             log.exception("LLMService: io_stats() of the backend failed")
             io = {}
         return lm_metrics(state, io, parse_errors)
-
-    def metrics(self) -> dict[str, float]:
-        """Deprecated alias: :meth:`lm_metrics` without the ``lm/`` prefix, plus ``submitted`` (= ``requests``)."""
-        return legacy_metrics(self.lm_metrics())
 
     @property
     def closed(self) -> bool:

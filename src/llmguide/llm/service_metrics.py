@@ -3,7 +3,7 @@ token / dollar :class:`Budget`, and :func:`check_answered_fraction` (``llm.requi
 
 The service snapshots its counters (:class:`ServiceState`) and :func:`lm_metrics` turns a snapshot
 into :meth:`~llmguide.llm.service.LLMService.lm_metrics` (the canonical ``lm/*`` metrics below).
-:func:`legacy_metrics` is the older unprefixed view (:meth:`LLMService.metrics`, kept for callers not yet moved).
+
 
 The ``lm/*`` metrics
 --------------------
@@ -148,14 +148,6 @@ def lm_metrics(state: ServiceState, io: dict[str, Any], parse_errors: float | No
         out["lm/fresh_fraction"] = state.fresh[0] / state.fresh[1]
     if parse_errors is not None:
         out["lm/parse_errors"] = float(parse_errors)
-    return out
-
-
-def legacy_metrics(lm: Mapping[str, float]) -> dict[str, float]:
-    """The older unprefixed view of :func:`lm_metrics`' output: the keys without ``lm/``, plus ``submitted``
-    (= ``requests``).  For callers of :meth:`LLMService.metrics` not yet moved to ``lm_metrics``."""
-    out = {key.removeprefix("lm/"): value for key, value in lm.items()}
-    out["submitted"] = out["requests"]
     return out
 
 

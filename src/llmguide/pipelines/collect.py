@@ -36,7 +36,7 @@ from llmguide.data import EpisodeDataset, EpisodeRecorder, EpisodeWriter
 from llmguide.learners.callbacks import Callback
 from llmguide.pipelines.runner import make_run_envs, open_run
 
-POLICIES = ("ppo", "random")
+POLICIES = ("ppo", "random", "expert")
 InfoHook = Callable[[list[Mapping[str, Any]]], None]   # sees the per-env infos of every vector-env step
 
 
@@ -50,7 +50,8 @@ class Collection:
     extrinsic_coef: float = 1.0
     keep_every: int = 1             # save every k-th finished episode
     max_episodes: int = 0           # stop saving after this many (0: no limit)
-    policy: str = "ppo"             # ppo | random
+    policy: str = "ppo"             # ppo | random | expert (Crafter / Craftax: envs.crafter.expert, data mode)
+    exclude: tuple[str, ...] = ()   # expert: achievements it never pursues (e.g. the downstream task's)
     writer: str = ""                # prefix of this run's episode files (``<writer>s<seed>-<id>-<index>.npz``)
     run_dir: Path | None = None     # the step's run directory (None: ``run.dir/run.name``)
     meta: dict[str, Any] = field(default_factory=dict)   # added to every episode's meta
@@ -66,8 +67,8 @@ class Collection:
     @property
     def collector(self) -> str:
         """``ppo+rnd``, ``ppo`` (no intrinsic reward) or ``random``: the name the summary and episodes carry."""
-        if self.policy == "random":
-            return "random"
+        if self.policy in ("random", "expert"):
+            return self.policy
         return f"ppo+{self.intrinsic}" if self.uses_module else "ppo"
 
     @property
@@ -147,11 +148,13 @@ def explore(cfg: DictConfig, spec: Collection, on_infos: InfoHook | None = None)
                                max_episodes=spec.max_episodes or None)
         episodes: list[dict[str, Any]] = []
         try:
-            if spec.policy == "random":
-                envs.reset(seed=seed)
+            if spec.policy in ("random", "expert"):   # a scripted policy: no learning
+                obs, infos = envs.reset(seed=seed)
                 envs.action_space.seed(seed)
+                act = (_expert(cfg, spec, seed) if spec.policy == "expert"
+                       else lambda obs, infos: envs.action_space.sample())
                 for _ in range(max(1, spec.steps // envs.num_envs)):
-                    infos = envs.step(envs.action_space.sample())[4]
+                    obs, _, _, _, infos = envs.step(act(obs, infos))
                     if on_infos is not None:
                         on_infos(split_infos(infos, envs.num_envs))
                 steps = envs.env_steps
@@ -172,6 +175,17 @@ def explore(cfg: DictConfig, spec: Collection, on_infos: InfoHook | None = None)
               f"dataset now {summary['episodes']} episodes, {summary['transitions']} transitions"
               + (f"; achievements/episode {ach:.2f}" if ach is not None else ""))
     return summary
+
+
+def _expert(cfg: DictConfig, spec: Collection, seed: int) -> Callable[..., Any]:
+    """The scripted Crafter / Craftax expert in data mode (feasible subgoals at random, ε-random actions, never
+    the excluded achievements): ``act(obs, infos)``."""
+    from llmguide.envs.crafter.expert import ExpertPolicy
+
+    try:
+        return ExpertPolicy(cfg.env, seed=seed, mode="data", exclude=list(spec.exclude)).act
+    except ValueError as err:
+        raise ConfigError("policy", f"the expert collector: {err}") from None
 
 
 def _step_config(cfg: DictConfig, run_dir: Path | None) -> DictConfig:

@@ -30,7 +30,7 @@ class BKOracleAnswers:
             from llmguide.envs.babyai.env import VOCAB
             from llmguide.methods.bk import babyai
 
-            self._program = lambda: babyai.oracle_potential_program(VOCAB)
+            self._program = lambda: babyai.oracle_potential_program(VOCAB, babyai.mission_target(mission))
             self._progress = lambda captions: babyai.window_progress(captions, mission)
             self._goals = lambda: babyai.oracle_goals(mission)
         elif family in ("crafter", "craftax"):

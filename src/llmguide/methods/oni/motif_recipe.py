@@ -95,7 +95,7 @@ def label(cfg: DictConfig) -> int:
         annot = PairAnnotator(service, template=template, mode=cfg.method.label_mode,
                               max_tokens=int(cfg.method.max_tokens), goal=method_goal(cfg))
         result = annotate_pairs(db, annot, int(cfg.method.label_batch), int(cfg.method.max_batches))
-        result.update({"lm_submitted": service.metrics()["submitted"], **annot.counts})
+        result.update({"lm_submitted": service.lm_metrics()["lm/requests"], **annot.counts})
     (data_dir(cfg) / "label_stats.json").write_text(json.dumps(result, indent=2))
     print(f"labelled: {result}")
     db.close()

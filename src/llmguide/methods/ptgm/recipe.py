@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 register_rule("method.mode", one_of("options", "bc_finetune"), recipe="ptgm")
 register_rule("method.codes", one_of("kmeans", "random"), recipe="ptgm")
+register_rule("method.collect.policy", one_of("ppo", "expert"), recipe="ptgm")
 register_rule("method.goal_source", one_of("medoid", "centroid"), recipe="ptgm")
 register_rule("method.kl.direction", one_of("policy_prior", "prior_policy"), recipe="ptgm")
 register_rule("method.kl.mode", one_of("reward", "loss"), recipe="ptgm")

@@ -45,7 +45,9 @@ def collect(cfg: DictConfig) -> int:
     achievements), i.e. general play."""
     c = cfg.method.collect
     if str(cfg.env.name) != "babyai":
-        explore(cfg, Collection.from_block(c, int(c.agent_steps), writer="agent-"))
+        policy = str(c.get("policy") or "ppo")   # ppo (the exploring agent) | expert (competent play)
+        explore(cfg, Collection.from_block(c, int(c.agent_steps), writer=f"{policy}-", policy=policy,
+                                           exclude=tuple(c.get("exclude") or ())))
         return 0
     from llmguide.data import Episode, EpisodeDataset, EpisodeWriter
     from llmguide.envs.babyai.bot import bot_episodes
