@@ -100,6 +100,7 @@ class CrafterText(gym.Env):
         self._prev_ach: dict[str, int] = {}
         self._prev_health = 0
         self._ids = np.zeros(self.view, np.int64)
+        self._visible: tuple[np.ndarray, list[str]] | None = None  # (ids, _visible_by_distance(ids)), once per view
 
     # --- gymnasium API ------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -116,7 +117,8 @@ class CrafterText(gym.Env):
         return self._observation(pixels), self._info(events=[])
 
     def step(self, action: int):
-        before = self._snapshot(self._local_ids())
+        ids = self._local_ids()  # the view as it is now (the world may have been changed since the last step)
+        before = self._snapshot(ids, self._visible_now() if np.array_equal(ids, self._ids) else None)
         target = (before.pos[0] + before.facing[0], before.pos[1] + before.facing[1])
         pixels, reward, done, core_info = self._core.step(int(action))
         player = self._core._player
@@ -133,7 +135,7 @@ class CrafterText(gym.Env):
         self._prev_health = player.health
         terminated, truncated = dead, bool(done and not dead)
         self._ids = self._local_ids()
-        change = msg.diff(before, self._snapshot(self._ids), constants.actions[int(action)],
+        change = msg.diff(before, self._snapshot(self._ids, self._visible_now()), constants.actions[int(action)],
                           self._core._world[target][0])
         info = self._info(events=events, message=msg.render(change))
         if self.task_def is not None:
@@ -143,8 +145,15 @@ class CrafterText(gym.Env):
             info["success"] = success
         return self._observation(pixels), float(reward), terminated, truncated, info
 
-    def _snapshot(self, ids: np.ndarray) -> msg.Snapshot:
-        """What :func:`~llmguide.envs.crafter.messages.diff` compares, read from the live state."""
+    def _visible_now(self) -> list[str]:
+        """The names in the current view (:attr:`_ids`), nearest first; computed once per view."""
+        if self._visible is None or self._visible[0] is not self._ids:
+            self._visible = (self._ids, _visible_by_distance(self._ids))
+        return self._visible[1]
+
+    def _snapshot(self, ids: np.ndarray, visible: list[str] | None = None) -> msg.Snapshot:
+        """What :func:`~llmguide.envs.crafter.messages.diff` compares, read from the live state (``visible``: the
+        names in view of ``ids`` when known)."""
         player, world = self._core._player, self._core._world
         pos = (int(player.pos[0]), int(player.pos[1]))
         facing = (int(player.facing[0]), int(player.facing[1]))
@@ -164,7 +173,8 @@ class CrafterText(gym.Env):
         return msg.Snapshot(
             inventory=dict(player.inventory), achievements=dict(player.achievements), sleeping=bool(player.sleeping),
             pos=pos, facing=facing, target=material, creature=kind if kind in msg.CREATURES else None,
-            visible=frozenset(_visible_by_distance(ids)), touching=frozenset(touching & set(msg.TOUCH)),
+            visible=frozenset(_visible_by_distance(ids) if visible is None else visible),
+            touching=frozenset(touching & set(msg.TOUCH)),
             on_lava=world[pos][0] == "lava", zombie_adjacent=near.get("zombie", 99) == 1,
             arrow_near=near.get("arrow", 99) <= msg.ARROW_RANGE, skeleton_near="skeleton" in near)
 
@@ -202,7 +212,7 @@ class CrafterText(gym.Env):
 
     def _info(self, events: list[str], message: str = "") -> dict[str, Any]:
         player, world = self._core._player, self._core._world
-        visible = _visible_by_distance(self._ids)
+        visible = self._visible_now()
         target = player.pos + np.array(player.facing)
         material, obj = world[target]
         facing = type(obj).__name__.lower() if obj is not None else (material or "nothing")
@@ -214,7 +224,7 @@ class CrafterText(gym.Env):
             "mission": self.task_def.goal if self.task_def else "",
             "achievements": dict(player.achievements),
             "inventory": inventory,
-            "visible": visible,
+            "visible": list(visible),
             "facing": facing,
             "sleeping": bool(player.sleeping),
         }
@@ -225,18 +235,18 @@ class CrafterText(gym.Env):
 
 def _visible_by_distance(ids: np.ndarray) -> list[str]:
     """Names in the local view, nearest first (ties by name); the player itself is left out."""
-    w, h = ids.shape
-    cx, cy = w // 2, h // 2
-    best: dict[str, int] = {}
-    for i in range(w):
-        for j in range(h):
-            name = SEMANTIC_NAMES[ids[i, j]]
-            if name is None or name == "player":
-                continue
-            d = abs(i - cx) + abs(j - cy)
-            if d < best.get(name, 1 << 30):
-                best[name] = d
-    return sorted(best, key=lambda n: (best[n], n))
+    dist = _DISTANCES.get(ids.shape)
+    if dist is None:
+        w, h = ids.shape
+        dist = _DISTANCES[ids.shape] = (np.abs(np.arange(w) - w // 2)[:, None] + np.abs(np.arange(h) - h // 2)[None, :])
+    best = np.full(len(SEMANTIC_NAMES), 1 << 30)
+    np.minimum.at(best, ids.ravel(), dist.ravel())
+    seen = [(int(best[i]), SEMANTIC_NAMES[i]) for i in np.flatnonzero(best < 1 << 30) if i not in _UNSEEN]
+    return [name for _, name in sorted(seen)]
+
+
+_DISTANCES: dict[tuple[int, ...], np.ndarray] = {}
+_UNSEEN = {i for i, n in enumerate(SEMANTIC_NAMES) if n is None or n == "player"}
 
 
 _task_name = task_name  # the name Craftax-Classic and older code import
