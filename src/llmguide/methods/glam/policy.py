@@ -25,15 +25,17 @@ HEADER = "Possible action of the agent: "
 
 # --- prompts -------------------------------------------------------------------------------------
 def glam_prompt(goal: str, observations: Sequence[str], actions: Sequence[str],
-                action_strings: Sequence[str]) -> str:
+                action_strings: Sequence[str], action_list: bool = True) -> str:
     """GLAM's prompt: action list, goal, then ``Observation i`` / ``Action i`` lines ending at ``Action n:``.
 
     ``observations`` holds the last k captions (oldest first, the current one last) and ``actions``
     the actions taken after all but the last of them.  Candidates are scored as ``" " + action``.
+    ``action_list=False`` leaves out the header line naming the actions (a prompt variant of the prior probe).
     """
     if len(actions) != max(len(observations) - 1, 0):
         raise ValueError(f"need one action fewer than observations, got {len(observations)} and {len(actions)}")
-    lines = [HEADER + ", ".join(action_strings), f" Goal of the agent: {goal}"]
+    lines = [HEADER + ", ".join(action_strings), f" Goal of the agent: {goal}"] if action_list \
+        else [f"Goal of the agent: {goal}"]
     for i, obs in enumerate(observations):
         lines.append(f" Observation {i}: {obs or 'You see nothing'}")
         lines.append(f" Action {i}:" + (f" {actions[i]}" if i < len(actions) else ""))
