@@ -9,8 +9,8 @@ step, so the second call does not retrace.
 
 Observations are the same as ``env=crafter`` symbolic ones: ``image`` = one-hot Crafter semantic
 planes of the 9x7 view (19, 7, 9) float32 and ``vector`` = inventory/9, facing one-hot, sleeping,
-daylight (22,). Infos carry Crafter's keys per env (``caption``, ``events``, ``mission``,
-``achievements`` = counts this episode, ``inventory``, ``visible``, ``facing``, ``sleeping``);
+daylight (22,). Infos carry Crafter's keys per env (``caption``, ``events``, ``message`` = the message line,
+``mission``, ``achievements`` = counts this episode, ``inventory``, ``visible``, ``facing``, ``sleeping``);
 autoreset is SAME_STEP with ``final_obs``/``final_info`` like Gymnasium's vector envs.
 
 Scores on this env are Craftax-Classic scores, not Crafter scores: the rules differ in details
