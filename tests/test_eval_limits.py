@@ -93,3 +93,17 @@ def test_lm_guided_evaluation_against_a_slow_server_takes_env_time(tmp_path, mon
 def test_a_bad_cap_is_a_config_error(bad, capsys):
     assert main(["train", "--print-config", bad]) == 2
     assert "eval.max_steps" in capsys.readouterr().err
+
+
+def test_the_eval_cap_never_lengthens_a_task_whose_env_cap_is_null():
+    from llmguide.pipelines import load_config
+    from llmguide.pipelines.runner import _eval_episode_cap
+
+    cfg = load_config(["env=crafter", "env.task=collect_wood", "eval.max_steps=5000"])
+    assert cfg.env.max_steps is None
+    with _eval_episode_cap(cfg) as cap:
+        assert cap == 1500 and cfg.env.max_steps == 1500   # the task's own cap (rules.TASK_MAX_STEPS) is smaller
+    assert cfg.env.max_steps is None
+    cfg = load_config(["env=crafter", "eval.max_steps=300"])
+    with _eval_episode_cap(cfg) as cap:
+        assert cap == 300

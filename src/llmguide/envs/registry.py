@@ -44,6 +44,7 @@ class Family:
     make: str
     oracle: str
     make_vector: str | None = None
+    max_steps: str | None = None     # "module:function(env_cfg) -> int": the episode cap when env.max_steps is null
     env_id: str = ""
     check_id: str | None = None
     tasks: str | None = None
@@ -53,10 +54,12 @@ class Family:
 _NETHACK = "llmguide.envs.nethack.env"
 FAMILIES: dict[str, Family] = {
     "crafter": Family("llmguide.envs.crafter.env:make_crafter", "llmguide.envs.crafter.actions:make_oracle",
-                      env_id="llmguide/Crafter-v0", tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS"),
+                      env_id="llmguide/Crafter-v0", tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",
+                      max_steps="llmguide.envs.crafter.rules:default_max_steps"),
     "craftax": Family("llmguide.envs.craftax.env:make_craftax", "llmguide.envs.craftax.env:make_oracle",
                       make_vector="llmguide.envs.craftax.env:make_craftax_vector", env_id="llmguide/CraftaxClassic-v0",
                       tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",
+                      max_steps="llmguide.envs.crafter.rules:default_max_steps",
                       wait="compiling Craftax-Classic's jitted step (about 30 s the first time; a few seconds once "
                            "~/.cache/llmguide/jax holds it)"),
     "babyai": Family("llmguide.envs.babyai.env:make_babyai", "llmguide.envs.babyai.oracle:BabyAIOracle",
@@ -129,3 +132,9 @@ def get_oracle(name: str, actions: str = "primitive") -> Oracle:
     oracle = load(family(name).oracle)
     params = inspect.signature(oracle).parameters
     return oracle(actions) if "actions" in params else oracle()
+
+
+def default_max_steps(env_cfg: Any) -> int | None:
+    """The family's episode cap for a config whose ``env.max_steps`` is null (None: the env has no such default)."""
+    target = family(cfg_get(env_cfg, "name")).max_steps
+    return None if target is None else int(load(target)(env_cfg))

@@ -259,9 +259,12 @@ def _eval_episode_cap(cfg: DictConfig) -> Iterator[int | None]:
     if not cap:
         yield None
         return
+    from llmguide.envs.registry import default_max_steps
+
     before = cfg.env.get("max_steps")
+    own = before if before is not None else default_max_steps(cfg.env)   # null: the family's own cap
     with open_dict(cfg.env):
-        cfg.env.max_steps = int(cap) if before is None else min(int(before), int(cap))
+        cfg.env.max_steps = int(cap) if own is None else min(int(own), int(cap))
     try:
         yield int(cfg.env.max_steps)
     finally:

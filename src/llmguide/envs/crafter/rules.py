@@ -29,6 +29,12 @@ EPISODE_STEPS = 10000  # Crafter's episode length (env.max_steps null, no task)
 TASK_MAX_STEPS = 1500  # a single task's episode cap (env.max_steps null, env.task set)
 
 
+def default_max_steps(env_cfg: Any) -> int:
+    """The episode cap of a Crafter / Craftax config whose ``env.max_steps`` is null."""
+    task = env_cfg.get("task") if env_cfg is not None else None
+    return TASK_MAX_STEPS if task not in (None, "", "null", "none") else EPISODE_STEPS
+
+
 @dataclass(frozen=True)
 class Task:
     """``env.task=<achievement>``, the same on Crafter and Craftax-Classic: reward 1 when the achievement
