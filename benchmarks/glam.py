@@ -179,7 +179,8 @@ def method_overrides(args: argparse.Namespace) -> dict[str, list[str]]:
               f"eval.greedy={str(args.greedy).lower()}"]
     rollout = max(1, min(16, args.steps // (2 * args.num_envs)))
     lm = [*common, "llm=hf", f"total_steps={args.steps}", f"agent.rollout_steps={rollout}",
-          f"method.k_history={args.k_history}", f"agent.epochs={args.epochs}", f"agent.torch_threads={args.threads}"]
+          f"method.k_history={args.k_history}", f"agent.epochs={args.epochs}", f"agent.torch_threads={args.threads}",
+          f"llm.device={args.device}", f"llm.dtype={args.dtype}", f"method.score_batch={args.score_batch}"]
     tests = [f"method.post_tests=[{args.post_tests}]", f"method.post_test_episodes={args.post_test_episodes}"]
     lora = [f"method.lora_last_layers={args.lora_last_layers}"]
     drrn = [*common, "method=drrn", f"method.k_history={args.k_history}"]
@@ -217,7 +218,16 @@ def main() -> int:
     p.add_argument("--skip-train", action="store_true",
                    help="no training: tabulate the finished runs already in --out, the baselines and the scoring ratio")
     p.add_argument("--out", default="runs/bench_glam")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N for the LM methods (cuda refuses without CUDA)")
+    p.add_argument("--dtype", default="auto", help="auto: bfloat16 on a CUDA card that supports it, float32 on CPU")
+    p.add_argument("--score-batch", type=int, default=1,
+                   help="prompts per batched scoring forward (methods/glam/batched.py); 1: one at a time")
     args = p.parse_args()
+    from llmguide.methods.glam.device import require_device
+
+    if (reason := require_device(args.device)) is not None:
+        print(reason)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     every = method_overrides(args)

@@ -128,3 +128,38 @@ def test_cuda_refused_in_one_line(prior, monkeypatch, capsys):
     assert prior.main(["--device", "cuda", "--prompts", "1"]) == 2
     out = capsys.readouterr().out.strip()
     assert "\n" not in out and "CUDA" in out
+
+
+def test_glam_bench_refuses_cuda(monkeypatch, capsys, tmp_path):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    bench = load("glam")
+    monkeypatch.setattr(sys, "argv", ["glam.py", "--device", "cuda", "--task", "GoToLocal", "--steps", "100000",
+                                      "--out", str(tmp_path)])
+    assert bench.main() == 2
+    out = capsys.readouterr().out.strip()
+    assert out.count("\n") == 0 and "CUDA is not available" in out
+
+
+@pytest.mark.slow   # loads Gemma 270M (hf): ~10 s on a quiet box, 80 s on the busy shared one
+def test_batched_scoring_matches_sequential():
+    """Several prompts of different lengths per forward (methods/glam/batched.py) = one at a time, to 1e-4."""
+    torch = pytest.importorskip("torch")
+    from llmguide.llm.hf import HFLM
+    from llmguide.methods.glam.batched import score_with_hidden
+    from llmguide.methods.glam.policy import glam_prompt
+
+    lm = HFLM()
+    prompts = [glam_prompt("go to the red ball", ["You see a wall 2 steps forward"], [], ACTION_STRINGS),
+               glam_prompt("pick up the key", ["You see a key", "You see a wall 1 step left"], ["turn left"],
+                           ACTION_STRINGS, action_list=False),
+               "Goal: open the door. Action:"]
+    cands = [[" " + a for a in ACTION_STRINGS]] * 3
+    with torch.no_grad():
+        ref, ref_h = lm.score_with_hidden(prompts, cands)
+        got, got_h = score_with_hidden(lm, prompts, cands, batch=2)
+        norm, _ = score_with_hidden(lm, prompts, cands, batch=3, normalize=True)
+    assert torch.allclose(torch.stack(got), torch.stack(ref), atol=1e-4)
+    assert torch.allclose(got_h, ref_h, atol=1e-3)
+    lengths = torch.tensor([len(lm._candidate_ids(c)) for c in cands[0]], dtype=torch.float32)
+    assert torch.allclose(torch.stack(norm), torch.stack(ref) / lengths, atol=1e-4)

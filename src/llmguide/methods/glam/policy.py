@@ -146,8 +146,9 @@ class LMPolicy(nn.Module):
     """
 
     def __init__(self, hf_lm: Any, action_strings: Sequence[str], value_head: nn.Module | None = None,
-                 normalize: bool = False, action_head: nn.Module | None = None):
+                 normalize: bool = False, action_head: nn.Module | None = None, score_batch: int = 1):
         super().__init__()
+        self.score_batch = score_batch   # > 1: that many prompts per forward (methods/glam/batched.py)
         if not action_strings:
             raise ValueError("action_strings is empty")
         self.lm = hf_lm
@@ -169,8 +170,10 @@ class LMPolicy(nn.Module):
             hidden = self.lm.context_states(list(prompts))
             logits = self.action_head(hidden)
         else:
-            scores, hidden = self.lm.score_with_hidden(list(prompts), [self.candidates] * len(prompts),
-                                                       normalize=self.normalize)
+            from llmguide.methods.glam.batched import score_with_hidden
+
+            scores, hidden = score_with_hidden(self.lm, list(prompts), [self.candidates] * len(prompts),
+                                               normalize=self.normalize, batch=self.score_batch)
             logits = torch.stack(scores).float()
         return torch.log_softmax(logits, dim=-1), self.value_head(hidden)
 

@@ -54,11 +54,15 @@ class GLAMRecipe(TextPolicyRecipe):
         """HFLM from ``cfg.llm`` (trainable), LoRA-wrapped if ``method.lora``, as an :class:`LMPolicy`."""
         from llmguide.envs.babyai.env import ACTION_STRINGS
         from llmguide.llm.hf import HFLM
+        from llmguide.methods.glam.device import default_dtype, require_device
         from llmguide.methods.glam.policy import LMPolicy, MLPHead, ValueHead, apply_lora, d_model_of
 
         m, llm = self.cfg.method, self.cfg.llm
+        if (reason := require_device(str(llm.device))) is not None:
+            raise ConfigError("llm.device", reason)
+        dtype = default_dtype(str(llm.device)) if str(llm.dtype) == "auto" else str(llm.dtype)
         lm = HFLM(model_path=llm.get("model_path"), gguf_file=llm.get("gguf_file"), device=str(llm.device),
-                  dtype=str(llm.dtype), trainable=not m.lora, max_batch=int(llm.max_batch),
+                  dtype=dtype, trainable=not m.lora, max_batch=int(llm.max_batch),
                   pretrained=bool(m.pretrained))
         if m.lora:
             apply_lora(lm, r=int(m.lora_r), alpha=int(m.lora_alpha), dropout=float(m.lora_dropout),
@@ -66,7 +70,8 @@ class GLAMRecipe(TextPolicyRecipe):
         d_model = d_model_of(lm)
         head = ValueHead(d_model, int(m.value_hidden)).to(lm.device)
         actions = MLPHead(d_model, int(m.value_hidden), len(ACTION_STRINGS)) if m.action_heads else None
-        return LMPolicy(lm, ACTION_STRINGS, head, normalize=bool(m.normalize_scores), action_head=actions)
+        return LMPolicy(lm, ACTION_STRINGS, head, normalize=bool(m.normalize_scores), action_head=actions,
+                        score_batch=int(m.get("score_batch", 1)))
 
     def load_policy(self, agent_state: dict[str, Any]) -> None:
         self.policy.load_trainable_state(agent_state["policy"])
