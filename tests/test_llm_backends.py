@@ -384,9 +384,9 @@ def test_make_llm_builds_each_backend_and_the_cache(tmp_path):
     assert isinstance(http, HTTPLM) and http.concurrency == 2
     http.close()
 
-    cache_mod = pytest.importorskip("llmguide.llm.cache")
+    from llmguide.llm.cached_lm import CachedLM
     cached = make_llm(load_config(["llm=http"]).llm)
-    assert isinstance(cached, cache_mod.CachedLM) and isinstance(cached.inner, HTTPLM)
+    assert isinstance(cached, CachedLM) and isinstance(cached.inner, HTTPLM)
     assert cached.cache.path == default_cache_dir() / "llm_cache.sqlite"
     cached.close()
     own = make_llm(load_config(["llm=http", f"llm.cache.path={tmp_path / 'c.sqlite'}"]).llm)
