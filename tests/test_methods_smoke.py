@@ -51,15 +51,7 @@ SMOKE: dict[str, tuple[str | None, list[str]]] = {
 SLOW = {"bk_code", "bk_pref", "bk_goal", "glam", "npae"}   # LM-written code in the sandbox, MiniLM; transformers
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """One intra-op thread: several times faster on a shared 2-core machine."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

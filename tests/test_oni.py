@@ -55,15 +55,7 @@ class CountingLM(LanguageModel):
         return self.inner.score(contexts, candidates, normalize=normalize)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """The char-CNNs train ~20x faster with one intra-op thread on this shared 2-core machine."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -26,12 +26,7 @@ SAPLING = "You collect a sapling. You get 1 sapling."
 NOTHING, COW, HURT = "Nothing happens.", "You see a cow.", "You are hit by a zombie. You feel hurt."
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture

@@ -28,12 +28,7 @@ UNHELPFUL = ["It's a wall.", "Never mind.", "This door is locked.", "There is no
              "You see here a key named The Master Key of Thievery.", "You hear the footsteps of a guard on patrol."]
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture

@@ -11,15 +11,7 @@ pytest.importorskip("minihack")
 
 from llmguide.pipelines import load_config  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def oni_cfg(tmp_path, method: str, *extra: str):
