@@ -173,17 +173,25 @@ def test_ellm_runs_unchanged_on_a_counterfactual_lm_over_the_open_vocabulary(tmp
 
 
 def test_the_wrong_target_bk_code_oracle_program_values_the_other_object() -> None:
-    from llmguide.envs import get_oracle
-    from llmguide.methods.bk.oracle import BKOracleAnswers
-
-    def phi(mission: str, image: np.ndarray) -> float:
-        code = BKOracleAnswers(get_oracle("babyai"), mission).generate("def potential(obs, caption) ...")
-        namespace: dict = {}
-        exec(code.strip("`").removeprefix("python\n"), namespace)  # noqa: S102 - our own ground-truth program
-        return namespace["potential"]({"image": image, "vector": np.zeros(40)}, "")
-
     from minigrid.core.constants import COLOR_TO_IDX
 
+    from llmguide.envs import get_oracle
+    from llmguide.envs.babyai.env import VOCAB, mission_bow
+    from llmguide.methods.bk.oracle import BKOracleAnswers
+
+    task = "go to the red ball"
+
+    def phi(mission: str, image: np.ndarray) -> float:
+        answers = BKOracleAnswers(get_oracle("babyai"), mission, task)
+        code = answers.generate("def potential(obs, caption) ...")
+        namespace: dict = {}
+        exec(code.strip("`").removeprefix("python\n"), namespace)  # noqa: S102 - our own ground-truth program
+        vector = np.concatenate([np.zeros(4), mission_bow(task)])   # the observation names the run's task
+        return namespace["potential"]({"image": image, "vector": vector}, "")
+
+    assert len(mission_bow(task)) == len(VOCAB)
     image = np.zeros((20, 7, 7))
     image[6, 3, 3] = image[11 + COLOR_TO_IDX["red"], 3, 3] = 1.0     # a red ball 3 steps ahead
-    assert phi("go to the red ball", image) == 0.25 and phi("go to the blue box", image) == -1.0
+    assert phi(task, image) == 0.25 and phi("go to the blue box", image) == -1.0
+    image[7, 3, 4] = image[11 + COLOR_TO_IDX["blue"], 3, 4] = 1.0    # and a blue box
+    assert phi(task, image) == 0.25 and phi("go to the blue box", image) == 0.5 - 4 / 12   # 3 ahead, 1 right

@@ -1,5 +1,5 @@
 """BK's ground truth for its BabyAI-Text go-to tasks (``llm=oracle``): the BK-Code oracle program (reads
-the target it is told, Φ = 0.5 − distance/12 to the target when visible, −1 when not), the
+the mission from the observation, Φ = 0.5 − distance/12 to the target when visible, −1 when not), the
 same Φ from a caption (BK-Pref's progress), and BK-Goal's goal library for a go-to mission."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import re
 from minigrid.core.constants import COLOR_NAMES, COLOR_TO_IDX
 
 
-def oracle_potential_program(vocab: list[str], target: str | None = None) -> str:
-    """BK-Code's oracle program: finds the target object in the egocentric one-hot image; Φ = 0.5 −
-    distance/12 when it is visible (agent at row 6, column 3), −1 when not (the visibility bonus).
-    The target is the one the oracle was told (``target``, e.g. "red ball": the task's, or ``llm.target``'s
-    for the wrong-knowledge control), written into the program as an LM told the task would; with no
-    ``target`` the program reads the mission from ``obs['vector']``'s bag of words."""
+def oracle_potential_program(vocab: list[str], swap: tuple[str, str] | None = None) -> str:
+    """BK-Code's oracle program: reads the mission ("go to the red ball") from ``obs['vector']``'s bag of
+    words, finds that object in the egocentric one-hot image; Φ = 0.5 − distance/12 when it is visible
+    (agent at row 6, column 3), −1 when not (the visibility bonus).  ``swap=("red ball", "blue box")`` is
+    the wrong-knowledge control (``llm.target``): where the mission names the task's target the program
+    values the other object instead."""
     words = {w: 4 + i for i, w in enumerate(vocab)}
     colors = {c: words[c] for c in COLOR_NAMES}
     kinds = {"key": (words["key"], 5), "ball": (words["ball"], 6), "box": (words["box"], 7)}
@@ -24,16 +24,14 @@ def oracle_potential_program(vocab: list[str], target: str | None = None) -> str
 COLORS = {colors!r}          # colour word -> index in obs["vector"]
 KINDS = {kinds!r}       # type word -> (index in obs["vector"], object-type channel)
 COLOR_CHANNEL = {channels!r}   # colour word -> colour channel of obs["image"]
-TARGET = {tuple(target.split()) if target else None!r}   # (colour, type) of the target; None: read the mission
+SWAP = {({tuple(swap[0].split()): tuple(swap[1].split())} if swap else {})!r}   # mission target -> valued object
 
 
 def potential(obs, caption):
     image, vector = np.asarray(obs["image"]), np.asarray(obs["vector"])
-    if TARGET is not None:
-        color, kind = TARGET
-    else:
-        color = next((c for c, i in COLORS.items() if vector[i] > 0), None)
-        kind = next((k for k, (i, _) in KINDS.items() if vector[i] > 0), None)
+    color = next((c for c, i in COLORS.items() if vector[i] > 0), None)
+    kind = next((k for k, (i, _) in KINDS.items() if vector[i] > 0), None)
+    color, kind = SWAP.get((color, kind), (color, kind))
     if kind is None:
         return 0.0
     mask = image[KINDS[kind][1]] > 0.5
