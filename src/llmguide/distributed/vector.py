@@ -111,7 +111,7 @@ class RayVectorEnv(VectorEnv):
 
         return RayActorError, ActorUnavailableError
 
-    def cfg_get(self, ref: Any) -> Any:
+    def _get(self, ref: Any) -> Any:
         return self._ray.get(ref, timeout=self.timeout)
 
     def _batch(self) -> Any:
