@@ -49,7 +49,7 @@ def test_two_runner_vector_env_matches_the_local_vector_env_step_for_step(local_
 
     cfg = _babyai()
     local = make_vector_env(cfg.env, 4, 7, "sync")
-    remote = make_vector_env(cfg.env, 4, 7, "sync", runners=2, ray_cfg=cfg.ray)
+    remote = RayVectorEnv(cfg.env, 4, 7, runners=2, ray_cfg=cfg.ray)   # what the Runner builds for runners=2
     assert isinstance(remote, RayVectorEnv) and remote.slices == [(0, 2), (2, 4)]
     assert remote.single_observation_space == local.single_observation_space
     a, _ = local.reset(seed=7)
@@ -95,11 +95,12 @@ def _kill_at(envs, at: int):
 
 
 def test_a_killed_env_runner_is_restarted_and_ppo_finishes_with_its_step_count(local_ray):
-    from llmguide.envs import make_vector_env
     from llmguide.learners.ppo import PPO
+    from llmguide.pipelines.runner import make_run_envs
 
     cfg = _babyai()
-    envs = make_vector_env(cfg.env, 4, 0, "sync", runners=2, ray_cfg=cfg.ray)
+    cfg.runners = 2
+    envs = make_run_envs(cfg)   # the Runner's choice: runners=2 -> two env-runner actors
     kill = _kill_at(envs, at=64)
     agent = PPO(envs, cfg.agent, seed=0)
     agent.learn(256, callback=kill, progress=False)
@@ -114,11 +115,11 @@ def test_a_killed_env_runner_is_restarted_and_ppo_finishes_with_its_step_count(l
 
 def test_restarts_are_bounded_by_max_restarts(local_ray):
     from llmguide.core.errors import LLMGuideError
-    from llmguide.envs import make_vector_env
+    from llmguide.distributed.vector import RayVectorEnv
 
     cfg = _babyai(2)
     cfg.ray.max_restarts = 0
-    envs = make_vector_env(cfg.env, 2, 0, "sync", runners=1, ray_cfg=cfg.ray)
+    envs = RayVectorEnv(cfg.env, 2, 0, runners=1, ray_cfg=cfg.ray)
     envs.reset(seed=0)
     ray.kill(envs.actors[0], no_restart=False)
     with pytest.raises(LLMGuideError, match="max_restarts=0"):
@@ -130,12 +131,12 @@ def test_restarts_are_bounded_by_max_restarts(local_ray):
 
 def test_lm_actor_is_shared_falls_back_counted_when_killed_then_recovers(local_ray, tmp_path):
     from llmguide.distributed.lm import ActorLM
-    from llmguide.llm.factory import make_llm
     from llmguide.llm.service import LLMService
     from llmguide.pipelines import load_config
+    from llmguide.pipelines.services import make_run_lm
 
     cfg = load_config(["llm=oracle", "llm.actor=true", "env=crafter"])
-    lm_a, lm_b = make_llm(cfg.llm, "crafter"), make_llm(cfg.llm, "crafter")
+    lm_a, lm_b = make_run_lm(cfg), make_run_lm(cfg)   # the Runner's choice: llm.actor=true -> the actor's client
     assert isinstance(lm_a, ActorLM)
     # one named actor per LM config: both clients reach the same process
     assert ray.get(lm_a.actor.pid.remote()) == ray.get(lm_b.actor.pid.remote())
