@@ -195,3 +195,16 @@ def test_the_wrong_target_bk_code_oracle_program_values_the_other_object() -> No
     assert phi(task, image) == 0.25 and phi("go to the blue box", image) == -1.0
     image[7, 3, 4] = image[11 + COLOR_TO_IDX["blue"], 3, 4] = 1.0    # and a blue box
     assert phi(task, image) == 0.25 and phi("go to the blue box", image) == 0.5 - 4 / 12   # 3 ahead, 1 right
+
+
+def test_the_ray_lm_actor_refuses_ground_truth_answerers_only_for_ground_truth_backends(monkeypatch) -> None:
+    from llmguide.core.errors import ConfigError
+    from llmguide.distributed import lm as actor_module
+    from llmguide.pipelines.services import make_run_lm
+
+    monkeypatch.setattr(actor_module, "actor_lm", lambda *args: "the actor's client")   # no Ray cluster here
+    answerers = [GoodWord()]
+    with pytest.raises(ConfigError, match="llm.actor"):
+        make_run_lm(load_config(["env=crafter", "llm=oracle", "llm.actor=true"]), answerers)
+    # a real LM ignores the method's answerers, so it may live in the shared actor (ONI passes them always)
+    assert make_run_lm(load_config(["env=crafter", "llm=embedded", "llm.actor=true"]), answerers) == "the actor's client"

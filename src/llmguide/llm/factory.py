@@ -8,7 +8,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from llmguide.core.config import cfg_get, default_cache_dir, non_negative, one_of, positive, register_rule
+from llmguide.core.config import (
+    cfg_get,
+    default_cache_dir,
+    in_range,
+    non_negative,
+    one_of,
+    positive,
+    register_rule,
+)
 from llmguide.core.errors import ConfigError
 from llmguide.llm.base import LanguageModel
 from llmguide.llm.cache import DEFAULT_MAX_BYTES, LLMCache
@@ -16,7 +24,9 @@ from llmguide.llm.cached_lm import CachedLM
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("embedded", "http", "hf", "oracle", "random", "shuffled", "constant")
+# backends that answer from ground truth: the oracle and the counterfactual LMs built on it (they take answerers)
+GROUND_TRUTH_BACKENDS = ("oracle", "random", "shuffled", "constant")
+BACKENDS = ("embedded", "http", "hf", *GROUND_TRUTH_BACKENDS)
 
 
 def _url(value: Any) -> str | None:
@@ -49,8 +59,8 @@ LLM_RULES = {
     "llm.backoff_max": non_negative,
     "llm.max_response_bytes": positive,
     "llm.cache.max_bytes": positive,
-    "llm.positive_rate": lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v!r}",
-    "llm.tie_rate": lambda v: None if 0.0 <= v <= 1.0 else f"must be in [0, 1], got {v!r}",
+    "llm.positive_rate": in_range(0.0, 1.0),
+    "llm.tie_rate": in_range(0.0, 1.0),
 }
 for _key, _rule in LLM_RULES.items():
     register_rule(_key, _rule, any_type=_key == "llm.n_threads")   # "auto" or a number
@@ -114,7 +124,7 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
         return HFLM(model_path=cfg_get(llm_cfg, "model_path"), gguf_file=cfg_get(llm_cfg, "gguf_file"),
                     device=cfg_get(llm_cfg, "device", "cpu"), dtype=cfg_get(llm_cfg, "dtype", "float32"),
                     trainable=bool(cfg_get(llm_cfg, "trainable", False)), max_batch=int(cfg_get(llm_cfg, "max_batch", 16)))
-    if backend in ("oracle", "random", "shuffled", "constant"):
+    if backend in GROUND_TRUTH_BACKENDS:
         from llmguide.llm.oracle import OracleLM
 
         family = env_family or cfg_get(llm_cfg, "env_family")

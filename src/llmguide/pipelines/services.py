@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from llmguide.core.config import non_negative, positive, register_rule
 from llmguide.core.errors import ConfigError
 from llmguide.llm.base import LanguageModel
-from llmguide.llm.factory import make_llm
+from llmguide.llm.factory import GROUND_TRUTH_BACKENDS, make_llm
 from llmguide.llm.service import LLMService
 
 # what the progress bar shows of a run's LM: calls sent, the fraction of requests answered, fallbacks
@@ -36,7 +36,7 @@ for _key, _rule in {"llm.require_fraction": lambda v: None if v is None or 0.0 <
 def make_run_lm(cfg: DictConfig, answerers: Sequence[Any] = (), online: bool = True) -> LanguageModel:
     """The run's LM: backend + cache, or the shared Ray actor's client with ``llm.actor=true``."""
     if bool(cfg.llm.get("actor", False)):
-        if answerers:
+        if answerers and str(cfg.llm.backend) in GROUND_TRUTH_BACKENDS:
             raise ConfigError("llm.actor", "the oracle's method answers (BK, ONI) run in the learner process; "
                                            "use llm.actor=false with llm=oracle")
         from llmguide.distributed.lm import actor_lm

@@ -98,6 +98,7 @@ def _label_goal(cfg, bk, lm, episodes, out, names, rng) -> tuple[dict[str, Any],
 def label(cfg: DictConfig) -> int:
     """Build the variant's potential; raises ``LabelingFailed`` (after saving everything) on failure."""
     from llmguide.envs import get_oracle
+    from llmguide.llm.factory import GROUND_TRUTH_BACKENDS
     from llmguide.methods import bk
     from llmguide.methods.bk.oracle import BKOracleAnswers
     from llmguide.pipelines.services import make_run_lm
@@ -112,7 +113,7 @@ def label(cfg: DictConfig) -> int:
         raise LLMGuideError(f"no readable episodes in {dataset.roots}")
     names = action_names(cfg)
     rng = np.random.default_rng(int(cfg.seed))
-    knows = str(cfg.llm.backend) in ("oracle", "random", "shuffled", "constant")   # the oracle and its controls
+    knows = str(cfg.llm.backend) in GROUND_TRUTH_BACKENDS   # the oracle and its controls
     oracle_mission = task_mission(cfg, cfg.llm.get("target")) if knows else None   # the LM arms never see it
     own = task_mission(cfg) if knows and cfg.llm.get("target") else oracle_mission   # the run's own task's mission
     answerers = [] if oracle_mission is None else [BKOracleAnswers(get_oracle(str(cfg.env.name)), oracle_mission, own)]
