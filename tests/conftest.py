@@ -96,3 +96,47 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load_benchmark(name: str):
+    """A module of benchmarks/ without putting the folder on sys.path (its craftax.py and ray.py shadow packages)."""
+    import importlib.util
+    import sys
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """``load_benchmark("harness")``: a benchmark script imported as a module."""
+    return _load_benchmark
+
+
+@pytest.fixture(scope="module")
+def cx():
+    """One Craftax-Classic env (a batched JAX env of 1), reset with seed 0, shared by a test module."""
+    pytest.importorskip("craftax")
+    from llmguide.envs.craftax.env import CraftaxVectorEnv
+
+    env = CraftaxVectorEnv(1, seed=0, reset_ratio=1)
+    env.reset(seed=0)
+    return env
+
+
+@pytest.fixture(scope="module")
+def cr():
+    """One Crafter env reset with seed 0, shared by a test module."""
+    from llmguide.envs.crafter.env import CrafterText
+
+    env = CrafterText(seed=0)
+    env.reset(seed=0)
+    return env

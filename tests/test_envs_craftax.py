@@ -26,20 +26,6 @@ NOOP, DOWN, DO, PLACE_STONE, PLACE_TABLE, PLACE_PLANT, MAKE_WOOD_PICKAXE = 0, 4,
 CRAFTER_FACING = {1: (-1, 0), 2: (1, 0), 3: (0, -1), 4: (0, 1)}  # Craftax direction -> Crafter (dx, dy)
 
 
-@pytest.fixture(scope="module")
-def cx() -> CraftaxVectorEnv:
-    env = CraftaxVectorEnv(1, seed=0, reset_ratio=1)
-    env.reset(seed=0)
-    return env
-
-
-@pytest.fixture(scope="module")
-def cr() -> CrafterText:
-    env = CrafterText(seed=0)
-    env.reset(seed=0)
-    return env
-
-
 def one_state(env: CraftaxVectorEnv):
     return jax.device_get(jax.tree_util.tree_map(lambda x: x[0], env._carry["states"]))
 

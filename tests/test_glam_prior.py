@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,23 +11,10 @@ from llmguide.envs.babyai.env import ACTION_STRINGS
 from llmguide.llm.base import LanguageModel
 from llmguide.methods.glam.policy import HEADER
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def load(name: str):
-    """A module from benchmarks/ without putting the folder on sys.path."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.fixture(scope="module")
-def prior():
-    return load("glam_prior")
+def prior(load_benchmark):
+    return load_benchmark("glam_prior")
 
 
 class FakeLM(LanguageModel):
@@ -130,10 +115,10 @@ def test_cuda_refused_in_one_line(prior, monkeypatch, capsys):
     assert "\n" not in out and "CUDA" in out
 
 
-def test_glam_bench_refuses_cuda(monkeypatch, capsys, tmp_path):
+def test_glam_bench_refuses_cuda(load_benchmark, monkeypatch, capsys, tmp_path):
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    bench = load("glam")
+    bench = load_benchmark("glam")
     monkeypatch.setattr(sys, "argv", ["glam.py", "--device", "cuda", "--task", "GoToLocal", "--steps", "100000",
                                       "--out", str(tmp_path)])
     assert bench.main() == 2

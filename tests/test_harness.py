@@ -2,33 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def load(name: str):
-    """A module from benchmarks/ without putting the folder on sys.path (it shadows craftax and ray)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def harness():
-    return load("harness")
+def harness(load_benchmark):
+    return load_benchmark("harness")
 
 
 def test_tiny_study_end_to_end(harness, tmp_path, capsys):
@@ -82,8 +67,8 @@ def test_tiny_study_end_to_end(harness, tmp_path, capsys):
     assert "Failed runs: broken seed 0" in (out / "report.md").read_text()
 
 
-def test_converted_script_is_an_arm_table(harness):
-    ellm = load("ellm_crafter")
+def test_converted_script_is_an_arm_table(harness, load_benchmark):
+    ellm = load_benchmark("ellm_crafter")
     study = ellm.STUDY
     assert {"ellm-oracle", "ellm-embedded", "ellm-random", "ellm-shuffled", "ellm-all-goals", "ellm-oracle-open",
             "ellm-random-open", "ellm-embedded-open", "novelty", "rnd", "apt", "no-reward", "ground-truth"} == set(study.arms)
@@ -112,8 +97,8 @@ def test_seed_and_budget_parsing(harness):
         harness.Study(name="x", arms={"a": []}, control="b", metric="m")
 
 
-def test_results_index_lists_every_study_and_links_resolve():
-    root = BENCH / "results"
+def test_results_index_lists_every_study_and_links_resolve(harness):
+    root = harness.RESULTS
     index = (root / "README.md").read_text()
     for path in root.glob("*/*/result.json"):
         assert f"]({path.parent.relative_to(root).as_posix()}/" in index, path
@@ -122,10 +107,10 @@ def test_results_index_lists_every_study_and_links_resolve():
 
 
 @pytest.mark.slow   # 5 llmguide processes: 90 s wall on the shared 2-core box (37 s CPU)
-def test_prepare_hook_runs_offline_steps_once_and_fails_arms_not_the_study(harness, tmp_path, capsys):
+def test_prepare_hook_runs_offline_steps_once_and_fails_arms_not_the_study(harness, load_benchmark, tmp_path, capsys):
     """A tiny BK study: collect + one label run per arm (llm=oracle) before the arms; a labelling that fails
     makes its arm failed with the reason (the other arms train); a second invocation keeps every finished step."""
-    bk = load("bk")
+    bk = load_benchmark("bk")
     runs, results = tmp_path / "runs", tmp_path / "results"
     argv = ["--runs", str(runs), "--results", str(results), "--steps", "256", "--seeds", "1", "--num-envs", "2",
             "--collect-steps", "256", "--code-iters", "1", "--oracle-pairs", "4", "--jobs", "1",
@@ -163,10 +148,10 @@ def test_prepare_hook_runs_offline_steps_once_and_fails_arms_not_the_study(harne
     assert "[prep" not in printed and "failed bk_pref-oracle: labelling failed" in printed
 
 
-def test_placeholders_auc_and_study_scripts_resolve(harness, tmp_path):
-    load("ellm_crafter")   # ellm_finetune.py and lm_guidance.py import its arm table
+def test_placeholders_auc_and_study_scripts_resolve(harness, load_benchmark, tmp_path):
+    load_benchmark("ellm_crafter")   # ellm_finetune.py and lm_guidance.py import its arm table
     def plan_of(module, argv):
-        study = load(module).STUDY
+        study = load_benchmark(module).STUDY
         return harness.make_plan(study, harness.build_parser(study).parse_args([*argv, "--runs", str(tmp_path)]))
 
     plan = plan_of("bk", ["--seeds", "100-101"])
@@ -188,7 +173,7 @@ def test_placeholders_auc_and_study_scripts_resolve(harness, tmp_path):
     assert finetune.arms == ["scratch", "ellm-oracle-pretrained", "novelty-pretrained"]
     assert f"method.pretrained={tmp_path}/prep/pretrained/novelty/seed-${{seed}}" in finetune.arm_overrides(
         "novelty-pretrained")
-    assert load("lm_guidance").STUDY.order == "alternate"
+    assert load_benchmark("lm_guidance").STUDY.order == "alternate"
 
     # success AUC: the mean over the bins that hold values; values after the budget are cut
     assert harness.auc([10, 60, 70, 150], [1.0, 0.0, 1.0, 1.0], budget=100, bins=2) == pytest.approx(0.75)

@@ -145,23 +145,6 @@ def _both(cx, cr, action: int) -> tuple[str, str]:
     return info["message"], ref
 
 
-@pytest.fixture(scope="module")
-def cx():
-    pytest.importorskip("craftax")
-    from llmguide.envs.craftax.env import CraftaxVectorEnv
-
-    env = CraftaxVectorEnv(1, seed=0, reset_ratio=1)
-    env.reset(seed=0)
-    return env
-
-
-@pytest.fixture(scope="module")
-def cr() -> CrafterText:
-    env = CrafterText(seed=0)
-    env.reset(seed=0)
-    return env
-
-
 def _blocks():
     from craftax.craftax_classic.constants import BlockType
 
