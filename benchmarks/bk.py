@@ -18,11 +18,14 @@ preferences permuted across pairs, ``llm=shuffled``), ``bk_code-wrong-target`` (
     nice python benchmarks/bk.py --task GoToLocal-RedBall-S20 --seeds 3 --steps 300000 --jobs 2
 
 Crafter single tasks (``--env crafter`` or ``--env craftax``): the data is RND-driven PPO on the env with
-all achievements (``env.task=null``), the arms train on ``--task`` (default ``place_table``; reward 1 and
-episode end on success), ``agent.image_encoder=flat``; results in ``benchmarks/results/bk_<env>/``::
+all achievements (``env.task=null``), the arms train on ``--task`` (default: the shared sparse task
+``harness.SPARSE_TASK``, make_stone_pickaxe; reward 1 and episode end on success, 1500-step cap) with the shared
+sparse task's PPO (``harness.SPARSE_PPO``: the same ``ppo`` command as the ONI and PTGM studies, so
+``--runs`` shared with them and ``--resume`` reuse their finished control runs); results in
+``benchmarks/results/bk_<env>/``::
 
-    nice python benchmarks/bk.py --env craftax --task place_table --num-envs 64 --num-steps 64 \\
-        --steps 300000 --arms ppo,bk_code-oracle,bk_pref-oracle,bk_goal-oracle
+    nice python benchmarks/bk.py --env craftax --seeds 5 --steps 500000 --jobs 2 \\
+        --arms ppo,bk_code-oracle,bk_random_phi,bk_code-wrong-target
 
 Label quality against ground truth: ``benchmarks/bk_quality.py`` over the same ``--runs``.
 """
@@ -32,13 +35,12 @@ from __future__ import annotations
 import json
 import sys
 
-from harness import Study, main
+from harness import SPARSE_PER_ENV, SPARSE_TASK, Study, main
 
-PPO = ["agent.lr=3e-4", "agent.anneal_lr=false", "agent.clip_coef=0.1", "agent.num_steps=128"]
-CRAFTER = ["agent.image_encoder=flat", "agent.num_steps={num_steps}"]   # the cheap flat encoder on the symbolic view
-DEFAULTS = {"babyai": ("GoToLocal-RedBall-S20", "Pretraining-S20", "GoToLocal-BlueBox-S20"),   # task, collection
-            "crafter": ("place_table", "null", "eat_cow"),                                    # task, wrong target
-            "craftax": ("place_table", "null", "eat_cow")}
+PPO = ["agent.lr=3e-4", "agent.anneal_lr=false", "agent.clip_coef=0.1", "agent.num_steps=128", "method.extrinsic_coef=10.0"]
+DEFAULTS = {"babyai": ("GoToLocal-RedBall-S20", "Pretraining-S20", "GoToLocal-BlueBox-S20"),   # task, collection,
+            "crafter": (SPARSE_TASK, "null", "eat_cow"),                                      # wrong target
+            "craftax": (SPARSE_TASK, "null", "eat_cow")}
 CODE = ["method.code.iterations={code_iters}", "method.code.fix_retries={fix_retries}",
         "method.code.max_tokens={code_tokens}"]
 LABELS = {  # arm -> label overrides (method=<variant> and llm=...); trained with method.labels={prep}/labels-<arm>
@@ -52,7 +54,7 @@ LABELS = {  # arm -> label overrides (method=<variant> and llm=...); trained wit
     "bk_code-wrong-target": ["method=bk_code", "llm=oracle", "llm.target={wrong_target}", *CODE],
 }
 ARMS = {
-    "ppo": ["method=none", "method.extrinsic_coef=10.0"],
+    "ppo": ["method=none"],
     **{arm: [label[0], f"method.labels={{prep}}/labels-{arm}"] for arm, label in LABELS.items()},
     "bk_random_phi": ["method=bk_random_phi", "method.random_phi.seed=${seed}"],
 }
@@ -64,7 +66,6 @@ def flags(p) -> None:
     p.add_argument("--collect-steps", type=int, default=65_536, help="env steps of the RND collection agent")
     p.add_argument("--wrong-target", default=None, help="bk_code-wrong-target's llm.target (default: GoToLocal-"
                    "BlueBox-S20 on babyai, eat_cow on Crafter; the other one when it is --task)")
-    p.add_argument("--num-steps", type=int, default=128, help="PPO rollout length per env (crafter/craftax)")
     p.add_argument("--pairs", type=int, default=200, help="BK-Pref pairs labelled by an LM (reference: 5000)")
     p.add_argument("--oracle-pairs", type=int, default=2000, help="BK-Pref pairs labelled by the oracle or its controls")
     p.add_argument("--goal-iters", type=int, default=20)
@@ -147,7 +148,8 @@ def details(plan) -> tuple[list[str], dict]:
 STUDY = Study(
     name="bk",
     title="BK vs PPO: potential-based shaping from background knowledge",
-    about="PPO (lr 3e-4 constant, clip 0.1, 128-step rollouts) with the same network, env, budget and "
+    about="PPO (BabyAI: lr 3e-4 constant, clip 0.1, 128-step rollouts as the reference, extrinsic x10; Craftax: the "
+          "shared sparse task's PPO) with the same network, env, budget and "
           "extrinsic coefficient (10) in every arm; BK arms add the shaping F = γΦ(s') − Φ(s) of their label run's "
           "potential. Value per seed: success AUC.",
     arms=ARMS,
@@ -156,8 +158,7 @@ STUDY = Study(
     metric_name="success AUC (mean training success rate over equal env-step bins)",
     value="auc",
     bins=20,
-    common=["num_envs=8", *PPO],
-    per_env={"crafter": CRAFTER, "craftax": CRAFTER},
+    per_env={"babyai": ["num_envs=8", *PPO], **SPARSE_PER_ENV},
     env="babyai",
     task=None,
     env_id="task",

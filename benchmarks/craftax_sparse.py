@@ -6,7 +6,8 @@ success, capped at ``TASK_MAX_STEPS`` (1500) steps. The messages ONI and Motif l
 (``info["message"]``, ``llmguide.envs.crafter.messages``: every change of the agent's situation, not only
 achievements). Labellers get ONI's task-agnostic goal ("make progress in the game"), never the task.
 
-Arms (every one the same PPO: :data:`PPO`, a GRU policy, extrinsic coefficient 10 as ONI/Motif on sparse tasks):
+Arms (every one the same PPO: the shared sparse task's ``harness.SPARSE_PPO``, a GRU policy, extrinsic coefficient
+10 as ONI/Motif on sparse tasks; ``ppo`` is the same command as BK's and PTGM's control on this task):
 
 * ``ppo`` — extrinsic reward only (``method=none``): the control;
 * ``oni_retrieval-oracle`` — ONI-Retrieval, labels from the requirement tree (a message is helpful when it
@@ -20,7 +21,8 @@ Arms (every one the same PPO: :data:`PPO`, a GRU policy, extrinsic coefficient 1
   reward model (prepared once, before the arms);
 * ``ellm_bow`` — the ONI paper's LM-free baseline: bag-of-words similarity of the message to the task's name.
 
-Value per seed: the training success rate over the last 10% of the budget (``--value auc``: success AUC).
+Value per seed: success AUC (the mean training success rate over 20 equal env-step bins), as every study of the
+shared task; ``--value final``: the success rate over the last 10% of the budget.
 Run a pilot first (``--arms ppo``) to confirm the control stays near 0 at the budget.
 
     python benchmarks/craftax_sparse.py --dry-run                       # validate every arm, run nothing
@@ -32,13 +34,8 @@ from __future__ import annotations
 
 import sys
 
-from harness import Study, main
+from harness import SPARSE_PER_ENV, SPARSE_TASK, Study, main
 
-# the shared PPO settings of every arm (one place): flat encoder over the symbolic view, GRU core (ONI/Motif's
-# reference policy, so the control has the same network), 64-step rollouts, extrinsic x10 (ONI/Motif, sparse tasks)
-PPO = ["agent=ppo", "agent.image_encoder=flat", "agent.recurrent=gru", "agent.num_steps=64", "agent.hidden=256",
-       "method.extrinsic_coef=10.0", "eval.episodes=0"]
-PER_ENV = {"craftax": ["num_envs=64"], "crafter": ["num_envs=8"]}
 MOTIF_DATA = "method.data_dir={prep}/motif-data"
 ARMS = {
     "ppo": ["method=none"],
@@ -84,11 +81,12 @@ STUDY = Study(
     arms=ARMS,
     control="ppo",
     metric="charts/success",
-    metric_name="training success rate",
-    common=PPO,
-    per_env=PER_ENV,
+    metric_name="success AUC (mean training success rate over 20 equal env-step bins)",
+    per_env=SPARSE_PER_ENV,
+    value="auc",
+    bins=20,
     env="craftax",
-    task="make_stone_pickaxe",
+    task=SPARSE_TASK,
     steps=1_000_000,
     seeds=5,
     jobs=1,

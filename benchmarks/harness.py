@@ -97,6 +97,17 @@ PLACEHOLDER = re.compile(r"(?<!\$)\{(\w+)\}")             # {prep}, {num_envs}; 
 VALUES = ("final", "auc")
 ORDERS = ("arm", "seed", "alternate")
 
+# The shared sparse Craftax task (issues 29, 30, 34): one task, episode cap and PPO for every method's study on it,
+# so the index sets the methods side by side and their `ppo` arms are one command (a study run with the same
+# --runs and --resume reuses another's finished `ppo` runs). The task is one achievement: reward 1 on success, the
+# episode ends there, capped at 1500 steps (llmguide.envs.crafter.rules.TASK_MAX_STEPS), no health reward.
+SPARSE_TASK = "make_stone_pickaxe"
+# flat encoder over the symbolic view, a GRU core (ONI/Motif's reference policy), 64-step rollouts, 256 hidden,
+# extrinsic x10 (ONI/Motif on sparse tasks, BK's coefficient); no held-out evaluation (success is logged per episode)
+SPARSE_PPO = ["agent=ppo", "agent.image_encoder=flat", "agent.recurrent=gru", "agent.num_steps=64", "agent.hidden=256",
+              "method.extrinsic_coef=10.0", "eval.episodes=0"]
+SPARSE_PER_ENV = {"craftax": ["num_envs=64", *SPARSE_PPO], "crafter": ["num_envs=8", *SPARSE_PPO]}
+
 
 @dataclass
 class Study:
