@@ -3,7 +3,8 @@
 Preparation as the reference (``benchmarks/harness.py`` runs it into ``<runs>/prep/``, resumable): RND-driven
 collection on ``--collect-task`` (``data``: episodes saved along training) -> one label run per arm
 (``labels-<arm>``: the variant's labelling with the arm's LM) -> PPO with each potential, and plain PPO,
-over the seeds. An arm whose labelling failed (e.g. no valid program) is listed as failed with the reason.
+over the seeds. ``bk_code-oracle-coef<c>`` / ``bk_random_phi-coef<c>``: the shaping-coefficient sweep
+(``method.intrinsic_coef`` = c, :data:`COEFS`; the reference's coefficient 1 is the default), on the same labels. An arm whose labelling failed (e.g. no valid program) is listed as failed with the reason.
 Every arm has the same PPO config (reference: lr 3e-4 constant, clip 0.1, 8 envs x 128 steps), network, env,
 budget and ``extrinsic_coef`` (10); the PPO control gets everything except the shaping.
 
@@ -53,11 +54,19 @@ LABELS = {  # arm -> label overrides (method=<variant> and llm=...); trained wit
     "bk_pref-shuffled": ["method=bk_pref", "llm=shuffled", "method.pref.num_pairs={oracle_pairs}"],
     "bk_code-wrong-target": ["method=bk_code", "llm=oracle", "llm.target={wrong_target}", *CODE],
 }
+# the shaping-coefficient sweep (the reference's normalisation stays the default, coefficient 1): BK-Code-oracle
+# and its random-Φ control at `method.intrinsic_coef` x COEFS, on the same labels
+COEFS = (10,)
 ARMS = {
     "ppo": ["method=none"],
     **{arm: [label[0], f"method.labels={{prep}}/labels-{arm}"] for arm, label in LABELS.items()},
     "bk_random_phi": ["method=bk_random_phi", "method.random_phi.seed=${seed}"],
 }
+LABELLED_BY = {arm: arm for arm in LABELS}   # arm -> the label run it trains on
+for _c in COEFS:
+    ARMS[f"bk_code-oracle-coef{_c}"] = [*ARMS["bk_code-oracle"], f"method.intrinsic_coef={_c}"]
+    ARMS[f"bk_random_phi-coef{_c}"] = [*ARMS["bk_random_phi"], f"method.intrinsic_coef={_c}"]
+    LABELLED_BY[f"bk_code-oracle-coef{_c}"] = "bk_code-oracle"
 
 
 def flags(p) -> None:
@@ -88,13 +97,16 @@ def configure(args) -> None:
 def prepare(plan) -> None:
     """collect -> one label run per labelled arm (each skipped when finished)."""
     a = plan.args
-    if not any(arm in LABELS for arm in plan.arms):
+    labelled = sorted({LABELLED_BY[arm] for arm in plan.arms if arm in LABELLED_BY})
+    if not labelled:
         return
     failed = plan.step("collect", "data", [f"env.task={a.collect_task}", "method=bk_code",
                                            f"total_steps={a.collect_steps}"], done="collect_summary.json")
-    for arm in (a for a in plan.arms if a in LABELS):
+    for arm in labelled:
+        users = [u for u in plan.arms if LABELLED_BY.get(u) == arm]
         if failed:
-            plan.fail(arm, failed)
+            for user in users:
+                plan.fail(user, failed)
             continue
         name = f"labels-{arm}"
         reason = plan.step("label", name, [f"env.task={plan.task}", *LABELS[arm], f"method.data={plan.prep / 'data'}"],
@@ -102,8 +114,8 @@ def prepare(plan) -> None:
         manifest = plan.prep / name / "bk" / "manifest.json"
         if manifest.exists() and json.loads(manifest.read_text()).get("failed"):
             reason = f"labelling failed: {json.loads(manifest.read_text())['failed']}"
-        if reason:
-            plan.fail(arm, reason)
+        for user in users if reason else ():
+            plan.fail(user, reason)
 
 
 def details(plan) -> tuple[list[str], dict]:

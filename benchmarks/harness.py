@@ -343,8 +343,13 @@ def make_plan(study: Study, args: argparse.Namespace) -> Plan:
 
 
 # --- running ------------------------------------------------------------------------------------------
+# ``python -m`` would put the working directory first on sys.path, and benchmarks/craftax.py would then shadow the
+# craftax package in every run started from benchmarks/ (each run failing on import): start the CLI without it
+_CLI = "import runpy, sys; sys.path.pop(0); runpy.run_module('llmguide.cli', run_name='__main__', alter_sys=True)"
+
+
 def _cli() -> list[str]:
-    return [sys.executable, "-m", "llmguide.cli"]
+    return [sys.executable, "-c", _CLI]
 
 
 def _env(plan: Plan) -> dict[str, str]:
