@@ -164,8 +164,14 @@ def test_placeholders_auc_and_study_scripts_resolve(harness, load_benchmark, tmp
     assert (crafter.name, crafter.task, crafter.args.collect_task) == ("bk_craftax", "place_table", "null")
     assert "agent.num_steps=64" in crafter.overrides and crafter.args.wrong_target != crafter.task
     ptgm = plan_of("ptgm", ["--env-id", "craftax", "--goal-space", "inventory_delta", "--steps", "400000"])
-    assert (ptgm.env, ptgm.task, ptgm.name, ptgm.variant) == ("craftax", None, "ptgm_craftax", "400k-inventory_delta")
-    assert ptgm.metric == "charts/achievements_per_episode" and "agent.num_steps=4" in ptgm.arm_overrides("ptgm")
+    assert (ptgm.env, ptgm.task, ptgm.name, ptgm.variant) == ("craftax", "make_stone_pickaxe", "ptgm_craftax",
+                                                              "make_stone_pickaxe-400k-inventory_delta")
+    assert ptgm.metric == "charts/success" and "agent.num_steps=2" in ptgm.arm_overrides("ptgm")   # 32 / L 16
+    assert {"method.lowlevel.cfg_scale=7.0", "method.codebook.k=64"} <= set(ptgm.arm_overrides("ptgm"))
+    assert "method.lowlevel.cfg_scale=0" in ptgm.arm_overrides("ptgm-cfg0")
+    explorer = plan_of("ptgm", ["--env", "craftax", "--task", "all", "--collect-policy", "ppo"])
+    assert explorer.task is None and explorer.metric == "charts/achievements_per_episode"
+    assert explorer.variant.endswith("-explorer") and explorer.args.exclude == "[]"
     oni = plan_of("oni", ["--env-id", "NetHackScore-v0"])
     assert (oni.env, oni.metric) == ("nethack", "charts/episodic_return")
     assert {"method.extrinsic_coef=0.1", "env.action_set=extended", "env.id=NetHackScore-v0"} <= set(oni.overrides)

@@ -26,7 +26,7 @@ MINIHACK = ["env=minihack", "env.id=MiniHack-KeyRoom-S5-v0", "env.max_steps=40",
 BABYAI = ["env=babyai", "env.max_steps=32", "num_envs=2"]
 BK = [*BABYAI, "agent.num_steps=32", "agent.hidden=32", "env.task=GoToLocal-RedBall-S20", "total_steps=128"]
 PTGM = [*BABYAI, "agent.image_encoder=flat", "method.codebook.k=4", "method.lowlevel.epochs=1", "method.prior.epochs=1",
-        "method.lowlevel.hidden=32", "method.prior.hidden=32"]
+        "method.lowlevel.hidden=32", "method.prior.hidden=32", "method.lowlevel.gate.enforce=false"]   # tiny data
 PTGM_TRAIN = [*PTGM, "env.task=BabyAI-UnlockPickup-v0", "agent.hidden=32", "total_steps=64"]
 GLAM = [*BABYAI, "num_envs=1", "env.task=GoToRedBall", "env.max_steps=4", "llm=hf", "total_steps=4",
         "agent.rollout_steps=4", "agent.minibatch=2", "method.value_hidden=8"]

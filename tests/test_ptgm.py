@@ -268,7 +268,8 @@ def test_cli_pipeline_end_to_end(tmp_path):
     from llmguide.cli import main
 
     base = ["env=babyai", f"run.dir={tmp_path}", "progress=false", "agent.image_encoder=flat", "num_envs=2"]
-    small = ["method.codebook.k=8", "method.lowlevel.epochs=1", "method.prior.epochs=1"]
+    small = ["method.codebook.k=8", "method.lowlevel.epochs=1", "method.prior.epochs=1",
+             "method.lowlevel.gate.enforce=false"]   # tiny data: the BC gate is recorded, not enforced
     assert main(["collect", *base, "method=ptgm", "method.collect.episodes=24", "run.name=data"]) == 0
     assert main(["codebook", *base, "method=ptgm", *small, f"method.data={tmp_path / 'data'}", "run.name=codes"]) == 0
     assert main(["pretrain", *base, "method=ptgm", *small, f"method.data={tmp_path / 'data'}",

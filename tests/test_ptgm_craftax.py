@@ -274,7 +274,8 @@ def test_craftax_pipeline_end_to_end(tmp_path, space):
     base = ["env=craftax", "env.max_steps=48", f"run.dir={tmp_path}", "progress=false", "agent.image_encoder=flat",
             "num_envs=8", "agent.hidden=32"]
     small = ["method.codebook.k=4", "method.codebook.pca=8", "method.lowlevel.epochs=1", "method.prior.epochs=1",
-             "method.lowlevel.hidden=32", "method.prior.hidden=32", "method.option_steps=4", f"method.goals.space={space}"]
+             "method.lowlevel.hidden=32", "method.prior.hidden=32", "method.option_steps=4", f"method.goals.space={space}",
+             "method.lowlevel.gate.enforce=false"]   # tiny data: the BC gate is recorded, not enforced
     assert main(["collect", *base, "method=ptgm", "method.collect.agent_steps=512", "agent.num_steps=16",
                  "run.name=data"]) == 0
     summary = json.loads((tmp_path / "data" / "collect_summary.json").read_text())

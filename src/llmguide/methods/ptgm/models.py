@@ -51,20 +51,33 @@ def _batches(n: int, batch_size: int, rng: np.random.Generator):
         yield order[i:i + batch_size]
 
 
+def val_split(n: int, seed: int, val_fraction: float = 0.05) -> np.ndarray:
+    """(n,) bool: the held-out validation samples of :func:`train_lowlevel` (the first draw of its seeded
+    generator), so that the BC gate (:mod:`llmguide.methods.ptgm.gate`) scores exactly the samples BC never saw."""
+    return np.random.default_rng(seed).random(n) < val_fraction
+
+
+def lowlevel_inputs(images: np.ndarray, directions: np.ndarray, goals: np.ndarray, ids: np.ndarray,
+                    drop: np.ndarray) -> dict[str, torch.Tensor]:
+    """The low level's input for samples ``ids``: image, state ‖ goal ‖ has_goal; where ``drop`` the goal is
+    zeros and has_goal 0 (the unconditioned policy that goal dropout trains)."""
+    g = np.where(drop[:, None], 0.0, goals[ids]).astype(np.float32)
+    vec = np.concatenate([directions[ids], g, (~drop)[:, None].astype(np.float32)], 1)
+    return {"image": torch.as_tensor(images[ids], dtype=torch.float32), "vector": torch.as_tensor(vec)}
+
+
 def train_lowlevel(net: ActorCritic, images: np.ndarray, directions: np.ndarray, goals: np.ndarray,
                    actions: np.ndarray, *, p_uncond: float, epochs: int, batch_size: int, lr: float, seed: int,
                    val_fraction: float = 0.05) -> dict[str, Any]:
     """Goal-conditioned BC (NLL of the bot's action); each sample's goal is dropped with ``p_uncond``."""
     rng = np.random.default_rng(seed)
     n = len(actions)
-    val = rng.random(n) < val_fraction
+    val = rng.random(n) < val_fraction   # = val_split(n, seed, val_fraction): the same first draw
     tr = np.flatnonzero(~val)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
 
     def inputs(ids: np.ndarray, drop: np.ndarray) -> dict[str, torch.Tensor]:
-        g = np.where(drop[:, None], 0.0, goals[ids]).astype(np.float32)
-        vec = np.concatenate([directions[ids], g, (~drop)[:, None].astype(np.float32)], 1)
-        return {"image": torch.as_tensor(images[ids], dtype=torch.float32), "vector": torch.as_tensor(vec)}
+        return lowlevel_inputs(images, directions, goals, ids, drop)
 
     history = []
     for epoch in range(epochs):

@@ -39,6 +39,7 @@ from typing import Any
 from llmguide.core.config import one_of, register_rule
 from llmguide.core.errors import ConfigError
 from llmguide.core.rundir import RunDir
+from llmguide.methods.ptgm.gate import check_pretrained
 from llmguide.methods.ptgm.steps import codebook, collect, pretrain, run_input
 from llmguide.pipelines.runner import EVAL_SEED_OFFSET, Parts, Recipe
 
@@ -66,8 +67,10 @@ class PTGMRecipe(Recipe):
         m = self.cfg.method
         if self.cfg.agent.get("recurrent"):
             raise ConfigError("agent.recurrent", "PTGM's high level is feed-forward (the KL needs π(·|s)); use null")
+        manifest = json.loads((self.pre / "manifest.json").read_text())
+        # a low level that failed the BC gate is never trained on (as BK's failed labels), unless told so
+        check_pretrained(manifest, self.pre.parent, m.lowlevel.get("gate"))
         if str(m.mode) == "bc_finetune":
-            manifest = json.loads((self.pre / "manifest.json").read_text())
             hidden, enc = manifest["lowlevel_hidden"], manifest["image_encoder"]
             if int(self.cfg.agent.hidden) != int(hidden):
                 raise ConfigError("agent.hidden", f"BC-finetune loads the low level (hidden {hidden}); set agent.hidden={hidden}")

@@ -190,13 +190,18 @@ def codebook(cfg: DictConfig) -> int:
 
 # --- pretrain --------------------------------------------------------------------------------------
 def pretrain(cfg: DictConfig) -> int:
-    """Goal-conditioned BC low level (on the KMeans book's goal embedding) and one prior per codebook."""
+    """Goal-conditioned BC low level (on the KMeans book's goal embedding) and one prior per codebook, then
+    the BC quality gate (:mod:`llmguide.methods.ptgm.gate`, ``method.lowlevel.gate``) into the manifest's
+    ``bc_gate``.  A failed gate, when enforced, still leaves every file (``train`` refuses the run unless
+    told ``method.lowlevel.gate.enforce=false``), sets the manifest's ``failed`` and ends in a one-line
+    ConfigError (exit 2), as BK's failed labelling does."""
     import torch
 
     from llmguide.core.rundir import atomic_torch_save
     from llmguide.envs import make_env
+    from llmguide.methods.ptgm.gate import bc_gate, enforced, gate_line
     from llmguide.methods.ptgm.goals import GoalCodebook
-    from llmguide.methods.ptgm.models import GoalPrior, make_lowlevel, train_lowlevel, train_prior
+    from llmguide.methods.ptgm.models import GoalPrior, make_lowlevel, train_lowlevel, train_prior, val_split
     from llmguide.methods.ptgm.options import lowlevel_space
 
     m, seed = cfg.method, int(cfg.seed)
@@ -222,7 +227,11 @@ def pretrain(cfg: DictConfig) -> int:
                             epochs=int(ll.epochs), batch_size=int(ll.batch_size), lr=float(ll.lr), seed=seed)
         atomic_torch_save({"net": net.state_dict(), "goal_dim": int(emb.shape[1]), "hidden": int(ll.hidden),
                            "n_actions": n_actions, "image_encoder": enc, "state_dim": sdim}, out / "lowlevel.pt")
-        summary: dict[str, Any] = {"samples": int(len(emb)), "goal_dim": int(emb.shape[1]), "lowlevel": bc}
+        gate = bc_gate(net, data["image"], data["state"], emb, data["action"], books["kmeans"].assign(emb),
+                       books["kmeans"].codes(str(m.goal_source)), val_split(len(emb), seed), ll.get("gate"), seed)
+        print(gate_line(gate), flush=True)
+        summary: dict[str, Any] = {"samples": int(len(emb)), "goal_dim": int(emb.shape[1]), "lowlevel": bc,
+                                   "bc_gate": gate}
         p = m.prior
         for kind, book in books.items():
             e = emb if kind == "kmeans" else _embed(book, data["goal"])
@@ -233,10 +242,16 @@ def pretrain(cfg: DictConfig) -> int:
                                                    lr=float(p.lr), seed=seed)
             atomic_torch_save({"net": prior.state_dict(), "k": book.k, "hidden": int(p.hidden), "image_encoder": enc,
                                "state_dim": sdim}, out / f"prior_{kind}.pt")
+        failed = f"BC gate: {gate['failed']}" if gate["failed"] and enforced(ll.get("gate")) else None
         run.write_json("ptgm/manifest.json", {**summary, "data": str(run_input(cfg, "data")), "codebook": str(src.parent),
                                               "seed": seed, "lowlevel_hidden": int(ll.hidden), "image_encoder": enc,
-                                              "env": str(cfg.env.name), "state_dim": sdim, "n_actions": n_actions})
+                                              "env": str(cfg.env.name), "state_dim": sdim, "n_actions": n_actions,
+                                              "failed": failed})
         last = bc["history"][-1] if bc["history"] else {}
         print(f"pretrain: low level {json.dumps(last)}; priors "
               f"{ {k: summary[f'prior_{k}']['history'][-1] for k in books} } -> {out}")
+        if failed:
+            raise ConfigError("method.lowlevel.gate", f"{run.path}: the low level fails PTGM's BC gate ({gate['failed']}); "
+                              "its data barely tie actions to goals: collect better data (e.g. method.collect."
+                              "policy=expert), train it longer, or keep it with method.lowlevel.gate.enforce=false")
     return 0
