@@ -159,10 +159,18 @@ def test_placeholders_auc_and_study_scripts_resolve(harness, load_benchmark, tmp
         f"a={tmp_path}/prep/x", "b=seed-${seed}", "c={unknown}", "d=5"]
     assert "method.random_phi.seed=${seed}" in harness.sweep_command(plan, "bk_random_phi", plan.seeds, "overwrite")
     assert {"ppo", "bk_code-oracle", "bk_code-embedded", "bk_pref-oracle", "bk_pref-embedded", "bk_goal-oracle",
-            "bk_goal-embedded", "bk_pref-shuffled", "bk_code-wrong-target", "bk_random_phi"} == set(plan.arms)
-    crafter = plan_of("bk", ["--env", "craftax", "--num-steps", "64"])
-    assert (crafter.name, crafter.task, crafter.args.collect_task) == ("bk_craftax", "place_table", "null")
-    assert "agent.num_steps=64" in crafter.overrides and crafter.args.wrong_target != crafter.task
+            "bk_goal-embedded", "bk_pref-shuffled", "bk_code-wrong-target", "bk_random_phi",
+            "bk_code-oracle-coef10", "bk_random_phi-coef10"} == set(plan.arms)
+    # the coefficient sweep trains on bk_code-oracle's labels: selecting it alone still prepares them
+    assert "method.intrinsic_coef=10" in plan.arm_overrides("bk_code-oracle-coef10")
+    assert f"method.labels={tmp_path}/prep/labels-bk_code-oracle" in plan.arm_overrides("bk_code-oracle-coef10")
+    # the shared sparse Craftax task: BK's and ONI's ppo arms are one command
+    crafter = plan_of("bk", ["--env", "craftax", "--steps", "500000"])
+    assert (crafter.name, crafter.task, crafter.args.collect_task) == ("bk_craftax", harness.SPARSE_TASK, "null")
+    assert set(harness.SPARSE_PPO) <= set(crafter.overrides) and crafter.args.wrong_target != crafter.task
+    oni_sparse = plan_of("craftax_sparse", ["--steps", "500000"])
+    assert oni_sparse.task == harness.SPARSE_TASK
+    assert oni_sparse.arm_overrides("ppo") == crafter.arm_overrides("ppo")
     ptgm = plan_of("ptgm", ["--env-id", "craftax", "--goal-space", "inventory_delta", "--steps", "400000"])
     assert (ptgm.env, ptgm.task, ptgm.name, ptgm.variant) == ("craftax", "make_stone_pickaxe", "ptgm_craftax",
                                                               "make_stone_pickaxe-400k-inventory_delta")
