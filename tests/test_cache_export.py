@@ -48,3 +48,26 @@ def test_entries_stored_before_prompts_were_kept_export_nulls(tmp_path, capsys):
                     "accessed) VALUES ('k', '{\"text\": \"x\"}', 'b', 'm', 'v', 'generate', '{}', 0, 10, 0)")
     (row,) = _export(path, tmp_path / "dump.jsonl", capsys)
     assert row["prompt"] is None and row["value"] == {"text": "x"}
+
+
+def test_oni_labels_export_the_message_prompt_they_answer(tmp_path, capsys):
+    """ONI's annotators store each label with the question that produced it (score: the prompt and the
+    " yes"/" no" candidates; a pair: both messages in the prompt), so an exported label is auditable."""
+    from llmguide.llm.service import LLMService
+    from llmguide.methods.oni.annotator import MessageAnnotator, PairAnnotator
+
+    path = tmp_path / "c.sqlite"
+    lm = CachedLM(NGramLM(), LLMCache(path))
+    with LLMService(lm, max_batch=4) as service:
+        label, pair = MessageAnnotator(service), PairAnnotator(service)
+        label.submit(["You collect wood."])
+        pair.submit([PairAnnotator.make_pair("You collect wood.", "It's a wall.")])
+        for annotator in (label, pair):
+            assert annotator.wait(timeout=30)
+    lm.cache.close()
+    rows = {r["kind"]: r for r in _export(path, tmp_path / "dump.jsonl", capsys) if ":" in r["kind"]}
+    labelled, preferred = rows["oni_label:score"], rows["motif_pref:score"]
+    assert "You collect wood." in labelled["context"] and labelled["candidates"] == [" yes", " no"]
+    assert labelled["value"]["label"] in (0.0, 1.0) and "request" not in labelled["meta"]
+    assert "You collect wood." in preferred["context"] and "It's a wall." in preferred["context"]
+    assert preferred["candidates"] == ["A > B", "B > A", "A = B"]

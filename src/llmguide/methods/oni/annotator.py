@@ -59,6 +59,7 @@ class Annotator:
         self.backend = backend or getattr(lm, "backend", "unknown")
         self.model_id = model_id or getattr(lm, "model_id", "unknown")
         self.max_in_flight = int(max_in_flight)
+        self.max_tokens = 16   # a generation's token budget (each annotator sets its own)
         self.stats = stats if stats is not None else ParseStats()
         self.labels: dict[Hashable, float | None] = {}
         self.in_flight: dict[Hashable, Future] = {}
@@ -77,9 +78,21 @@ class Annotator:
     def payload(self, item: Hashable) -> dict[str, Any]:
         raise NotImplementedError
 
-    def request(self, item: Hashable) -> Future:
-        """Submit one LM request for ``item`` to the service."""
+    def asked(self, item: Hashable) -> dict[str, Any]:
+        """What the LM is asked for ``item``: ``{"prompt"}`` for a generation, ``{"context", "candidates"}``
+        for a score; stored beside the label, so ``llmguide cache export`` shows each label's question."""
         raise NotImplementedError
+
+    def request(self, item: Hashable) -> Future:
+        """Submit one LM request for ``item`` to the service: a score or a generation of :meth:`asked`."""
+        asked = self.asked(item)
+        if "candidates" in asked:
+            return self.service.submit_score(asked["context"], asked["candidates"], normalize=False)
+        return self.service.submit_generate(asked["prompt"], **self.generate_kwargs())
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        """Sampling settings of a generation request (greedy)."""
+        return {"max_tokens": self.max_tokens, "temperature": 0.0}
 
     def parse(self, result: Any) -> float | None:
         """Label from a finished request's result; None when unparseable."""
@@ -95,7 +108,7 @@ class Annotator:
             return
         self.cache.put(self._key(item), {"label": label},
                        {"backend": self.backend, "model_id": self.model_id, "template_version": self.version(),
-                        "kind": f"{self.kind}:{self.mode}"})
+                        "kind": f"{self.kind}:{self.mode}", "request": self.asked(item)})
 
     def _lookup(self, item: Hashable) -> tuple[bool, float | None]:
         if self.cache is None:
@@ -250,12 +263,14 @@ class MessageAnnotator(Annotator):
     def prompt(self, message: str) -> str:
         return self.template.render(message=message, **({"goal": self.goal} if self.goal else {}))
 
-    def request(self, item: Hashable) -> Future:
+    def asked(self, item: Hashable) -> dict[str, Any]:
         prompt = self.prompt(str(item))
         if self.mode == "score":
-            return self.service.submit_score(prompt, list(self.score_candidates), normalize=False)
-        return self.service.submit_generate(prompt, max_tokens=self.max_tokens, temperature=0.0,
-                                            stop=[f"</{self.tag}>", "\n"])
+            return {"context": prompt, "candidates": list(self.score_candidates)}
+        return {"prompt": prompt}
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        return {"max_tokens": self.max_tokens, "temperature": 0.0, "stop": [f"</{self.tag}>", "\n"]}
 
     def parse(self, result: Any) -> float | None:
         if self.mode == "score":
@@ -336,11 +351,11 @@ class PairAnnotator(Annotator):
         # score mode: the answer is read right after the opening tag, as the template asks for it
         return text.rstrip("\n") + "\n<answer>" if self.mode == "score" else text
 
-    def request(self, item: Hashable) -> Future:
+    def asked(self, item: Hashable) -> dict[str, Any]:
         prompt = self.prompt(item)  # type: ignore[arg-type]
         if self.mode == "score":
-            return self.service.submit_score(prompt, ["A > B", "B > A", "A = B"], normalize=False)
-        return self.service.submit_generate(prompt, max_tokens=self.max_tokens, temperature=0.0)
+            return {"context": prompt, "candidates": ["A > B", "B > A", "A = B"]}
+        return {"prompt": prompt}
 
     def parse(self, result: Any) -> float | None:
         if self.mode == "score":
