@@ -65,7 +65,8 @@ Flags of every study script: ``--env`` (env group; also ``--env-id`` unless the 
 ``--task`` (``env.task``, or ``env.id`` for NetHack/MiniHack), ``--seeds`` (a count, ``3`` = 0,1,2, or a list
 ``100,101,102`` / range ``100-104``), ``--steps``, ``--variant`` (default ``<task>-<budget>``), ``--study``
 (results folder name), ``--arms`` (a subset), ``--jobs``, ``--retries``, ``--num-envs``, ``--extra`` (more
-overrides for every arm), ``--metric``, ``--value``, ``--bins``, ``--resume`` (keep finished runs,
+overrides for every arm), ``--metric`` (another metrics key; the report then names it by its key), ``--control``
+(pair against another arm, e.g. a knowledge control), ``--value``, ``--bins``, ``--resume`` (keep finished runs,
 continue interrupted ones from their checkpoint), ``--dry-run`` (print the preparation and the sweeps,
 validate every config, run nothing), ``--prepare-only``, ``--report-only`` (no training: report what is
 in ``--runs``), ``--runs``, ``--prep`` and ``--results`` (folders), ``--notes`` (Markdown appended to
@@ -75,6 +76,7 @@ report.md). ``python benchmarks/harness.py --index`` only regenerates the index.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -207,6 +209,9 @@ def build_parser(study: Study) -> argparse.ArgumentParser:
     p.add_argument("--results", type=Path, default=RESULTS, help="results root (default benchmarks/results)")
     p.add_argument("--notes", type=Path, default=None, help="a Markdown file appended to report.md")
     p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples for >= 10 seeds")
+    p.add_argument("--control", default=study.control,
+                   help=f"the arm paired differences are taken against (default {study.control}; e.g. a knowledge "
+                        "control, to compare the treatment with it)")
     p.set_defaults(metric_name=study.metric_name)
     if study.flags:
         study.flags(p.add_argument_group("study flags"))
@@ -311,6 +316,12 @@ def make_plan(study: Study, args: argparse.Namespace) -> Plan:
     unknown = [a for a in arms if a not in study.arms]
     if unknown:
         raise SystemExit(f"unknown arms {unknown}; the table has {list(study.arms)}")
+    if args.control != study.control:   # --control: pair against another arm of the table
+        if args.control not in study.arms:
+            raise SystemExit(f"--control {args.control!r} is not an arm of the table {list(study.arms)}")
+        study = dataclasses.replace(study, control=args.control)
+    if args.metric != study.metric and args.metric_name == study.metric_name:   # the study's name would be wrong
+        args.metric_name = f"`{args.metric}`"
     if study.control not in arms:
         arms.insert(0, study.control)   # paired statistics need the control
     task = args.task

@@ -171,6 +171,13 @@ def test_placeholders_auc_and_study_scripts_resolve(harness, load_benchmark, tmp
     oni_sparse = plan_of("craftax_sparse", ["--steps", "500000"])
     assert oni_sparse.task == harness.SPARSE_TASK
     assert oni_sparse.arm_overrides("ppo") == crafter.arm_overrides("ppo")
+    # --control pairs against another arm (a knowledge control); a key as --metric is named by its key
+    versus = plan_of("craftax_sparse", ["--control", "oni_retrieval-constant", "--metric", "achievements/collect_stone",
+                                        "--arms", "oni_retrieval-oracle"])
+    assert versus.study.control == "oni_retrieval-constant" and versus.arms[0] == "oni_retrieval-constant"
+    assert versus.metric_name == "`achievements/collect_stone`" and oni_sparse.study.control == "ppo"
+    with pytest.raises(SystemExit, match="not an arm"):
+        plan_of("craftax_sparse", ["--control", "no-such-arm"])
     ptgm = plan_of("ptgm", ["--env-id", "craftax", "--goal-space", "inventory_delta", "--steps", "400000"])
     assert (ptgm.env, ptgm.task, ptgm.name, ptgm.variant) == ("craftax", "make_stone_pickaxe", "ptgm_craftax",
                                                               "make_stone_pickaxe-400k-inventory_delta")
