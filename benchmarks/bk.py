@@ -119,9 +119,10 @@ def prepare(plan) -> None:
 
 
 def details(plan) -> tuple[list[str], dict]:
-    """Each labelled arm's labelling summary, and every arm's shaping scale (mean |F| per rollout record,
-    against the mean |extrinsic reward| and the success reward 10) from its runs."""
+    """Each labelled arm's labelling summary, and every arm's shaping scale as paid (mean |c_int·F| per rollout
+    record, against the mean |c_ext·extrinsic reward| and the success reward 10) from its runs."""
     import numpy as np
+    import yaml
 
     from harness import seed_runs
     from llmguide.core.rundir import read_metrics
@@ -136,9 +137,12 @@ def details(plan) -> tuple[list[str], dict]:
                                      if not isinstance(v, dict | list) and not str(k).startswith("parse/")}}
         shaping, extrinsic, factor = [], [], []
         for run in seed_runs(plan, arm).values():
+            # as paid: the logged rewards are before their coefficients (method.intrinsic_coef sweeps the shaping)
+            method = (yaml.safe_load((run / "config.yaml").read_text()) or {}).get("method", {})
+            c_int, c_ext = float(method.get("intrinsic_coef", 1.0)), float(method.get("extrinsic_coef", 1.0))
             for r in read_metrics(run):
-                shaping += [abs(v) for k, v in r.items() if k.startswith("charts/intrinsic_reward/")]
-                extrinsic += [abs(r["charts/extrinsic_reward"])] if "charts/extrinsic_reward" in r else []
+                shaping += [c_int * abs(v) for k, v in r.items() if k.startswith("charts/intrinsic_reward/")]
+                extrinsic += [c_ext * abs(r["charts/extrinsic_reward"])] if "charts/extrinsic_reward" in r else []
                 factor += [v for k, v in r.items() if k.endswith("/phi_factor")]
         if shaping:
             f, e = float(np.mean(shaping)), float(np.mean(extrinsic)) if extrinsic else float("nan")
@@ -148,7 +152,7 @@ def details(plan) -> tuple[list[str], dict]:
     lines = ["## Labelling and shaping scale", ""]
     lines += [f"- `{arm}` labels: " + json.dumps(v, default=str) for arm, v in out["labels"].items()]
     if out["shaping"]:
-        lines += ["", "| arm | mean \\|F\\| per rollout record | mean \\|extrinsic\\| | F / extrinsic | F / success "
+        lines += ["", "| arm | mean \\|c_int·F\\| per rollout record | mean \\|c_ext·extrinsic\\| | F / extrinsic | F / success "
                   "reward (10) | Φ factor |", "|---|---|---|---|---|---|"]
         lines += [f"| {arm} | {s['mean_abs_F']:.3g} | {s['mean_abs_extrinsic']:.3g} | "
                   f"{s['F_over_extrinsic'] if s['F_over_extrinsic'] is None else format(s['F_over_extrinsic'], '.3g')} | "
