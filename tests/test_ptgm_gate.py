@@ -79,7 +79,7 @@ def _synthetic(follow: float, n: int = 2000, k: int = 4, seed: int = 0):
 def test_gate_passes_when_the_action_follows_the_goal_and_fails_when_it_does_not():
     good = _synthetic(follow=0.8)
     assert good["passed"] and good["failed"] is None and good["val_n"] == val_split(2000, 0, 0.2).sum()
-    assert good["acc_gain"] > 0.4 and good["nll_gain"] > 0.5 and good["mi_bits"] > 0.8 and good["data_mi_bits"] > 0.8
+    assert good["acc_gain"] > 0.4 and good["nll_gain"] > 0.5 and good["mi_bits"] > 0.6 and good["data_mi_bits"] > 0.6
     assert good["acc_cond"] > 0.75 and abs(good["nll_uncond"] - np.log(4)) < 0.1   # no goal: the action is uniform
     bad = _synthetic(follow=0.0)
     assert not bad["passed"] and abs(bad["acc_gain"]) < 0.05 and bad["mi_bits"] < 0.05

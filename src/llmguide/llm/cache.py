@@ -140,7 +140,7 @@ class LLMCache:
                                isolation_level=None)  # autocommit; explicit BEGIN where needed
         try:
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            mode = cache_file.enable_wal(conn, self.busy_timeout)
             if str(mode).lower() != "wal":
                 log.warning("LLM cache %s: could not enable WAL (journal_mode=%s)", self.path, mode)
             conn.execute("PRAGMA synchronous=NORMAL")

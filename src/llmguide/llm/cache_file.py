@@ -129,3 +129,18 @@ def recover(path: Path, detail: str) -> Path | None:
         moved = move_aside(path)
     log.warning("LM cache %s is corrupt (%s); moved it to %s and continuing with an empty cache", path, detail, moved)
     return moved
+
+
+def enable_wal(conn: sqlite3.Connection, timeout: float) -> str:
+    """``PRAGMA journal_mode=WAL``, retried for up to ``timeout`` seconds while the file is locked: SQLite can
+    answer "database is locked" here at once, without waiting out the busy timeout, while another process opens
+    the same file."""
+    deadline, delay = time.monotonic() + timeout, 0.02
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
