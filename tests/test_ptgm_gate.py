@@ -132,17 +132,22 @@ def _train(root, name: str, *extra: str) -> list[str]:
             "total_steps=16", "eval.episodes=0", f"method.pretrained={root / name}", "run.name=t", *extra]
 
 
+def _pretrain(root, base, name: str, *gate: str) -> tuple[int, dict]:
+    """``llmguide pretrain`` into ``root/name`` with ``gate`` overrides: its exit code and manifest."""
+    from llmguide.cli import main
+
+    code = main(["pretrain", *base, *gate, f"run.name={name}"])
+    return code, json.loads((root / name / "ptgm" / "manifest.json").read_text())
+
+
 def test_pretrain_records_a_passing_gate_and_train_accepts_it(codes, capsys):
     from llmguide.methods.ptgm.recipe import PTGMRecipe
     from llmguide.pipelines import load_config
 
     root, base = codes
-    from llmguide.cli import main
-
-    assert main(["pretrain", *base, "method.lowlevel.gate.min_acc_gain=-1", "method.lowlevel.gate.min_mi_bits=0",
-                 "run.name=ok"]) == 0
-    assert "BC gate: val acc" in capsys.readouterr().out
-    manifest = json.loads((root / "ok" / "ptgm" / "manifest.json").read_text())
+    code, manifest = _pretrain(root, base, "ok", "method.lowlevel.gate.min_acc_gain=-1",
+                               "method.lowlevel.gate.min_mi_bits=0")
+    assert code == 0 and "BC gate: val acc" in capsys.readouterr().out
     gate = manifest["bc_gate"]
     assert gate["passed"] and manifest["failed"] is None and gate["thresholds"]["min_acc_gain"] == -1
     assert {"acc_cond", "acc_uncond", "acc_gain", "nll_cond", "nll_uncond", "mi_bits", "data_mi_bits"} <= set(gate)
@@ -156,10 +161,10 @@ def test_pretrain_stops_below_the_thresholds_and_train_refuses_the_run(codes, ca
     from llmguide.pipelines import load_config
 
     root, base = codes
-    assert main(["pretrain", *base, "method.lowlevel.gate.min_acc_gain=2", "run.name=bad"]) == 2
+    code, manifest = _pretrain(root, base, "bad", "method.lowlevel.gate.min_acc_gain=2")
+    assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "method.lowlevel.gate" in err[0] and "min_acc_gain 2" in err[0]
-    manifest = json.loads((root / "bad" / "ptgm" / "manifest.json").read_text())
     assert "min_acc_gain" in manifest["failed"] and not manifest["bc_gate"]["passed"]
     assert (root / "bad" / "ptgm" / "prior_kmeans.pt").exists()   # every file kept
 
@@ -178,9 +183,8 @@ def test_pretrain_with_the_gate_not_enforced_records_the_failure_and_succeeds(co
     from llmguide.cli import main
 
     root, base = codes
-    assert main(["pretrain", *base, "method.lowlevel.gate.min_acc_gain=2", "method.lowlevel.gate.enforce=false",
-                 "run.name=loose"]) == 0
-    assert "FAILED" in capsys.readouterr().out
-    manifest = json.loads((root / "loose" / "ptgm" / "manifest.json").read_text())
+    code, manifest = _pretrain(root, base, "loose", "method.lowlevel.gate.min_acc_gain=2",
+                               "method.lowlevel.gate.enforce=false")
+    assert code == 0 and "FAILED" in capsys.readouterr().out
     assert manifest["failed"] is None and "min_acc_gain" in manifest["bc_gate"]["failed"]
     assert main(_train(root, "loose")) == 2   # train's own gate still enforces by default
