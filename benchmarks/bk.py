@@ -3,7 +3,8 @@
 Preparation as the reference (``benchmarks/harness.py`` runs it into ``<runs>/prep/``, resumable): RND-driven
 collection on ``--collect-task`` (``data``: episodes saved along training) -> one label run per arm
 (``labels-<arm>``: the variant's labelling with the arm's LM) -> PPO with each potential, and plain PPO,
-over the seeds. ``bk_code-oracle-coef<c>`` / ``bk_random_phi-coef<c>``: the shaping-coefficient sweep
+over the seeds. ``bk_code-oracle-coef<c>`` / ``bk_random_phi-coef<c>`` / ``bk_code-wrong-target-coef<c>``: the
+shaping-coefficient sweep
 (``method.intrinsic_coef`` = c, :data:`COEFS`; the reference's coefficient 1 is the default), on the same labels. An arm whose labelling failed (e.g. no valid program) is listed as failed with the reason.
 Every arm has the same PPO config (reference: lr 3e-4 constant, clip 0.1, 8 envs x 128 steps), network, env,
 budget and ``extrinsic_coef`` (10); the PPO control gets everything except the shaping.
@@ -55,7 +56,7 @@ LABELS = {  # arm -> label overrides (method=<variant> and llm=...); trained wit
     "bk_code-wrong-target": ["method=bk_code", "llm=oracle", "llm.target={wrong_target}", *CODE],
 }
 # the shaping-coefficient sweep (the reference's normalisation stays the default, coefficient 1): BK-Code-oracle
-# and its random-Φ control at `method.intrinsic_coef` x COEFS, on the same labels
+# and its random-Φ and wrong-target controls at `method.intrinsic_coef` x COEFS, on the same labels
 COEFS = (10,)
 ARMS = {
     "ppo": ["method=none"],
@@ -66,7 +67,9 @@ LABELLED_BY = {arm: arm for arm in LABELS}   # arm -> the label run it trains on
 for _c in COEFS:
     ARMS[f"bk_code-oracle-coef{_c}"] = [*ARMS["bk_code-oracle"], f"method.intrinsic_coef={_c}"]
     ARMS[f"bk_random_phi-coef{_c}"] = [*ARMS["bk_random_phi"], f"method.intrinsic_coef={_c}"]
+    ARMS[f"bk_code-wrong-target-coef{_c}"] = [*ARMS["bk_code-wrong-target"], f"method.intrinsic_coef={_c}"]
     LABELLED_BY[f"bk_code-oracle-coef{_c}"] = "bk_code-oracle"
+    LABELLED_BY[f"bk_code-wrong-target-coef{_c}"] = "bk_code-wrong-target"
 
 
 def flags(p) -> None:

@@ -722,13 +722,15 @@ def write_index(root: Path = RESULTS) -> Path:
                          f"{result.get('metric', '?')} | {cell} |")
         lines.append("")
     if others:
-        lines += ["## Other results (costs, analyses)", "", "| folder | title |", "|---|---|"]
+        lines += ["## Other results (costs, analyses)", "", "| folder | title | verdict |", "|---|---|---|"]
         for folder in sorted(set(others)):
             rel = folder.relative_to(root).as_posix()
             md = folder / "report.md"
-            title = next((ln.lstrip("# ").strip() for ln in md.read_text().splitlines() if ln.startswith("#")),
-                         "") if md.exists() else ""
-            lines.append(f"| [{rel}]({rel}/{'report.md' if md.exists() else 'result.json'}) | {title} |")
+            text = md.read_text().splitlines() if md.exists() else []
+            title = next((ln.lstrip("# ").strip() for ln in text if ln.startswith("#")), "")
+            # a report's own verdict line ("**Verdict:** ..."), shown beside its title
+            verdict = next((ln.split("**Verdict:**", 1)[1].strip() for ln in text if "**Verdict:**" in ln), "")
+            lines.append(f"| [{rel}]({rel}/{'report.md' if md.exists() else 'result.json'}) | {title} | {verdict} |")
         lines.append("")
     path = root / "README.md"
     path.write_text("\n".join(lines))

@@ -106,6 +106,16 @@ def test_results_index_lists_every_study_and_links_resolve(harness):
         assert (root / link).exists(), link
 
 
+def test_index_shows_a_reports_verdict_beside_its_title(harness, tmp_path):
+    (tmp_path / "probe" / "v1").mkdir(parents=True)
+    (tmp_path / "probe" / "v1" / "report.md").write_text("# A probe\n\ntext\n\n**Verdict:** not better than chance.\n")
+    (tmp_path / "cost" / "v1").mkdir(parents=True)
+    (tmp_path / "cost" / "v1" / "report.md").write_text("# A cost table\n")
+    index = harness.write_index(tmp_path).read_text()
+    assert "| [probe/v1](probe/v1/report.md) | A probe | not better than chance. |" in index
+    assert "| [cost/v1](cost/v1/report.md) | A cost table |  |" in index
+
+
 @pytest.mark.slow   # 5 llmguide processes: 90 s wall on the shared 2-core box (37 s CPU)
 def test_prepare_hook_runs_offline_steps_once_and_fails_arms_not_the_study(harness, load_benchmark, tmp_path, capsys):
     """A tiny BK study: collect + one label run per arm (llm=oracle) before the arms; a labelling that fails
@@ -160,10 +170,12 @@ def test_placeholders_auc_and_study_scripts_resolve(harness, load_benchmark, tmp
     assert "method.random_phi.seed=${seed}" in harness.sweep_command(plan, "bk_random_phi", plan.seeds, "overwrite")
     assert {"ppo", "bk_code-oracle", "bk_code-embedded", "bk_pref-oracle", "bk_pref-embedded", "bk_goal-oracle",
             "bk_goal-embedded", "bk_pref-shuffled", "bk_code-wrong-target", "bk_random_phi",
-            "bk_code-oracle-coef10", "bk_random_phi-coef10"} == set(plan.arms)
+            "bk_code-oracle-coef10", "bk_random_phi-coef10", "bk_code-wrong-target-coef10"} == set(plan.arms)
     # the coefficient sweep trains on bk_code-oracle's labels: selecting it alone still prepares them
     assert "method.intrinsic_coef=10" in plan.arm_overrides("bk_code-oracle-coef10")
     assert f"method.labels={tmp_path}/prep/labels-bk_code-oracle" in plan.arm_overrides("bk_code-oracle-coef10")
+    wrong = plan.arm_overrides("bk_code-wrong-target-coef10")
+    assert "method.intrinsic_coef=10" in wrong and f"method.labels={tmp_path}/prep/labels-bk_code-wrong-target" in wrong
     # the shared sparse Craftax task: BK's and ONI's ppo arms are one command
     crafter = plan_of("bk", ["--env", "craftax", "--steps", "500000"])
     assert (crafter.name, crafter.task, crafter.args.collect_task) == ("bk_craftax", harness.SPARSE_TASK, "null")
