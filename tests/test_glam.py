@@ -143,6 +143,30 @@ def test_behaviour_cloning_from_bot_demonstrations_raises_demo_action_probabilit
 
 
 @needs_hf
+def test_batched_scoring_gives_the_same_ppo_gradients_as_one_prompt_per_forward(lora_policy):
+    """``method.score_batch`` > 1 (the GPU setting) trains the same policy: the log-probs, values and the LoRA
+    and value-head gradients of a PPO-style loss equal those of one prompt per forward."""
+    prompts = [SHORT, OTHER, glam_prompt("open the door", ["You see a door 3 steps right", "You see a wall"],
+                                         ["turn right"], ACTION_STRINGS)]
+    grads = {}
+    for batch in (1, 3):
+        lora_policy.score_batch = batch
+        logp, values = lora_policy(prompts)
+        loss = -(logp[:, 2].sum() + logp[1, 0]) + values.pow(2).sum()
+        lora_policy.zero_grad(set_to_none=True)
+        loss.backward()
+        grads[batch] = ({n: p.grad.clone() for n, p in lora_policy.named_parameters() if p.grad is not None},
+                        logp.detach(), values.detach())
+    lora_policy.score_batch = 1
+    lora_policy.zero_grad(set_to_none=True)
+    (g1, logp1, v1), (g3, logp3, v3) = grads[1], grads[3]
+    assert torch.allclose(logp1, logp3, atol=1e-4) and torch.allclose(v1, v3, atol=1e-4)
+    assert set(g1) == set(g3) and any("lora_" in n for n in g1) and any("value_head" in n for n in g1)
+    for name in g1:
+        assert torch.allclose(g1[name], g3[name], atol=1e-4, rtol=1e-3), name
+
+
+@needs_hf
 def test_train_cli_end_to_end_writes_metrics_checkpoint_and_eval(tmp_path):
     from llmguide import cli
 
