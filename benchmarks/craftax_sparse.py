@@ -19,7 +19,9 @@ Arms (every one the same PPO: the shared sparse task's ``harness.SPARSE_PPO``, a
 * ``motif-oracle`` — Motif: messages of a score-maximising agent (PPO on Craftax's achievement reward,
   ``--collect-steps`` steps, ``env.task`` null), ``--num-pairs`` pairs labelled by the oracle, Bradley-Terry
   reward model (prepared once, before the arms);
-* ``ellm_bow`` — the ONI paper's LM-free baseline: bag-of-words similarity of the message to the task's name.
+* ``ellm_bow`` — the ONI paper's LM-free baseline: bag-of-words similarity of the message to the task's name;
+* ``expert`` — the scripted expert playing the task (``agent=scripted``, no learning): the upper reference row, as
+  BabyAI's bot.
 
 Value per seed: success AUC (the mean training success rate over 20 equal env-step bins), as every study of the
 shared task; ``--value final``: the success rate over the last 10% of the budget.
@@ -48,6 +50,7 @@ ARMS = {
     "oni_ranking-oracle": ["method=oni_ranking", "llm=oracle"],
     "motif-oracle": ["method=motif", "llm=oracle", MOTIF_DATA],
     "ellm_bow": ["method=ellm_bow", "method.goal={task}"],
+    "expert": ["method=none", "agent=scripted", "agent.policy=expert"],
 }
 
 
@@ -80,6 +83,7 @@ STUDY = Study(
           "Motif label the env's message line with ONI's task-agnostic goal. Not a NetHack reproduction.",
     arms=ARMS,
     control="ppo",
+    upper_reference=("expert",),
     metric="charts/success",
     metric_name="success AUC (mean training success rate over 20 equal env-step bins)",
     per_env=SPARSE_PER_ENV,

@@ -257,7 +257,13 @@ class Plan:
         return [PLACEHOLDER.sub(sub, o) for o in overrides]
 
     def arm_overrides(self, arm: str) -> list[str]:
-        return [*self.fill(self.study.arms[arm]), *self.overrides]
+        """The arm's overrides, then the study's; an arm that names its own agent (``agent=scripted``: a
+        reference player) takes none of the study's agent settings."""
+        own = self.fill(self.study.arms[arm])
+        shared = self.overrides
+        if any(o.startswith("agent=") for o in own):
+            shared = [o for o in shared if not o.startswith(("agent=", "agent."))]
+        return [*own, *shared]
 
     def fail(self, arm: str, reason: str) -> None:
         """Mark ``arm`` failed before training (its preparation failed): not trained, listed with ``reason``."""

@@ -182,6 +182,10 @@ def test_placeholders_auc_and_study_scripts_resolve(harness, load_benchmark, tmp
     assert set(harness.SPARSE_PPO) <= set(crafter.overrides) and crafter.args.wrong_target != crafter.task
     oni_sparse = plan_of("craftax_sparse", ["--steps", "500000"])
     assert oni_sparse.task == harness.SPARSE_TASK
+    # the expert reference row names its own agent: none of the study's PPO settings reach it
+    expert = oni_sparse.arm_overrides("expert")
+    assert "agent=scripted" in expert and not [o for o in expert if o.startswith(("agent=ppo", "agent.recurrent"))]
+    assert "env.task=make_stone_pickaxe" in expert and "expert" in oni_sparse.study.upper_reference
     assert oni_sparse.arm_overrides("ppo") == crafter.arm_overrides("ppo")
     # --control pairs against another arm (a knowledge control); a key as --metric is named by its key
     versus = plan_of("craftax_sparse", ["--control", "oni_retrieval-constant", "--metric", "achievements/collect_stone",

@@ -39,7 +39,9 @@ class Family:
     ``env_id`` is the family's registered wrapper id (``env.id`` in ``conf/env/<name>.yaml``); a family whose
     ``env.id`` also names a task (NetHack, MiniHack) has ``check_id``, ``fn(env_id, family) -> problem or None``.
     ``tasks`` (``"module:attr"``, a list or a function of the family name) feeds ``llmguide list``; ``wait`` is
-    what the first env step waits for, printed before training (e.g. a JAX compile)."""
+    what the first env step waits for, printed before training (e.g. a JAX compile).  ``expert`` is the family's
+    scripted expert, a class ``(env_cfg, seed=, mode=, exclude=)`` whose ``act(obs, infos)`` plays a vector env
+    (``agent=scripted agent.policy=expert``, PTGM's ``method.collect.policy=expert``)."""
 
     make: str
     oracle: str
@@ -49,17 +51,19 @@ class Family:
     check_id: str | None = None
     tasks: str | None = None
     wait: str | None = None
+    expert: str | None = None
 
 
 _NETHACK = "llmguide.envs.nethack.env"
+_EXPERT = "llmguide.envs.crafter.expert:ExpertPolicy"
 FAMILIES: dict[str, Family] = {
     "crafter": Family("llmguide.envs.crafter.env:make_crafter", "llmguide.envs.crafter.actions:make_oracle",
                       env_id="llmguide/Crafter-v0", tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",
-                      max_steps="llmguide.envs.crafter.rules:default_max_steps"),
+                      max_steps="llmguide.envs.crafter.rules:default_max_steps", expert=_EXPERT),
     "craftax": Family("llmguide.envs.craftax.env:make_craftax", "llmguide.envs.craftax.env:make_oracle",
                       make_vector="llmguide.envs.craftax.env:make_craftax_vector", env_id="llmguide/CraftaxClassic-v0",
                       tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",
-                      max_steps="llmguide.envs.crafter.rules:default_max_steps",
+                      max_steps="llmguide.envs.crafter.rules:default_max_steps", expert=_EXPERT,
                       wait="compiling Craftax-Classic's jitted step (about 30 s the first time; a few seconds once "
                            "~/.cache/llmguide/jax holds it)"),
     "babyai": Family("llmguide.envs.babyai.env:make_babyai", "llmguide.envs.babyai.oracle:BabyAIOracle",
@@ -132,6 +136,17 @@ def get_oracle(name: str, actions: str = "primitive") -> Oracle:
     oracle = load(family(name).oracle)
     params = inspect.signature(oracle).parameters
     return oracle(actions) if "actions" in params else oracle()
+
+
+def make_expert(env_cfg: Any, seed: int, mode: str = "plain", exclude: Any = (), target: str | None = None) -> Any:
+    """The family's scripted expert for ``env_cfg`` (ValueError naming why when it has none or cannot play it);
+    ``target``: it pursues that goal only (with its prerequisites and what keeps it alive)."""
+    name = cfg_get(env_cfg, "name")
+    path = family(name).expert
+    if path is None:
+        raise ValueError(f"env={name} has no scripted expert (the families with one: "
+                         f"{sorted(k for k, f in FAMILIES.items() if f.expert)})")
+    return load(path)(env_cfg, seed=seed, mode=mode, exclude=list(exclude or ()), target=target)
 
 
 def default_max_steps(env_cfg: Any) -> int | None:

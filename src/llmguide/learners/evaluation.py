@@ -89,8 +89,11 @@ def evaluate(agent: Any, env_cfg: Any, episodes: int, seed: int, greedy: bool = 
                 obs, info = env.reset(seed=seed + ep)
                 if hasattr(agent, "reset_act_state"):
                     agent.reset_act_state()
+                observe = getattr(agent, "observe_info", None)   # an agent that reads the info (a scripted one)
                 ret, length, done = 0.0, 0, False
                 while not done:
+                    if observe is not None:
+                        observe(info)
                     action = int(agent.act(_batched(obs), greedy=greedy)[0])
                     obs, reward, terminated, truncated, info = env.step(action)
                     ret += float(reward)

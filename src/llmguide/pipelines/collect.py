@@ -180,10 +180,10 @@ def explore(cfg: DictConfig, spec: Collection, on_infos: InfoHook | None = None)
 def _expert(cfg: DictConfig, spec: Collection, seed: int) -> Callable[..., Any]:
     """The scripted Crafter / Craftax expert in data mode (feasible subgoals at random, ε-random actions, never
     the excluded achievements): ``act(obs, infos)``."""
-    from llmguide.envs.crafter.expert import ExpertPolicy
+    from llmguide.envs.registry import make_expert
 
     try:
-        return ExpertPolicy(cfg.env, seed=seed, mode="data", exclude=list(spec.exclude)).act
+        return make_expert(cfg.env, seed=seed, mode="data", exclude=spec.exclude).act
     except ValueError as err:
         raise ConfigError("policy", f"the expert collector: {err}") from None
 

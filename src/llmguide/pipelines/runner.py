@@ -86,6 +86,11 @@ class Recipe:
         if str(self.cfg.agent.name) not in self.agents:
             raise ConfigError("agent", f"method={self.cfg.method.name} trains with agent={'|'.join(self.agents)}, "
                                        f"got agent={self.cfg.agent.name}")
+        if str(self.cfg.agent.name) == "scripted":
+            from llmguide.learners.scripted import check
+
+            if (problem := check(self.cfg.agent, self.cfg.env)) is not None:
+                raise ConfigError("agent.policy", problem)
 
     def build(self, envs: Any, run: RunDir | None) -> Parts:
         """Env wrappers, ``(coef, RewardModule)`` pairs and periodic metrics (default: nothing added)."""
@@ -95,6 +100,13 @@ class Recipe:
         cfg = self.cfg
         kwargs = dict(reward_modules=parts.modules, extrinsic_coef=parts.extrinsic_coef, run=run,
                       seed=int(cfg.seed), device=str(cfg.device))
+        if str(cfg.agent.name) == "scripted":   # plays, never learns: a reference row
+            from llmguide.learners.scripted import ScriptedAgent
+
+            try:
+                return ScriptedAgent(parts.envs, cfg.agent, cfg.env, run=run, seed=int(cfg.seed))
+            except ValueError as err:
+                raise ConfigError("agent", str(err)) from None
         if str(cfg.agent.name) == "dqn":
             from llmguide.learners.dqn import DQN
 

@@ -15,7 +15,18 @@ from llmguide.pipelines.services import LM_PROGRESS
 
 
 class StandardRecipe(Recipe):
-    """Intrinsic / shaping rewards from ``method.reward`` on PPO or DQN."""
+    """Intrinsic / shaping rewards from ``method.reward`` on PPO or DQN (``method=none agent=scripted``: a
+    scripted reference player, :mod:`llmguide.learners.scripted`)."""
+
+    agents = ("ppo", "dqn", "scripted")
+
+    def check(self) -> None:
+        super().check()
+        if str(self.cfg.agent.name) == "scripted" and self.cfg.method.get("reward"):
+            from llmguide.core.errors import ConfigError
+
+            raise ConfigError("agent", f"agent=scripted plays and never learns: method={self.cfg.method.name}'s "
+                                       "reward would have no effect on it; use method=none")
 
     def build(self, envs: Any, run: RunDir | None) -> Parts:
         from llmguide.rewards import build_reward_modules, wants_lm

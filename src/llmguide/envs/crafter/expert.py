@@ -16,7 +16,8 @@ step, in order:
 to reach now.  ``mode="data"`` samples each subgoal among the feasible goals of the tree's frontier
 (prerequisites achieved), takes ε-random actions (``eps``) and short random exploration segments
 (``explore_prob``): competent, varied play for offline datasets.  ``exclude`` names goals the expert
-never pursues (nor anything needing them; its random actions avoid completing them too).
+never pursues (nor anything needing them; its random actions avoid completing them too); ``target`` makes it
+pursue one goal only (with its prerequisites and the vitals): a single task's reference player.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from llmguide.envs.crafter.expert_skills import (
 from llmguide.envs.crafter.expert_survival import sleep, threat, vitals
 from llmguide.envs.crafter.rules import ITEMS
 
+# what keeps the expert alive (drink, eat, sleep, fight): never excluded by a ``target``
+VITALS = {"collect drink", "eat cow", "eat plant", "wake up", "defeat zombie", "defeat skeleton"}
 # steps a placed sapling needs before it can be eaten (Crafter: grown > 300; Craftax-Classic: age >= 600)
 RIPE_AFTER = {"crafter": 310, "craftax": 610}
 _FACING = [MOVES[a] for a in (1, 2, 3, 4)]  # the vector's facing one-hot: left, right, up, down
@@ -286,7 +289,7 @@ class ExpertPolicy:
     observation (image of ndim 3) gives a single int.
     """
 
-    def __init__(self, env_cfg: Any = None, seed: int = 0, mode: str = "plain", exclude=(),
+    def __init__(self, env_cfg: Any = None, seed: int = 0, mode: str = "plain", exclude=(), target: str | None = None,
                  eps: float | None = None, explore_prob: float | None = None, radius: int = 24,
                  goal_budget: int | None = None, family: str | None = None, **settings: Any):
         if mode not in ("plain", "data"):
@@ -305,6 +308,11 @@ class ExpertPolicy:
         unknown = self.exclude - set(self.tree.goals)
         if unknown:
             raise ValueError(f"expert exclude: unknown goals {sorted(unknown)}; choose from {self.tree.goals}")
+        if target is not None:   # only the target, its prerequisites and the vitals (a task's reference player)
+            goal = normalize_goal(target)
+            if goal not in self.tree.goals:
+                raise ValueError(f"expert target: unknown goal {goal!r}; choose from {self.tree.goals}")
+            self.exclude |= set(self.tree.goals) - self.tree.closure(goal) - VITALS
         data = mode == "data"
         self.mode, self.seed = mode, int(seed)
         self.settings = ExpertSettings(

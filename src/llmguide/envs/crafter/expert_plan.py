@@ -162,6 +162,16 @@ class RequirementTree:
         return [g for g in self.goals if g not in excluded
                 and all(p in achieved for p in self.prerequisites.get(g, ()))]
 
+    def closure(self, goal: str) -> set[str]:
+        """``goal`` and every goal it can require from scratch (its prerequisites, recursively)."""
+        out, todo = set(), [goal]
+        while todo:
+            g = todo.pop()
+            if g not in out:
+                out.add(g)
+                todo += self.prerequisites.get(g, [])
+        return out
+
     def uses_excluded(self, goal: str, excluded: set[str], seen: set[str] | None = None) -> bool:
         """Whether ``goal`` or anything it can require from scratch is excluded."""
         seen = set() if seen is None else seen
