@@ -120,9 +120,10 @@ def score_prompts(lm: Any, prompts: Sequence[str], names: Sequence[str] = ACTION
 
 # --- episodes ------------------------------------------------------------------------------------
 def run_episodes(task: str, seeds: Sequence[int], policy: str, lm: Any = None, k: int = 3, action_list: bool = True,
-                 rng_seed: int = 0, names: Sequence[str] = ACTION_STRINGS) -> dict:
+                 rng_seed: int = 0, names: Sequence[str] = ACTION_STRINGS, max_steps: int | None = None) -> dict:
     """Episodes on ``seeds``, stepped in lock-step (one batched score call per step): ``policy`` is
-    ``greedy`` / ``sampled`` (the LM's softmax) or ``random`` (uniform)."""
+    ``greedy`` / ``sampled`` (the LM's softmax) or ``random`` (uniform); ``max_steps`` caps an episode (a
+    failure when reached) below the level's own cap, the same for every policy."""
     from llmguide.envs.babyai.env import BabyAIText
     from llmguide.methods.glam.policy import History
 
@@ -146,7 +147,7 @@ def run_episodes(task: str, seeds: Sequence[int], policy: str, lm: Any = None, k
         for i, a in zip(live, acts, strict=True):
             _, _, term, trunc, info = envs[i].step(int(a))
             lengths[i] += 1
-            if term or trunc:
+            if term or trunc or (max_steps is not None and lengths[i] >= max_steps):
                 success[i] = bool(info.get("success"))
             else:
                 hist.step(i, names[int(a)], info["caption"])
@@ -155,7 +156,7 @@ def run_episodes(task: str, seeds: Sequence[int], policy: str, lm: Any = None, k
     for env in envs:
         env.close()
     return {"policy": policy, "episodes": len(envs), "success_rate": float(np.mean(success)),
-            "mean_length": float(np.mean(lengths)), "contexts_scored": contexts}
+            "mean_length": float(np.mean(lengths)), "contexts_scored": contexts, "max_steps": max_steps}
 
 
 # --- LM ------------------------------------------------------------------------------------------
@@ -209,7 +210,9 @@ def write_report(result: dict, out: Path) -> None:
         lines.append(f"| {name} | {a['bot_count']} | {_fmt(a['recall'])} | {_fmt(a['mean_p_when_bot'])} | "
                      f"{a['mean_p']:.3f} | {a['lm_argmax_freq']:.3f} |")
     if result["episodes"]:
-        lines += ["", f"Zero-shot episodes (prompt {result['episode_variant']}, sampled = the LM's softmax):", "",
+        cap = next((r.get("max_steps") for rows in result["episodes"].values() for r in rows), None)
+        lines += ["", f"Zero-shot episodes (prompt {result['episode_variant']}, sampled = the LM's softmax"
+                  + (f"; an episode is a failure after {cap} steps, for every policy" if cap else "") + "):", "",
                   "| level | policy | episodes | success | mean length |", "|---|---|---|---|---|"]
         for task, rows in result["episodes"].items():
             for r in rows:
@@ -228,6 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--episodes", type=int, default=4, help="zero-shot episodes per level and policy (0: none)")
     ap.add_argument("--episode-tasks", nargs="*", default=["GoToLocal"])
     ap.add_argument("--episode-variant", default="k1+list", choices=list(VARIANTS))
+    ap.add_argument("--episode-max-steps", type=int, default=64,
+                    help="zero-shot episodes end as failures after this many steps (every policy; 0: the level's cap)")
     ap.add_argument("--seeds", type=int, default=1, help="bot/evaluation seed blocks (each adds --prompts states)")
     ap.add_argument("--llm", default="embedded", choices=["embedded", "hf", "http"])
     ap.add_argument("--llm-set", action="append", default=[], help="llm option key=value (e.g. base_url=..., model=...)")
@@ -261,18 +266,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"p(bot)={m['mean_p_bot']:.3f}±{m['mean_p_bot_se']:.3f} chance={m['chance']:.3f}", flush=True)
     pooled = prior_metrics(np.concatenate(pooled_scores), pooled_targets)["per_action"] if pooled_scores else {}
     episodes: dict[str, list] = {}
-    k, action_list = VARIANTS[args.episode_variant]
-    for task in args.episode_tasks if args.episodes else []:
-        seeds = [HELD_OUT_SEED + 50_000 + i for i in range(args.episodes)]
-        episodes[task] = [run_episodes(task, seeds, p, lm, k, action_list) for p in ("random", "greedy", "sampled")]
-        for r in episodes[task]:
-            print(f"{task:14s} {r['policy']:8s} success={r['success_rate']:.2f} len={r['mean_length']:.1f}", flush=True)
     result = {"lm": f"{args.llm} {getattr(lm, 'model_id', '')}".strip(), "prompts": args.prompts * args.seeds,
               "prior": prior, "per_action_pooled": pooled, "episodes": episodes,
-              "episode_variant": args.episode_variant, "wall_s": time.perf_counter() - start}
-    result["verdict"] = verdict(prior)
-    write_report(result, args.out)
-    print(result["verdict"])
+              "episode_variant": args.episode_variant, "wall_s": time.perf_counter() - start, "verdict": verdict(prior)}
+    write_report(result, args.out)   # the prior's table is kept even if the episodes are cut off
+    print(result["verdict"], flush=True)
+    k, action_list = VARIANTS[args.episode_variant]
+    cap = args.episode_max_steps or None
+    for task in args.episode_tasks if args.episodes else []:
+        seeds = [HELD_OUT_SEED + 50_000 + i for i in range(args.episodes)]
+        episodes[task] = [run_episodes(task, seeds, p, lm, k, action_list, max_steps=cap)
+                          for p in ("random", "greedy", "sampled")]
+        for r in episodes[task]:
+            print(f"{task:14s} {r['policy']:8s} success={r['success_rate']:.2f} len={r['mean_length']:.1f}", flush=True)
+        result["wall_s"] = time.perf_counter() - start
+        write_report(result, args.out)
     return 0
 
 
