@@ -183,8 +183,17 @@ def verdict(prior: dict) -> str:
     above = [m for m in rows if m["mean_p_bot"] - 2 * m["mean_p_bot_se"] > m["chance"]
              and m["top1_agreement"] > m["chance"]]
     over_major = [m for m in above if m["top1_agreement"] > m["majority_baseline"]]
-    return (f"{len(above)}/{len(rows)} (level, variant) cells are above chance on both the probability of the "
-            f"bot's action (by 2 SE) and top-1 agreement; {len(over_major)}/{len(rows)} also beat the majority baseline.")
+    counts = (f"{len(above)}/{len(rows)} (level, variant) cells are above chance on both the probability of the "
+              f"bot's action (by 2 SE) and top-1 agreement; {len(over_major)}/{len(rows)} also beat the majority "
+              "baseline")
+    if not above:
+        return f"the LM's prior is not better than chance on BabyAI-Text: {counts}."
+    if not over_major:
+        return (f"the LM's prior is better than chance in a minority of cells at most and never better than always "
+                f"taking the bot's commonest action, a weak start for GLAM: {counts}." if 2 * len(above) < len(rows)
+                else f"the LM's prior is better than chance but not better than always taking the bot's commonest "
+                     f"action: {counts}.")
+    return f"the LM's prior is better than chance and than the majority baseline in some cells: {counts}."
 
 
 def _fmt(value: float | None) -> str:

@@ -100,7 +100,11 @@ def test_verdict_counts_cells(prior):
     good = {"mean_p_bot": 0.4, "mean_p_bot_se": 0.02, "chance": 1 / 6, "top1_agreement": 0.5, "majority_baseline": 0.4}
     bad = {**good, "mean_p_bot": 0.1, "top1_agreement": 0.1}
     text = prior.verdict({"GoToLocal": {"k3+list": good, "k1+list": bad}})
-    assert text.startswith("1/2") and "1/2 also beat" in text
+    assert "better than chance and than the majority" in text and "1/2 (level" in text and "1/2 also beat" in text
+    weak = {**good, "top1_agreement": 0.3}   # above chance, below always taking the commonest action
+    text = prior.verdict({"GoToLocal": {"a": weak, "b": bad, "c": bad}})
+    assert "never better than always taking" in text and "1/3 (level" in text and "0/3 also beat" in text
+    assert "is not better than chance" in prior.verdict({"GoToLocal": {"b": bad}})
 
 
 def test_cuda_refused_in_one_line(prior, monkeypatch, capsys):
