@@ -65,7 +65,7 @@ def prior_metrics(scores: np.ndarray, targets: Sequence[int], names: Sequence[st
                             "mean_p_when_bot": float(probs[rows, a].mean()) if rows.any() else None,
                             "mean_p": float(probs[:, a].mean()),
                             "lm_argmax_freq": float((argmax == a).mean())}
-    return {"n": int(n), "chance": 1.0 / num_actions,
+    return {"n": int(n), "chance": 1.0 / num_actions, "blind_p_bot": blind_p_bot(per_action, n),
             "top1_agreement": float((argmax == targets).mean()),
             "majority_baseline": float(bot_freq.max()),
             "mean_p_bot": float(p_bot.mean()),
@@ -73,6 +73,12 @@ def prior_metrics(scores: np.ndarray, targets: Sequence[int], names: Sequence[st
             "mean_logp_bot": float(np.log(np.maximum(p_bot, 1e-300)).mean()),
             "mean_entropy": float(-(probs * np.log(np.maximum(probs, 1e-300))).sum(-1).mean()),
             "per_action": per_action}
+
+
+def blind_p_bot(per_action: dict, n: int) -> float:
+    """p(bot action) of the state-blind policy that always plays the LM's mean distribution over these states:
+    what a constant bias (e.g. towards "go forward") earns with no knowledge of the state."""
+    return float(sum(a["bot_count"] * a["mean_p"] for a in per_action.values()) / max(n, 1))
 
 
 # --- prompts from bot episodes --------------------------------------------------------------------
@@ -182,12 +188,20 @@ def verdict(prior: dict) -> str:
     rows = [m for per in prior.values() for m in per.values()]
     above = [m for m in rows if m["mean_p_bot"] - 2 * m["mean_p_bot_se"] > m["chance"]
              and m["top1_agreement"] > m["chance"]]
+    blind = [m for m in rows if "per_action" in m]
+    knows = [m for m in blind if m["mean_p_bot"] - 2 * m["mean_p_bot_se"] > blind_p_bot(m["per_action"], m["n"])]
+    state = (f"; {len(knows)}/{len(blind)} beat the LM's own state-blind average distribution (by 2 SE), "
+             "i.e. show knowledge of the state beyond a constant bias") if blind else ""
     over_major = [m for m in above if m["top1_agreement"] > m["majority_baseline"]]
     counts = (f"{len(above)}/{len(rows)} (level, variant) cells are above chance on both the probability of the "
               f"bot's action (by 2 SE) and top-1 agreement; {len(over_major)}/{len(rows)} also beat the majority "
-              "baseline")
+              f"baseline{state}")
     if not above:
         return f"the LM's prior is not better than chance on BabyAI-Text: {counts}."
+    if blind and not knows:
+        return (f"the LM's prior is not better than a constant bias on BabyAI-Text: its probability on the bot's "
+                f"action never beats its own state-blind average, so where it beats chance a fixed preference "
+                f"(e.g. for the bot's commonest action) explains it. {counts[0].upper()}{counts[1:]}.")
     if not over_major:
         return (f"the LM's prior is better than chance in a minority of cells at most and never better than always "
                 f"taking the bot's commonest action, a weak start for GLAM: {counts}." if 2 * len(above) < len(rows)
@@ -206,12 +220,15 @@ def write_report(result: dict, out: Path) -> None:
              f"{result['prompts']} states per level; the LM's softmax over the six action strings vs the bot's action. "
              f"Chance = 1/6 = 0.167. Wall time {result['wall_s']:.0f} s.", "",
              f"**Verdict:** {result['verdict']}", "",
-             "| level | variant | n | top-1 agree | majority | mean p(bot) ± SE | entropy |",
-             "|---|---|---|---|---|---|---|"]
+             "`state-blind` = p(bot) of a policy that always plays the LM's mean distribution over these states "
+             "(a constant bias, no knowledge of the state).", "",
+             "| level | variant | n | top-1 agree | majority | mean p(bot) ± SE | state-blind p(bot) | entropy |",
+             "|---|---|---|---|---|---|---|---|"]
     for task, per in result["prior"].items():
         for var, m in per.items():
             lines.append(f"| {task} | {var} | {m['n']} | {m['top1_agreement']:.3f} | {m['majority_baseline']:.3f} | "
-                         f"{m['mean_p_bot']:.3f} ± {m['mean_p_bot_se']:.3f} | {m['mean_entropy']:.2f} |")
+                         f"{m['mean_p_bot']:.3f} ± {m['mean_p_bot_se']:.3f} | "
+                         f"{blind_p_bot(m['per_action'], m['n']):.3f} | {m['mean_entropy']:.2f} |")
     lines += ["", "Per bot action (variant k3+list, all levels pooled): how often the bot takes it, the LM's recall, "
               "mean p when it is the bot's action, mean p overall, how often the LM's argmax is it.", "",
               "| action | bot count | recall | p when bot | mean p | LM argmax freq |", "|---|---|---|---|---|---|"]
@@ -247,7 +264,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--llm-set", action="append", default=[], help="llm option key=value (e.g. base_url=..., model=...)")
     ap.add_argument("--device", default="cpu", help="llm=hf device (cuda refuses cleanly without CUDA)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/glam/prior"))
+    ap.add_argument("--report-from", type=Path, default=None,
+                    help="no LM: rewrite report.md (and the verdict) from this result.json into --out")
     args = ap.parse_args(argv)
+    if args.report_from is not None:
+        result = json.loads(args.report_from.read_text())
+        result["verdict"] = verdict(result["prior"])
+        write_report(result, args.out)
+        print(result["verdict"])
+        return 0
     if args.device.startswith("cuda"):
         from llmguide.methods.glam.device import require_device
 

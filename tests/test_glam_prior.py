@@ -105,6 +105,12 @@ def test_verdict_counts_cells(prior):
     text = prior.verdict({"GoToLocal": {"a": weak, "b": bad, "c": bad}})
     assert "never better than always taking" in text and "1/3 (level" in text and "0/3 also beat" in text
     assert "is not better than chance" in prior.verdict({"GoToLocal": {"b": bad}})
+    # a cell whose p(bot) is no better than the LM's own state-blind average is a constant bias, not knowledge
+    per = {"go": {"bot_count": 8, "mean_p": 0.5}, "turn": {"bot_count": 2, "mean_p": 0.5}}
+    biased = {**weak, "n": 10, "mean_p_bot": 0.45, "mean_p_bot_se": 0.01, "per_action": per}
+    assert prior.blind_p_bot(per, 10) == pytest.approx(0.5)
+    assert "not better than a constant bias" in prior.verdict({"GoToLocal": {"a": biased}})
+    assert "0/1 beat the LM's own state-blind" in prior.verdict({"GoToLocal": {"a": biased}})
 
 
 def test_cuda_refused_in_one_line(prior, monkeypatch, capsys):
