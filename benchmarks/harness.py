@@ -475,7 +475,9 @@ def collect(plan: Plan) -> tuple[list[str], list[dict[str, Any]], dict[str, Any]
                 cfg = cfg or yaml.safe_load((run / "config.yaml").read_text()) or {}
             else:
                 log = plan.runs / arm / f"seed-{s}.log"
-                failed.append({"arm": arm, "seed": s, "log": str(log) if log.exists() else "no log"})
+                failed.append({"arm": arm, "seed": s, "log": str(log) if log.exists() else "no log",
+                               # --report-only over a seed nobody started (no folder, no log): not a failure
+                               "not_run": plan.report_only and run is None and not log.exists()})
     return done, failed, cfg
 
 
@@ -573,7 +575,10 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
         intro += [f"Preparation (`{plan.prep}`): " + "; ".join(
             f"`{name}` ({r['verb']}, {r.get('state', '?')}{', ' + str(r['seconds']) + ' s' if 'seconds' in r else ''})"
             for name, r in plan.steps_done.items()) + ".", ""]
-    intro += ["Failed runs: " + (", ".join(_failed_text(f) for f in failed) or "none") + "."]
+    not_run = [f for f in failed if f.get("not_run")]
+    intro += ["Failed runs: " + (", ".join(_failed_text(f) for f in failed if not f.get("not_run")) or "none") + "."
+              + (" Not run (no run folder, no log): " + ", ".join(f"{f['arm']} seed {f['seed']}" for f in not_run)
+                 + "." if not_run else "")]
     title = study.title or f"{plan.name} / {plan.variant}"
     if plan.value == "auc":
         path, _ = study_report(done, plan.out, reps, group_by="folder", title=title, intro=intro)
@@ -608,7 +613,7 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
     print(f"{plan.name}/{plan.variant}: {path}")
     write_index(plan.results)
     if failed:
-        print(f"{len(failed)} run(s) failed: " + ", ".join(
+        print(f"{len(failed)} run(s) failed or not run: " + ", ".join(
             f"{f['arm']} seed {f['seed']}" if f["seed"] != "all" else f"{f['arm']} (every seed)" for f in failed),
               file=sys.stderr)
     return 1 if failed else 0

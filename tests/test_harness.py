@@ -60,7 +60,7 @@ def test_tiny_study_end_to_end(harness, tmp_path, capsys):
     for arm in ("none", "rnd"):
         for s in (0, 1):
             assert f"skip   {arm} seed {s}" in printed.out
-    assert "2 run(s) failed: broken seed 0, broken seed 1" in printed.err
+    assert "2 run(s) failed or not run: broken seed 0, broken seed 1" in printed.err
     result = json.loads((out / "result.json").read_text())
     assert [(f["arm"], f["seed"]) for f in result["failed"]] == [("broken", 0), ("broken", 1)]
     assert set(result["arms"]) == {"none", "rnd"}
@@ -104,6 +104,16 @@ def test_results_index_lists_every_study_and_links_resolve(harness):
         assert f"]({path.parent.relative_to(root).as_posix()}/" in index, path
     for link in re.findall(r"\]\(([^)]+)\)", index):
         assert (root / link).exists(), link
+
+
+def test_a_seed_never_started_is_reported_as_not_run_not_as_failed(harness, load_benchmark, tmp_path):
+    study = load_benchmark("craftax_sparse").STUDY
+    plan = harness.make_plan(study, harness.build_parser(study).parse_args(
+        ["--arms", "ppo", "--seeds", "0,1", "--runs", str(tmp_path), "--report-only"]))
+    (tmp_path / "ppo").mkdir()
+    (tmp_path / "ppo" / "seed-1.log").write_text("Traceback: it crashed\n")
+    done, failed, _ = harness.collect(plan)
+    assert done == [] and {f["seed"]: f["not_run"] for f in failed} == {0: True, 1: False}
 
 
 def test_index_shows_a_reports_verdict_beside_its_title(harness, tmp_path):
