@@ -142,11 +142,16 @@ def make_expert(env_cfg: Any, seed: int, mode: str = "plain", exclude: Any = (),
     """The family's scripted expert for ``env_cfg`` (ValueError naming why when it has none or cannot play it);
     ``target``: it pursues that goal only (with its prerequisites and what keeps it alive)."""
     name = cfg_get(env_cfg, "name")
-    path = family(name).expert
-    if path is None:
-        raise ValueError(f"env={name} has no scripted expert (the families with one: "
-                         f"{sorted(k for k, f in FAMILIES.items() if f.expert)})")
-    return load(path)(env_cfg, seed=seed, mode=mode, exclude=list(exclude or ()), target=target)
+    if (problem := expert_problem(name)) is not None:
+        raise ValueError(problem)
+    return load(family(name).expert)(env_cfg, seed=seed, mode=mode, exclude=list(exclude or ()), target=target)
+
+
+def expert_problem(name: str) -> str | None:
+    """Why env family ``name`` has no scripted expert, or None when it has one."""
+    if family(name).expert is not None:
+        return None
+    return f"env={name} has no scripted expert (the families with one: {sorted(k for k, f in FAMILIES.items() if f.expert)})"
 
 
 def default_max_steps(env_cfg: Any) -> int | None:

@@ -26,16 +26,13 @@ POLICIES = ("expert", "random")
 
 def check(cfg_agent: Any, env_cfg: Any) -> str | None:
     """Why ``agent=scripted`` cannot play ``env_cfg`` (an unknown policy, a family without an expert), or None."""
-    from llmguide.envs.registry import FAMILIES
+    from llmguide.envs.registry import FAMILIES, expert_problem
 
-    policy = str(cfg_agent.get("policy", "expert"))
+    policy = str(cfg_agent.get("policy") or "expert")
     if policy not in POLICIES:
         return f"agent.policy must be one of {POLICIES}, got {policy!r}"
     name = str(env_cfg.get("name"))
-    if policy == "expert" and name in FAMILIES and FAMILIES[name].expert is None:
-        return (f"env={name} has no scripted expert (the families with one: "
-                f"{sorted(k for k, f in FAMILIES.items() if f.expert)})")
-    return None
+    return expert_problem(name) if policy == "expert" and name in FAMILIES else None
 
 
 class ScriptedAgent:
@@ -49,9 +46,9 @@ class ScriptedAgent:
             value = cfg_agent.get(key, default) if hasattr(cfg_agent, "get") else default
             return default if value is None else value
 
+        if (problem := check(cfg_agent, env_cfg)) is not None:
+            raise ValueError(problem)
         self.policy = str(c("policy", "expert"))
-        if self.policy not in POLICIES:
-            raise ValueError(f"agent.policy must be one of {POLICIES}, got {self.policy!r}")
         self.mode, self.exclude = str(c("mode", "plain")), list(c("exclude", []))
         task = env_cfg.get("task") if hasattr(env_cfg, "get") else None
         # on a single-achievement task the expert pursues that task (its prerequisites, its vitals) only
@@ -62,7 +59,7 @@ class ScriptedAgent:
         self.rng = np.random.default_rng(self.seed)
         self.global_step = 0
         self.episodes: deque[dict[str, Any]] = deque(maxlen=10_000)
-        self._act = self._make_policy(self.seed)   # fails here, before any step, when the env has no expert
+        self._act = self._make_policy(self.seed)
         self._eval_act: Callable[..., Any] | None = None
         self._eval_info: dict | None = None
 
@@ -80,12 +77,12 @@ class ScriptedAgent:
 
     def observe_info(self, info: dict) -> None:
         """The evaluation env's info before the next :meth:`act` (the expert reads its achievement counts)."""
-        self._eval_info = {k: v for k, v in info.items() if k == "achievements"}
+        self._eval_info = {"achievements": info["achievements"]} if "achievements" in info else None
 
     def act(self, obs: dict[str, np.ndarray], greedy: bool = False, done: np.ndarray | None = None) -> np.ndarray:
         if self._eval_act is None:
             self._eval_act = self._make_policy(self.seed + 1)
-        return np.asarray(self._eval_act(obs, getattr(self, "_eval_info", None))).reshape(-1)
+        return np.asarray(self._eval_act(obs, self._eval_info)).reshape(-1)
 
     # --- the loop -------------------------------------------------------------------------------
     def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
