@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import sys
 
-from harness import SPARSE_TASK, Study, budget_name, main
+from harness import SPARSE_PPO, SPARSE_TASK, Study, budget_name, main
 
 PTGM = ["method.pretrained={prep}/pre", "method.codebook.k={k}", "method.option_steps={option_steps}",
         "method.lowlevel.epochs={ll_epochs}", "method.prior.epochs={ll_epochs}", "method.goals.space={goal_space}",
@@ -56,7 +56,13 @@ ARMS = {
     "ptgm-random-codes": ["method=ptgm_random_codes", *PTGM, *OPTIONS, CFG],
     # our variant: alpha * KL(pi || prior) in the PPO loss instead of PTGM's per-step reward
     "ptgm-kl-loss": ["method=ptgm", *PTGM, *OPTIONS, CFG, "method.kl.coef={kl_coef}", "method.kl.mode=loss"],
+    # Craftax only: the shared sparse task's PPO (GRU, 64-step rollouts, extrinsic x10), the `ppo` row of the BK and
+    # ONI studies on the same task; a reference row, since its network is not the one the PTGM arms share
+    "ppo-shared": ["method=none", *SPARSE_PPO],
+    # Craftax only: the scripted expert playing the task, no learning (the upper reference, as BabyAI's bot)
+    "expert": ["method=none", "agent=scripted", "agent.policy=expert"],
 }
+CRAFTAX_ONLY = ("ppo-shared", "expert")
 COLLECTORS = {"expert": "the scripted expert in data mode (feasible subgoals at random, epsilon-random actions; it "
                         "never pursues {exclude})",
               "ppo": "the finished episodes of a PPO+RND explorer trained on RND only"}
@@ -100,6 +106,11 @@ def configure(args) -> None:
         args.env, args.task = "craftax", None
     craftax = args.env == "craftax"
     args.task = (args.task or args.craftax_task or SPARSE_TASK) if craftax else (args.task or "BabyAI-UnlockPickup-v0")
+    if not craftax:   # the shared sparse task's PPO is a Craftax row: dropped from the default arms, refused by name
+        arms = args.arms.split(",")
+        if any(a in CRAFTAX_ONLY for a in arms) and args.arms != ",".join(STUDY.arms):
+            raise SystemExit(f"--arms {','.join(a for a in arms if a in CRAFTAX_ONLY)}: a Craftax arm (--env craftax)")
+        args.arms = ",".join(a for a in arms if a not in CRAFTAX_ONLY)
     if craftax and args.task == "all":
         args.task = None   # Craftax-Classic's own reward, all 22 achievements
     args.collect_policy = args.collect_policy or "expert"
@@ -205,6 +216,7 @@ STUDY = Study(
           "low-level steps); bc-finetune and the PTGM arms start from the same pretrained low level.",
     arms=ARMS,
     control="ppo",
+    upper_reference=("expert",),
     metric="charts/success",
     metric_name="success AUC (mean training success rate over equal env-step bins)",
     value="auc",

@@ -210,6 +210,13 @@ def test_placeholders_auc_and_study_scripts_resolve(harness, load_benchmark, tmp
     assert ptgm.metric == "charts/success" and "agent.num_steps=2" in ptgm.arm_overrides("ptgm")   # 32 / L 16
     assert {"method.lowlevel.cfg_scale=7.0", "method.codebook.k=64"} <= set(ptgm.arm_overrides("ptgm"))
     assert "method.lowlevel.cfg_scale=0" in ptgm.arm_overrides("ptgm-cfg0")
+    # Craftax: the shared sparse task's PPO as a reference row, and the expert as the upper reference
+    assert set(harness.SPARSE_PPO) <= set(ptgm.arm_overrides("ppo-shared")) and "expert" in ptgm.study.upper_reference
+    assert "agent.recurrent=gru" not in ptgm.arm_overrides("ppo")   # the arms PTGM is compared with share its network
+    babyai = plan_of("ptgm", ["--seeds", "1"])
+    assert "ppo-shared" not in babyai.arms and "expert" not in babyai.arms and "ptgm" in babyai.arms
+    with pytest.raises(SystemExit, match="a Craftax arm"):
+        plan_of("ptgm", ["--arms", "ppo,expert"])
     explorer = plan_of("ptgm", ["--env", "craftax", "--task", "all", "--collect-policy", "ppo"])
     assert explorer.task is None and explorer.metric == "charts/achievements_per_episode"
     assert explorer.variant.endswith("-explorer") and explorer.args.exclude == "[]"
