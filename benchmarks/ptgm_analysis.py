@@ -2,10 +2,11 @@
 
     python benchmarks/ptgm_analysis.py bc RUN_DIR
         low-level BC on its own val split: accuracy and NLL with vs without the goal
-    python benchmarks/ptgm_analysis.py control RUN_DIR 600
-        controllability: a random code per 8-step option with the frozen low level on 64 Craftax envs for
-        600 env steps; per event, its rate when a code whose cluster means it is commanded vs otherwise,
-        and the mutual information code <-> event
+    python benchmarks/ptgm_analysis.py control RUN_DIR 600 [CFG_SCALE]
+        controllability: a random code per option (the run's method.option_steps L) with the frozen low level on
+        64 Craftax envs for 600 env steps, acting with classifier-free guidance CFG_SCALE (default the run's
+        method.lowlevel.cfg_scale); per event, its rate when a code whose cluster means it is commanded vs
+        otherwise, and the mutual information code <-> event
 
 RUN_DIR: the runs folder of a benchmarks/ptgm.py study (its preparation in RUN_DIR/prep: data, codes, pre), e.g.
 runs/bench/ptgm_craftax/400k-inventory_delta (view_inventory: no cluster meanings), or a folder holding pre/ and codes/
@@ -102,10 +103,12 @@ def bc(root: str) -> None:
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}))
 
 
-def control(root: str, steps: int) -> None:
-    """A random code per 8-step option, frozen low level: event rates per commanded code, and code-event MI."""
+def control(root: str, steps: int, cfg_scale: float | None = None) -> None:
+    """A random code per L-step option, frozen low level: event rates per commanded code, and code-event MI."""
     root = prep_dir(root)
     cfg = OmegaConf.load(f"{root}/pre/config.yaml")
+    option_steps = int(cfg.method.option_steps)
+    cfg_scale = float(cfg.method.lowlevel.get("cfg_scale", 0.0)) if cfg_scale is None else cfg_scale
     book = GoalCodebook.load(f"{root}/pre/ptgm/codebook.npz")
     ll = torch.load(f"{root}/pre/ptgm/lowlevel.pt", weights_only=True)
     N = 64
@@ -118,8 +121,8 @@ def control(root: str, steps: int) -> None:
     )
     net.load_state_dict(ll["net"])
     net.eval()
-    actor = LowLevelActor(net, ll["goal_dim"], 0.0, False, 0, ll["state_dim"])
-    venv = AsyncOptionsVectorEnv(envs, actor.batch, book.codes("medoid"), 8)
+    actor = LowLevelActor(net, ll["goal_dim"], cfg_scale, False, 0, ll["state_dim"])
+    venv = AsyncOptionsVectorEnv(envs, actor.batch, book.codes("medoid"), option_steps)
     obs, _ = venv.reset(seed=123)
     rng = np.random.default_rng(0)
     start = np.asarray(obs["vector"])[:, :16] * 9
@@ -156,7 +159,8 @@ def control(root: str, steps: int) -> None:
     evs = sorted({e for r in rows for e in r["events"]})
     E = np.array([[e in r["events"] for e in evs] for r in rows], float)
     summ = json.load(open(f"{root}/codes/ptgm/codebook.json")).get("clusters_kmeans")
-    out = {"options": len(rows), "events": {}, "mi_bits": {}}
+    out = {"options": len(rows), "option_steps": option_steps, "cfg_scale": cfg_scale, "events": {}}
+    shuffled = rng.permutation(codes)
 
     for j, e in enumerate(evs):
         x = E[:, j]
@@ -179,8 +183,12 @@ def control(root: str, steps: int) -> None:
             "best_code": best,
             "best_code_rate": round(float(per[best]), 4),
             "mi_bits": round(float(mutual_information_bits(x, codes)), 5),
+            # the plug-in estimate's bias: the same MI with the codes permuted across options (no relation)
+            "mi_bits_shuffled": round(float(mutual_information_bits(x, shuffled)), 5),
             "by_meaning": meaning,
         }
+    out["mi_bits_sum"] = round(sum(e["mi_bits"] for e in out["events"].values()), 4)
+    out["mi_bits_shuffled_sum"] = round(sum(e["mi_bits_shuffled"] for e in out["events"].values()), 4)
     print(json.dumps(out, indent=1))
 
 
@@ -188,4 +196,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "bc":
         bc(sys.argv[2])
     else:
-        control(sys.argv[2], int(sys.argv[3]))
+        control(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]) if len(sys.argv) > 4 else None)
