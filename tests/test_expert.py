@@ -199,6 +199,32 @@ def test_data_mode_never_pursues_an_excluded_achievement():
     assert len({g for g in goals if g}) >= 4  # several different subgoals were sampled
 
 
+def test_random_actions_keep_an_excluded_goals_action_wherever_it_cannot_complete_it():
+    """PTGM clones the data: a craft action missing from them could never be pressed by the frozen low level."""
+    cfg = {"name": "crafter"}
+    envs = make_vector_env(cfg, 1, 0, "sync")
+    policy = ExpertPolicy(cfg, seed=0, mode="data", exclude=["make_stone_pickaxe", "place_table"])
+    obs, infos = envs.reset(seed=0)
+    policy.act(obs, infos)
+    envs.close()
+    agent = policy.agents[0]
+    stone_pickaxe, table = ACTIONS.index("make_stone_pickaxe"), ACTIONS.index("place_table")
+    x, y = (int(v) for v in agent.map.pos)
+    agent.map.mat[x - 4:x + 5, y - 4:y + 5] = SEM["grass"]
+    agent.inventory.update(wood=0, stone=0)
+
+    def pressed() -> set[int]:
+        return {agent.random_action() for _ in range(400)}
+
+    assert {stone_pickaxe, table} <= pressed()          # no materials: pressing them does nothing
+    agent.inventory.update(wood=3, stone=2)
+    assert stone_pickaxe in pressed() and table not in pressed()   # materials but no table near; placing would work
+    agent.map.mat[x + 2, y] = SEM["table"]
+    assert stone_pickaxe not in pressed()               # a table two cells away: it might complete the goal
+    agent.inventory.update(stone=0)
+    assert stone_pickaxe in pressed()
+
+
 def test_policy_api_checks_its_arguments_and_resets_finished_envs():
     with pytest.raises(ValueError, match="unknown goals"):
         ExpertPolicy({"name": "crafter"}, exclude=["collect unicorn"])

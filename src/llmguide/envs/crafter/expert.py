@@ -266,7 +266,11 @@ class _Agent:
         return 3.0 + 15.0 * step.depth
 
     def random_action(self) -> int:
-        """A uniformly random action that neither steps into lava, falls asleep, nor completes an excluded goal."""
+        """A uniformly random action that neither steps into lava, falls asleep, nor completes an excluded goal.
+
+        An excluded goal's own place/make action stays among the random actions wherever it cannot complete the
+        goal (its materials are not held, or no station it needs is near): the data then hold every primitive
+        action, so a policy cloned from them can still press it, but never the excluded achievement."""
         faced = self.map.at(self.map.facing_cell(self.facing))
         ok = []
         for a, name in enumerate(ACTIONS):
@@ -274,10 +278,21 @@ class _Agent:
                 continue
             if a == DO and _COLLECTS.get(faced) in self.excluded:
                 continue
-            if name.startswith(("place_", "make_")) and name.replace("_", " ", 1).replace("_", " ") in self.excluded:
+            goal = name.replace("_", " ", 1).replace("_", " ")
+            if name.startswith(("place_", "make_")) and goal in self.excluded and self.could_complete(goal):
                 continue
             ok.append(a)
         return int(self.rng.choice(ok))
+
+    def could_complete(self, goal: str) -> bool:
+        """Whether pressing ``goal``'s place/make action now might complete it: its materials are held and every
+        station it needs is within two cells (a margin over both envs' crafting distance of one)."""
+        items, near = self.tree.requirements[goal]
+        if any(self.inventory.get(item, 0) < n for item, n in items.items()):
+            return False
+        x, y = (int(v) for v in self.map.pos)
+        around = self.map.mat[max(x - 2, 0):x + 3, max(y - 2, 0):y + 3]
+        return all((around == SEM[s]).any() for s in near if s in SEM)
 
 
 class ExpertPolicy:
