@@ -50,8 +50,6 @@ CFG = "method.lowlevel.cfg_scale={cfg_scale}"   # classifier-free guidance of th
 ARMS = {
     "ppo": ["method=none", "agent.num_steps={rollout}"],
     "bc-finetune": ["method=ptgm_bc_finetune", *PTGM, "agent.num_steps={rollout}"],
-    # the same BC policy never fine-tuned (learning rate 0): what imitating the task-agnostic data gives by itself
-    "bc-only": ["method=ptgm_bc_finetune", *PTGM, "agent.num_steps={rollout}", "agent.lr=0"],
     "ptgm": ["method=ptgm", *PTGM, *OPTIONS, CFG, "method.kl.coef={kl_coef}"],
     "ptgm-cfg0": ["method=ptgm", *PTGM, *OPTIONS, "method.lowlevel.cfg_scale=0", "method.kl.coef={kl_coef}"],
     "ptgm-no-kl": ["method=ptgm_no_kl", *PTGM, *OPTIONS, CFG],
