@@ -106,7 +106,7 @@ def configure(args) -> None:
         args.env, args.task = "craftax", None
     craftax = args.env == "craftax"
     args.task = (args.task or args.craftax_task or SPARSE_TASK) if craftax else (args.task or "BabyAI-UnlockPickup-v0")
-    if not craftax:   # the shared sparse task's PPO is a Craftax row: dropped from the default arms, refused by name
+    if not craftax:   # the shared-task PPO and the expert are Craftax rows: dropped from the default arms, refused by name
         arms = args.arms.split(",")
         if any(a in CRAFTAX_ONLY for a in arms) and args.arms != ",".join(STUDY.arms):
             raise SystemExit(f"--arms {','.join(a for a in arms if a in CRAFTAX_ONLY)}: a Craftax arm (--env craftax)")

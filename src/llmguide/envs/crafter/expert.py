@@ -278,7 +278,7 @@ class _Agent:
                 continue
             if a == DO and _COLLECTS.get(faced) in self.excluded:
                 continue
-            goal = name.replace("_", " ", 1).replace("_", " ")
+            goal = name.replace("_", " ")
             if name.startswith(("place_", "make_")) and goal in self.excluded and self.could_complete(goal):
                 continue
             ok.append(a)
