@@ -188,6 +188,49 @@ def test_train_cli_end_to_end_writes_metrics_checkpoint_and_eval(tmp_path):
 
 
 @needs_hf
+def test_training_off_a_float32_cpu_refuses_a_precision_whose_action_distribution_breaks(tmp_path, capsys):
+    """Gemma 3 in float16 overflows (every action log-prob NaN): the device check stops the run before the first
+    rollout with one line naming llm.dtype, instead of training on garbage or dying in a traceback."""
+    from llmguide import cli
+
+    threads = torch.get_num_threads()
+    code = cli.main(["train", "env=babyai", "method=glam", "llm=hf", "llm.dtype=float16", "total_steps=2",
+                     "num_envs=1", "env.task=GoToRedBall", "agent.rollout_steps=2", "agent.minibatch=2",
+                     "agent.epochs=1", "method.k_history=1", "method.value_hidden=16", "eval.episodes=0",
+                     "progress=false", f"run.dir={tmp_path}", "run.name=fp16"])
+    torch.set_num_threads(threads)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "Traceback" not in "\n".join(err)
+    assert "config error at 'llm.dtype'" in err[-1] and "not finite" in err[-1]
+    assert (tmp_path / "fp16" / "metrics.jsonl").read_text() == ""   # no rollout ran
+
+
+@needs_hf
+def test_device_check_passes_bfloat16_and_catches_a_distribution_that_differs():
+    """bfloat16 on the CPU spreads the action mass as float32 does (passes); a policy whose scores differ from
+    its float32 copy (here: a bias on one action's logits, as a broken kernel would give) is caught."""
+    from llmguide.llm.hf import HFLM
+    from llmguide.methods.glam.device import parity_error
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    policy = LMPolicy(HFLM(dtype="bfloat16"), ACTION_STRINGS, ValueHead(640, 16))
+    prompts = [SHORT, OTHER]
+    assert parity_error(policy, prompts) is None
+
+    class Skewed(LMPolicy):   # the device's numbers go wrong, the float32 CPU copy's do not
+        def action_logits(self, prompts, lm=None, action_head=None):
+            logits, hidden = super().action_logits(prompts, lm, action_head)
+            return (logits + 30.0 * torch.nn.functional.one_hot(torch.tensor(0), logits.shape[1]) if lm is None
+                    else logits), hidden
+
+    skewed = Skewed(policy.lm, ACTION_STRINGS, policy.value_head)
+    reason = parity_error(skewed, prompts)
+    torch.set_num_threads(threads)
+    assert reason is not None and "differ from float32 on the CPU" in reason and "bfloat16" in reason
+
+
+@needs_hf
 def test_bc_only_run_then_eval_verb_runs_generalisation_tests(tmp_path):
     """GLAM's BC-Bot baseline: cloning on bot episodes, no PPO; ``llmguide eval`` reloads the adapters."""
     from llmguide import cli

@@ -55,6 +55,7 @@ class GLAMPPO:
         self.norm_adv = bool(cfg_get(cfg, "norm_adv", True))
         self.reward_scale = float(cfg_get(cfg, "reward_scale", 20.0))
         self.k_history = int(cfg_get(cfg, "k_history", 3))
+        self.device_check = bool(cfg_get(cfg, "device_check", True))
         params = [p for p in policy.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the policy has no trainable parameters (HFLM needs trainable=True or LoRA)")
@@ -130,6 +131,21 @@ class GLAMPPO:
                     stats["clipfrac"].append(((ratio - 1).abs() > self.clip_coef).float().mean().item())
         return {f"losses/{k}": float(np.mean(v)) for k, v in stats.items() if v}
 
+    def check_device(self) -> None:
+        """Before the first rollout, off a float32 CPU: the first prompts' action distributions must match a
+        float32 CPU copy (:func:`~llmguide.methods.glam.device.parity_error`), else a config error."""
+        from llmguide.core.errors import ConfigError
+        from llmguide.methods.glam.device import parity_error
+
+        lm = self.policy.lm
+        if lm.device.type == "cpu" and next(lm.model.parameters()).dtype == torch.float32:
+            return
+        assert self._history is not None
+        reason = parity_error(self.policy, self._history.prompts(self.policy.action_strings)[:4])
+        if reason is not None:
+            raise ConfigError("llm.dtype", f"{reason}; use llm.dtype=float32, or agent.device_check=false to train "
+                                           "anyway")
+
     # --- training --------------------------------------------------------------------------------
     def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
               progress: bool = True) -> GLAMPPO:
@@ -141,6 +157,8 @@ class GLAMPPO:
         if self._history is None:
             self._reset()
         assert self._history is not None
+        if self.device_check and self.global_step == 0:
+            self.check_device()
         tracker = EpisodeTracker(N)
         bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc="glam")
         start_time, start_step = time.perf_counter(), self.global_step

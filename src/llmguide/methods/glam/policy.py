@@ -166,16 +166,23 @@ class LMPolicy(nn.Module):
 
     def forward(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(log-probs over actions (n, A), values (n,))`` for a batch of prompts."""
-        if self.action_head is not None:
-            hidden = self.lm.context_states(list(prompts))
-            logits = self.action_head(hidden)
-        else:
-            from llmguide.methods.glam.batched import score_with_hidden
-
-            scores, hidden = score_with_hidden(self.lm, list(prompts), [self.candidates] * len(prompts),
-                                               normalize=self.normalize, batch=self.score_batch)
-            logits = torch.stack(scores).float()
+        logits, hidden = self.action_logits(prompts)
         return torch.log_softmax(logits, dim=-1), self.value_head(hidden)
+
+    def action_logits(self, prompts: Sequence[str], lm: Any = None,
+                      action_head: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(action logits (n, A) in float32, context states)``; ``lm`` and ``action_head`` default to the
+        policy's own (the device check passes a float32 CPU copy of them)."""
+        lm = self.lm if lm is None else lm
+        action_head = self.action_head if action_head is None else action_head
+        if action_head is not None:
+            hidden = lm.context_states(list(prompts))
+            return action_head(hidden).float(), hidden
+        from llmguide.methods.glam.batched import score_with_hidden
+
+        scores, hidden = score_with_hidden(lm, list(prompts), [self.candidates] * len(prompts),
+                                           normalize=self.normalize, batch=self.score_batch)
+        return torch.stack(scores).float(), hidden
 
     def act(self, prompts: Sequence[str], greedy: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sampled (or greedy) action indices, their log-probs and the values, without gradients."""
