@@ -2,7 +2,7 @@
 refusal when CUDA is asked for and absent.
 
 Measured on one H100 (80 GB; benchmarks/results/glam/gpu-h100/), Gemma 3 270M, 32 envs, prompts of ~150-390
-tokens: a GLAM run (bf16, LoRA on every block) peaked at ~42 GB with PPO minibatches of 64 prompts and ~14 GB
+tokens: a GLAM run (bf16, LoRA on every block) reached ~42 GB with PPO minibatches of 64 prompts and ~14 GB
 with 8; an NPAE run (fp32, every weight trained) at ~52 GB with 64 and 9-17 GB with 8.  With four runs at once
 (three GLAM, one NPAE; of six started, two NPAE runs ran out of memory) a GLAM run made ~2.2 env steps/s and
 the NPAE run ~1.1, the GPU busy 100% of the time: far below the ~100-300 env steps/s a FLOP count had
