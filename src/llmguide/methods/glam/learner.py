@@ -56,6 +56,7 @@ class GLAMPPO:
         self.reward_scale = float(cfg_get(cfg, "reward_scale", 20.0))
         self.k_history = int(cfg_get(cfg, "k_history", 3))
         self.device_check = bool(cfg_get(cfg, "device_check", True))
+        self._device_checked = False
         params = [p for p in policy.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the policy has no trainable parameters (HFLM needs trainable=True or LoRA)")
@@ -137,9 +138,12 @@ class GLAMPPO:
         from llmguide.core.errors import ConfigError
         from llmguide.methods.glam.device import parity_error
 
+        self._device_checked = True
         lm = self.policy.lm
         if lm.device.type == "cpu" and next(lm.model.parameters()).dtype == torch.float32:
             return
+        if self._history is None:
+            self._reset()
         assert self._history is not None
         reason = parity_error(self.policy, self._history.prompts(self.policy.action_strings)[:4])
         if reason is not None:
@@ -157,7 +161,7 @@ class GLAMPPO:
         if self._history is None:
             self._reset()
         assert self._history is not None
-        if self.device_check and self.global_step == 0:
+        if self.device_check and self.global_step == 0 and not self._device_checked:
             self.check_device()
         tracker = EpisodeTracker(N)
         bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc="glam")

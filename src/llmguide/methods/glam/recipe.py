@@ -83,6 +83,8 @@ class GLAMRecipe(TextPolicyRecipe):
         return GLAMPPO(parts.envs, self.policy, settings, run=run, seed=int(self.cfg.seed))
 
     def prepare(self, agent: Any, run: RunDir) -> None:
+        if agent.device_check:   # before behavioural cloning too: it trains on the same numbers
+            agent.check_device()
         if int(self.cfg.method.bc_episodes) > 0:
             clone_bot(self.policy, self.cfg, run)
 
