@@ -133,7 +133,7 @@ class GLAMPPO:
         return {f"losses/{k}": float(np.mean(v)) for k, v in stats.items() if v}
 
     def check_device(self) -> None:
-        """Before the first rollout, off a float32 CPU: the first prompts' action distributions must match a
+        """Once per run, before the first rollout, off a float32 CPU: the first prompts' action distributions match a
         float32 CPU copy (:func:`~llmguide.methods.glam.device.parity_error`), else a config error."""
         from llmguide.core.errors import ConfigError
         from llmguide.methods.glam.device import parity_error
@@ -161,7 +161,7 @@ class GLAMPPO:
         if self._history is None:
             self._reset()
         assert self._history is not None
-        if self.device_check and self.global_step == 0 and not self._device_checked:
+        if self.device_check and not self._device_checked:
             self.check_device()
         tracker = EpisodeTracker(N)
         bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc="glam")
