@@ -18,7 +18,8 @@ Arms (every one the same PPO: the shared sparse task's ``harness.SPARSE_PPO``, a
 * ``oni_classification-oracle``, ``oni_ranking-oracle`` (ranking reward clipped at 0);
 * ``motif-oracle`` — Motif: messages of a score-maximising agent (PPO on Craftax's achievement reward,
   ``--collect-steps`` steps, ``env.task`` null), ``--num-pairs`` pairs labelled by the oracle, Bradley-Terry
-  reward model (prepared once, before the arms);
+  reward model (prepared once, before the arms); ``motif-shuffled``: the same pairs, the oracle's preferences
+  permuted across them (``llm=shuffled``, ``method.pairs_from``), its own reward model;
 * ``ellm_bow`` — the ONI paper's LM-free baseline: bag-of-words similarity of the message to the task's name;
 * ``expert`` — the scripted expert playing the task (``agent=scripted``, no learning): the upper reference row, as
   BabyAI's bot.
@@ -39,6 +40,7 @@ import sys
 from harness import SPARSE_PER_ENV, SPARSE_TASK, Study, main
 
 MOTIF_DATA = "method.data_dir={prep}/motif-data"
+MOTIF_SHUFFLED = "method.data_dir={prep}/motif-data-shuffled"
 ARMS = {
     "ppo": ["method=none"],
     "oni_retrieval-oracle": ["method=oni_retrieval", "llm=oracle"],
@@ -49,6 +51,7 @@ ARMS = {
     "oni_classification-oracle": ["method=oni_classification", "llm=oracle"],
     "oni_ranking-oracle": ["method=oni_ranking", "llm=oracle"],
     "motif-oracle": ["method=motif", "llm=oracle", MOTIF_DATA],
+    "motif-shuffled": ["method=motif", "llm=shuffled", MOTIF_SHUFFLED],
     "ellm_bow": ["method=ellm_bow", "method.goal={task}"],
     "expert": ["method=none", "agent=scripted", "agent.policy=expert"],
 }
@@ -61,18 +64,23 @@ def flags(parser) -> None:
 
 
 def prepare(plan) -> None:
-    """Motif's data, once for every seed: collect (PPO on the game's achievement reward, env.task null) -> label."""
-    if "motif-oracle" not in plan.arms:
+    """Motif's data, once for every seed: collect (PPO on the game's achievement reward, env.task null) -> label
+    by the oracle; the shuffled control labels a copy of the same pairs."""
+    motif = [arm for arm in ("motif-oracle", "motif-shuffled") if arm in plan.arms]
+    if not motif:
         return
     a = plan.args
     collect = ["method=motif", "llm=oracle", MOTIF_DATA, "method.collect_policy=none", "env.task=null",
                f"method.collect_steps={a.collect_steps}", f"method.num_pairs={a.num_pairs}"]
     reason = plan.step("collect", "motif-data", collect, done="collect_stats.json")
-    if not reason:
-        reason = plan.step("label", "motif-label-oracle", ["method=motif", "llm=oracle", MOTIF_DATA],
-                           done=str(plan.prep / "motif-data" / "label_stats.json"))
-    if reason:
-        plan.fail("motif-oracle", reason)
+    labels = {"motif-oracle": ["llm=oracle", MOTIF_DATA],
+              "motif-shuffled": ["llm=shuffled", MOTIF_SHUFFLED, "method.pairs_from={prep}/motif-data"]}
+    for arm in motif:
+        folder = "motif-data" if arm == "motif-oracle" else "motif-data-shuffled"
+        why = reason or plan.step("label", f"motif-label-{arm.split('-')[1]}", ["method=motif", *labels[arm]],
+                                  done=str(plan.prep / folder / "label_stats.json"))
+        if why:
+            plan.fail(arm, why)
 
 
 STUDY = Study(

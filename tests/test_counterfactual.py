@@ -72,6 +72,29 @@ def test_shuffled_keeps_the_oracle_rate_and_drops_the_relation(mode) -> None:
     assert lm.io_stats()["answer_yes_rate"] == pytest.approx(yes.mean())
 
 
+def test_shuffled_follows_an_oracle_rate_that_changes_over_the_run() -> None:
+    """An agent that makes progress gets more helpful messages later: the oracle says yes to 10% of the first
+    half and 50% of the second.  Drawn among the recent queries the control's rate is the oracle's, and its
+    answers agree with the oracle's no more than two independent draws at these rates; drawn from the whole
+    past (window 0), early answers weigh more and the rate falls short."""
+    first, truth1 = _messages(2000, rate=0.1, seed=1)
+    second, truth2 = _messages(2000, rate=0.5, seed=2)
+    prompts = first + [p.replace("event", "later") for p in second]
+    truth = np.concatenate([truth1, truth2])
+    rates = {}
+    for window in (128, 0):
+        lm = _lm("shuffled", seed=3, window=window)
+        yes = _yes(lm, prompts, "score")
+        rates[window] = yes.mean()
+        if window:
+            chance = np.mean([(a == b) for a, b in zip(yes[:2000], np.random.default_rng(0).permutation(truth[:2000]),
+                                                       strict=True)])
+            assert lm.io_stats()["answer_agreement"] == pytest.approx((yes == truth).mean())
+            assert abs((yes[:2000] == truth[:2000]).mean() - chance) < 0.05
+    assert abs(rates[128] - truth.mean()) < 0.03
+    assert rates[0] < truth.mean() - 0.05
+
+
 def test_same_prompt_same_answer_and_the_seed_matters() -> None:
     prompts, _ = _messages(300)
     a = _yes(_lm("random", seed=0), prompts, "score")

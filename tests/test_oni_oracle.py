@@ -217,6 +217,28 @@ def test_motif_collects_with_an_rnd_agent_and_trains_with_oracle_preferences(tmp
     assert (tmp_path / "motif" / "eval.json").exists()
 
 
+def test_motif_control_labels_a_copy_of_the_treatments_pairs_and_leaves_them_untouched(tmp_path):
+    """``method.pairs_from``: the shuffled labeller gets exactly the oracle's pairs (same order, none labelled yet)
+    in its own data_dir, labels every one of them, and the oracle's labels stay as they were."""
+    from llmguide.methods.oni.motif import PairsDB
+    from llmguide.methods.oni.motif_recipe import collect, label
+
+    base = ["env=minihack", "env.id=MiniHack-KeyRoom-Fixed-S5-v0", "method=motif", "method.collect_steps=128",
+            "method.num_pairs=10", "run.name=motif"]
+    oracle = _small(tmp_path, *base, f"method.data_dir={tmp_path / 'data'}")
+    assert collect(oracle) == 0 and label(oracle) == 0
+    before = PairsDB(tmp_path / "data" / "pairs.sqlite").conn.execute("SELECT a, b, label FROM pairs").fetchall()
+    shuffled = _small(tmp_path, *base, "llm=shuffled", f"method.data_dir={tmp_path / 'shuffled'}",
+                      f"method.pairs_from={tmp_path / 'data'}")
+    assert label(shuffled) == 0
+    copy = PairsDB(tmp_path / "shuffled" / "pairs.sqlite")
+    assert copy.pairs() == [(a, b) for a, b, _ in before] and len(before) >= 2
+    assert copy.count("todo") == 0 and copy.count("done") == len(before)
+    assert PairsDB(tmp_path / "data" / "pairs.sqlite").conn.execute("SELECT a, b, label FROM pairs").fetchall() == before
+    with pytest.raises(FileExistsError):   # a copy never lands on pairs already there
+        PairsDB(tmp_path / "data" / "pairs.sqlite").copy_unlabelled(tmp_path / "shuffled" / "pairs.sqlite")
+
+
 def test_nethack_score_runs_through_the_oni_recipe_with_oracle_labels(tmp_path):
     from llmguide.pipelines import run
 

@@ -6,8 +6,12 @@ oracle's format, with the knowledge taken out, so a method runs them unchanged (
   "yes" at ``positive_rate`` for a yes/no label; for a preference a tie at ``tie_rate``, else A or B
   at even odds; a goal list of as many goals as the oracle would give, drawn from the env's goals.
 * ``shuffled``: the oracle's answers permuted across queries within the run: each query gets the
-  oracle's answer to another query of the same kind (same candidates, same answer format), so the
-  marginal rate is the oracle's and the relation to the query is gone.  Until a second query of a kind
+  oracle's answer to another query of the same kind (same candidates, same answer format), drawn among
+  the last ``window`` (128) such queries, so the relation to the query is gone and the rate follows the
+  oracle's as it changes over the run.  (With the whole run as the pool, ``window=0``, the answer at
+  query t is drawn from queries 1..t-1 alike, so early answers weigh more: where the oracle says yes
+  more often later in training, as to an agent that makes progress, the control said yes less often:
+  0.22 vs the oracle's 0.30 on ONI's Craftax make_wood_pickaxe runs.)  Until a second query of a kind
   has been seen, its answer is a ``random`` one (never the query's own).
 * ``constant``: one fixed answer: every candidate scored alike, every message helpful ("yes"), every
   pair a tie, every goal of the env.
@@ -21,7 +25,7 @@ to the treatment's rate.  A program (BK-Code) has no counterfactual here: BK's r
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +49,7 @@ class CounterfactualLM(LanguageModel):
     """``kind`` (random | shuffled | constant) answers in the format of ``oracle``'s answers."""
 
     def __init__(self, kind: str, oracle: OracleLM, seed: int = 0, positive_rate: float = 0.5,
-                 tie_rate: float = 0.0):
+                 tie_rate: float = 0.0, window: int = 128):
         if kind not in KINDS:
             raise ValueError(f"llm.backend: unknown counterfactual {kind!r}; choose one of {list(KINDS)}")
         self.kind, self.oracle = kind, oracle
@@ -54,8 +58,10 @@ class CounterfactualLM(LanguageModel):
         self.positive_rate, self.tie_rate = float(positive_rate), float(tie_rate)
         self.rng = np.random.default_rng(seed)
         self._memo: dict[tuple, Any] = {}
-        self._pool: dict[tuple, list[Any]] = defaultdict(list)   # shuffled: the oracle's answers per kind
-        self.counts = {"answers": 0, "labels": 0, "yes": 0, "prefs": 0, "ties": 0, "goal_lists": 0, "goals": 0}
+        # shuffled: the oracle's last ``window`` answers per kind (0: all of them)
+        self._pool: dict[tuple, deque[Any]] = defaultdict(lambda: deque(maxlen=int(window) or None))
+        self.counts = {"answers": 0, "labels": 0, "yes": 0, "prefs": 0, "ties": 0, "goal_lists": 0, "goals": 0,
+                       "agree": 0}
 
     def __repr__(self) -> str:
         return f"CounterfactualLM({self.kind!r}, {self.oracle!r})"
@@ -89,7 +95,10 @@ class CounterfactualLM(LanguageModel):
         return {"answers": float(c["answers"]),
                 "answer_yes_rate": c["yes"] / c["labels"] if c["labels"] else 0.0,
                 "answer_tie_rate": c["ties"] / c["prefs"] if c["prefs"] else 0.0,
-                "answer_goals": c["goals"] / c["goal_lists"] if c["goal_lists"] else 0.0}
+                "answer_goals": c["goals"] / c["goal_lists"] if c["goal_lists"] else 0.0,
+                # labels and preferences equal to the oracle's own answer to that query: the knowledge left in
+                # (compare with the agreement of two independent draws at these rates)
+                "answer_agreement": c["agree"] / (c["labels"] + c["prefs"]) if c["labels"] + c["prefs"] else 0.0}
 
     # -- score answers ---------------------------------------------------------------------------
     def _scored(self, cands: list[str], truth: list[float]) -> list[float]:
@@ -155,6 +164,7 @@ class CounterfactualLM(LanguageModel):
             yes = bool(self.rng.random() < self.positive_rate)
         self.counts["labels"] += 1
         self.counts["yes"] += int(yes)
+        self.counts["agree"] += int(yes == bool(truth))
         return yes
 
     def _pref(self, truth: str, kind: tuple) -> str:
@@ -168,10 +178,11 @@ class CounterfactualLM(LanguageModel):
             pick = "a>b" if self.rng.random() < 0.5 else "b>a"
         self.counts["prefs"] += 1
         self.counts["ties"] += int(pick == "a=b")
+        self.counts["agree"] += int(pick == truth)
         return pick
 
     def _swap(self, truth: Any, kind: tuple) -> Any:
-        """Shuffled: the oracle's answer to another query of this kind (None while there is none yet)."""
+        """Shuffled: the oracle's answer to another recent query of this kind (None while there is none yet)."""
         pool = self._pool[kind]
         other = pool[int(self.rng.integers(len(pool)))] if pool else None
         pool.append(truth)

@@ -61,6 +61,7 @@ LLM_RULES = {
     "llm.cache.max_bytes": positive,
     "llm.positive_rate": in_range(0.0, 1.0),
     "llm.tie_rate": in_range(0.0, 1.0),
+    "llm.window": non_negative,
 }
 for _key, _rule in LLM_RULES.items():
     register_rule(_key, _rule, any_type=_key == "llm.n_threads")   # "auto" or a number
@@ -137,7 +138,8 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
 
         return CounterfactualLM(backend, oracle, seed=int(cfg_get(llm_cfg, "seed", 0)),
                                 positive_rate=float(cfg_get(llm_cfg, "positive_rate", 0.5)),
-                                tie_rate=float(cfg_get(llm_cfg, "tie_rate", 0.0)))
+                                tie_rate=float(cfg_get(llm_cfg, "tie_rate", 0.0)),
+                                window=int(cfg_get(llm_cfg, "window", 128)))
     raise ConfigError("llm.backend", f"unknown backend {backend!r}; choose one of {list(BACKENDS)}")
 
 

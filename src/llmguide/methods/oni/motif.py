@@ -86,6 +86,21 @@ class PairsDB:
     def labelled(self) -> list[tuple[str, str, float]]:
         return self.conn.execute("SELECT a, b, label FROM pairs WHERE status = 'done'").fetchall()
 
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every pair, labelled or not, in the order it was sampled."""
+        return self.conn.execute("SELECT a, b FROM pairs ORDER BY id").fetchall()
+
+    def copy_unlabelled(self, target: str | Path) -> PairsDB:
+        """A new database at ``target`` with this one's messages and pairs, none labelled (another labeller,
+        e.g. a knowledge control, labels the same pairs)."""
+        out = PairsDB(target)
+        if out.count():
+            out.close()
+            raise FileExistsError(f"{target} already holds pairs")
+        out.add_messages(self.messages())
+        out.add_pairs(self.pairs())
+        return out
+
     def close(self) -> None:
         self.conn.close()
 

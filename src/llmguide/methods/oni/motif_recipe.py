@@ -7,7 +7,8 @@
   messages, sample ``method.num_pairs`` pairs (``method.pair_sampling``: ``observations`` = both sides drawn over
   the collected observations, as the reference; ``unique`` = over unique messages) → ``pairs.sqlite``;
 - ``llmguide label method=motif ...``: LM preferences in committed batches (resumable; ``method.max_batches``
-  stops early, a rerun continues);
+  stops early, a rerun continues); with ``method.pairs_from=<data_dir>`` it first copies that dataset's pairs,
+  unlabelled, so that a control labeller (``llm=shuffled``) labels exactly the treatment's pairs;
 - ``llmguide train method=motif ...``: train the Bradley-Terry reward model (→ ``reward_model.pt``) if
   absent, then PPO with :class:`~llmguide.methods.oni.motif.MotifReward` through the Runner.
 """
@@ -87,7 +88,14 @@ def label(cfg: DictConfig) -> int:
     from llmguide.methods.oni.recipe import family_templates, method_goal, oracle_answers
     from llmguide.pipelines.services import service_for
 
-    db = PairsDB(data_dir(cfg) / "pairs.sqlite")
+    path = data_dir(cfg) / "pairs.sqlite"
+    if cfg.method.get("pairs_from") and not path.exists():
+        source = PairsDB(Path(cfg.method.pairs_from) / "pairs.sqlite")
+        if source.count() == 0:
+            raise FileNotFoundError(f"method.pairs_from: no pairs in {source.path}")
+        source.copy_unlabelled(path).close()
+        source.close()
+    db = PairsDB(path)
     if db.count() == 0:
         raise FileNotFoundError(f"no pairs in {db.path}; run `llmguide collect method=motif ...` first")
     with service_for(cfg, answerers=[oracle_answers(cfg)]) as service:
