@@ -70,7 +70,10 @@ def parity_error(policy: Any, prompts: Sequence[str], max_tv: float = 0.2) -> st
     tv = 0.5 * (here - there).abs().sum(-1)
     if float(tv.max()) > max_tv:
         i = int(tv.argmax())
-        show = lambda p: "[" + ", ".join(f"{v:.2f}" for v in p.tolist()) + "]"  # noqa: E731
         return (f"the action probabilities on {where} differ from float32 on the CPU by total variation "
-                f"{float(tv.max()):.2f} > {max_tv} ({show(here[i])} vs {show(there[i])})")
+                f"{float(tv.max()):.2f} > {max_tv} ({_probs(here[i])} vs {_probs(there[i])})")
     return None
+
+
+def _probs(p: Any) -> str:
+    return "[" + ", ".join(f"{v:.2f}" for v in p.tolist()) + "]"
