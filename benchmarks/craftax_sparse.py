@@ -13,7 +13,8 @@ Arms (every one the same PPO: the shared sparse task's ``harness.SPARSE_PPO``, a
 * ``oni_retrieval-oracle`` — ONI-Retrieval, labels from the requirement tree (a message is helpful when it
   reports an achievement); ``-embedded``: the embedded LM (Gemma 3 270M) labels;
 * knowledge controls: ``oni_retrieval-constant`` (every message helpful: a pure episodic message-count bonus),
-  ``oni_retrieval-shuffled`` (the oracle's labels permuted across messages: its rate, no relation),
+  ``oni_retrieval-shuffled`` (the oracle's labels permuted across recent messages: its rate, no relation;
+  ``-window0``: across all earlier messages, a rate below the oracle's),
   ``oni_retrieval-random`` (yes at ``llm.positive_rate``);
 * ``oni_classification-oracle``, ``oni_ranking-oracle`` (ranking reward clipped at 0);
 * ``motif-oracle`` — Motif: messages of a score-maximising agent (PPO on Craftax's achievement reward,
@@ -47,6 +48,9 @@ ARMS = {
     "oni_retrieval-embedded": ["method=oni_retrieval", "llm=embedded"],
     "oni_retrieval-constant": ["method=oni_retrieval", "llm=constant"],
     "oni_retrieval-shuffled": ["method=oni_retrieval", "llm=shuffled"],
+    # the shuffled control before llm.window: any earlier message's label, so early (mostly unhelpful) labels
+    # weigh more and its rate falls below the oracle's (kept to show what the rate mismatch did)
+    "oni_retrieval-shuffled-window0": ["method=oni_retrieval", "llm=shuffled", "llm.window=0"],
     "oni_retrieval-random": ["method=oni_retrieval", "llm=random"],
     "oni_classification-oracle": ["method=oni_classification", "llm=oracle"],
     "oni_ranking-oracle": ["method=oni_ranking", "llm=oracle"],
