@@ -77,11 +77,12 @@ def prepare(plan) -> None:
     collect = ["method=motif", "llm=oracle", MOTIF_DATA, "method.collect_policy=none", "env.task=null",
                f"method.collect_steps={a.collect_steps}", f"method.num_pairs={a.num_pairs}"]
     reason = plan.step("collect", "motif-data", collect, done="collect_stats.json")
-    labels = {"motif-oracle": ["llm=oracle", MOTIF_DATA],
-              "motif-shuffled": ["llm=shuffled", MOTIF_SHUFFLED, "method.pairs_from={prep}/motif-data"]}
+    labels = {"motif-oracle": ("oracle", "motif-data", []),
+              "motif-shuffled": ("shuffled", "motif-data-shuffled", ["method.pairs_from={prep}/motif-data"])}
     for arm in motif:
-        folder = "motif-data" if arm == "motif-oracle" else "motif-data-shuffled"
-        why = reason or plan.step("label", f"motif-label-{arm.split('-')[1]}", ["method=motif", *labels[arm]],
+        llm, folder, extra = labels[arm]
+        why = reason or plan.step("label", f"motif-label-{llm}",
+                                  ["method=motif", f"llm={llm}", f"method.data_dir={{prep}}/{folder}", *extra],
                                   done=str(plan.prep / folder / "label_stats.json"))
         if why:
             plan.fail(arm, why)

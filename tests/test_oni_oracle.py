@@ -237,6 +237,11 @@ def test_motif_control_labels_a_copy_of_the_treatments_pairs_and_leaves_them_unt
     assert PairsDB(tmp_path / "data" / "pairs.sqlite").conn.execute("SELECT a, b, label FROM pairs").fetchall() == before
     with pytest.raises(FileExistsError):   # a copy never lands on pairs already there
         PairsDB(tmp_path / "data" / "pairs.sqlite").copy_unlabelled(tmp_path / "shuffled" / "pairs.sqlite")
+    typo = _small(tmp_path, *base, "llm=shuffled", f"method.data_dir={tmp_path / 'other'}",
+                  f"method.pairs_from={tmp_path / 'dta'}")
+    with pytest.raises(FileNotFoundError, match="method.pairs_from"):
+        label(typo)
+    assert not (tmp_path / "dta").exists()   # a mistyped source is reported, never created
 
 
 def test_nethack_score_runs_through_the_oni_recipe_with_oracle_labels(tmp_path):

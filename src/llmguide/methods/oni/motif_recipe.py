@@ -90,11 +90,16 @@ def label(cfg: DictConfig) -> int:
 
     path = data_dir(cfg) / "pairs.sqlite"
     if cfg.method.get("pairs_from") and not path.exists():
-        source = PairsDB(Path(cfg.method.pairs_from) / "pairs.sqlite")
-        if source.count() == 0:
-            raise FileNotFoundError(f"method.pairs_from: no pairs in {source.path}")
-        source.copy_unlabelled(path).close()
-        source.close()
+        source_path = Path(cfg.method.pairs_from) / "pairs.sqlite"
+        if not source_path.is_file():   # opening a PairsDB would create it (and its folders) at a mistyped path
+            raise FileNotFoundError(f"method.pairs_from: no pairs in {source_path}")
+        source = PairsDB(source_path)
+        try:
+            if source.count() == 0:
+                raise FileNotFoundError(f"method.pairs_from: no pairs in {source.path}")
+            source.copy_unlabelled(path).close()
+        finally:
+            source.close()
     db = PairsDB(path)
     if db.count() == 0:
         raise FileNotFoundError(f"no pairs in {db.path}; run `llmguide collect method=motif ...` first")
