@@ -20,7 +20,8 @@ Arms (every one the same PPO: the shared sparse task's ``harness.SPARSE_PPO``, a
 * ``motif-oracle`` — Motif: messages of a score-maximising agent (PPO on Craftax's achievement reward,
   ``--collect-steps`` steps, ``env.task`` null), ``--num-pairs`` pairs labelled by the oracle, Bradley-Terry
   reward model (prepared once, before the arms); ``motif-shuffled``: the same pairs, the oracle's preferences
-  permuted across them (``llm=shuffled``, ``method.pairs_from``), its own reward model;
+  permuted across them (``llm=shuffled``, ``method.pairs_from``), its own reward model; ``motif-embedded``: the
+  same pairs labelled by the embedded LM;
 * ``ellm_bow`` — the ONI paper's LM-free baseline: bag-of-words similarity of the message to the task's name;
 * ``expert`` — the scripted expert playing the task (``agent=scripted``, no learning): the upper reference row, as
   BabyAI's bot.
@@ -42,6 +43,7 @@ from harness import SPARSE_PER_ENV, SPARSE_TASK, Study, main
 
 MOTIF_DATA = "method.data_dir={prep}/motif-data"
 MOTIF_SHUFFLED = "method.data_dir={prep}/motif-data-shuffled"
+MOTIF_EMBEDDED = "method.data_dir={prep}/motif-data-embedded"
 ARMS = {
     "ppo": ["method=none"],
     "oni_retrieval-oracle": ["method=oni_retrieval", "llm=oracle"],
@@ -56,6 +58,7 @@ ARMS = {
     "oni_ranking-oracle": ["method=oni_ranking", "llm=oracle"],
     "motif-oracle": ["method=motif", "llm=oracle", MOTIF_DATA],
     "motif-shuffled": ["method=motif", "llm=shuffled", MOTIF_SHUFFLED],
+    "motif-embedded": ["method=motif", "llm=embedded", MOTIF_EMBEDDED],
     "ellm_bow": ["method=ellm_bow", "method.goal={task}"],
     "expert": ["method=none", "agent=scripted", "agent.policy=expert"],
 }
@@ -69,8 +72,8 @@ def flags(parser) -> None:
 
 def prepare(plan) -> None:
     """Motif's data, once for every seed: collect (PPO on the game's achievement reward, env.task null) -> label
-    by the oracle; the shuffled control labels a copy of the same pairs."""
-    motif = [arm for arm in ("motif-oracle", "motif-shuffled") if arm in plan.arms]
+    by the oracle; the shuffled control and the embedded LM each label a copy of the same pairs."""
+    motif = [arm for arm in ("motif-oracle", "motif-shuffled", "motif-embedded") if arm in plan.arms]
     if not motif:
         return
     a = plan.args
@@ -78,7 +81,8 @@ def prepare(plan) -> None:
                f"method.collect_steps={a.collect_steps}", f"method.num_pairs={a.num_pairs}"]
     reason = plan.step("collect", "motif-data", collect, done="collect_stats.json")
     labels = {"motif-oracle": ("oracle", "motif-data", []),
-              "motif-shuffled": ("shuffled", "motif-data-shuffled", ["method.pairs_from={prep}/motif-data"])}
+              "motif-shuffled": ("shuffled", "motif-data-shuffled", ["method.pairs_from={prep}/motif-data"]),
+              "motif-embedded": ("embedded", "motif-data-embedded", ["method.pairs_from={prep}/motif-data"])}
     for arm in motif:
         llm, folder, extra = labels[arm]
         why = reason or plan.step("label", f"motif-label-{llm}",
