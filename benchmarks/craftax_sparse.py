@@ -37,6 +37,7 @@ Run a pilot first (``--arms ppo``) to confirm the control stays near 0 at the bu
 
 from __future__ import annotations
 
+import json
 import sys
 
 from harness import SPARSE_PER_ENV, SPARSE_TASK, Study, main
@@ -54,6 +55,9 @@ ARMS = {
     # weigh more and its rate falls below the oracle's (kept to show what the rate mismatch did)
     "oni_retrieval-shuffled-window0": ["method=oni_retrieval", "llm=shuffled", "llm.window=0"],
     "oni_retrieval-random": ["method=oni_retrieval", "llm=random"],
+    # yes at the oracle arm's own rate (its runs' mean, or --positive-rate): the shuffled control matches the
+    # oracle's rate on its own agent's messages, which are less often progress than the guided agent's
+    "oni_retrieval-random-matched": ["method=oni_retrieval", "llm=random", "llm.positive_rate={positive_rate}"],
     "oni_classification-oracle": ["method=oni_classification", "llm=oracle"],
     "oni_ranking-oracle": ["method=oni_ranking", "llm=oracle"],
     "motif-oracle": ["method=motif", "llm=oracle", MOTIF_DATA],
@@ -68,11 +72,34 @@ def flags(parser) -> None:
     parser.add_argument("--collect-steps", type=int, default=200_000,
                         help="Motif: env steps of the score-maximising collection agent (default 200000)")
     parser.add_argument("--num-pairs", type=int, default=2000, help="Motif: message pairs labelled (default 2000)")
+    parser.add_argument("--positive-rate", type=float, default=None,
+                        help="oni_retrieval-random-matched: its yes rate (default: the mean share of messages "
+                             "labelled helpful in this study's finished oni_retrieval-oracle runs)")
+
+
+def oracle_rate(plan) -> float | None:
+    """The mean share of messages labelled helpful (``lm/annot_positive_fraction``) over the finished
+    ``oni_retrieval-oracle`` runs of the plan's seeds; None when there is none."""
+    rates = []
+    for seed in plan.seeds:
+        path = plan.runs / "oni_retrieval-oracle" / f"seed-{seed}" / "lm_stats.json"
+        if path.is_file():
+            rates += [r["lm/annot_positive_fraction"] for method in json.loads(path.read_text()).values()
+                      for r in method.get("runs", {}).values() if "lm/annot_positive_fraction" in r]
+    return sum(rates) / len(rates) if rates else None
 
 
 def prepare(plan) -> None:
-    """Motif's data, once for every seed: collect (PPO on the game's achievement reward, env.task null) -> label
+    """The matched rate of ``oni_retrieval-random-matched``; Motif's data, once for every seed: collect (PPO on the game's achievement reward, env.task null) -> label
     by the oracle; the shuffled control and the embedded LM each label a copy of the same pairs."""
+    if "oni_retrieval-random-matched" in plan.arms and plan.args.positive_rate is None:
+        rate = oracle_rate(plan)
+        if rate is None:
+            plan.fail("oni_retrieval-random-matched", "no finished oni_retrieval-oracle run to match its rate: "
+                                                      "run that arm first, or pass --positive-rate")
+        else:
+            plan.values["positive_rate"] = f"{rate:.4f}"
+            print(f"  oni_retrieval-random-matched: yes at {rate:.4f}, the oracle arm's rate", flush=True)
     motif = [arm for arm in ("motif-oracle", "motif-shuffled", "motif-embedded") if arm in plan.arms]
     if not motif:
         return

@@ -405,9 +405,12 @@ def sweep_command(plan: Plan, arm: str, seeds: list[int], mode: str) -> list[str
 
 
 def validate(plan: Plan) -> list[str]:
-    """Compose every arm's config (``llmguide train --print-config``); the errors, one per bad arm."""
+    """Compose every arm's config (``llmguide train --print-config``); the errors, one per bad arm.  An arm
+    whose preparation failed is not composed: it is listed with its reason, not trained."""
     errors = []
     for arm in plan.arms:
+        if arm in plan.failed:
+            continue
         proc = subprocess.run([*_cli(), "train", "--print-config", *plan.arm_overrides(arm), f"seed={plan.seeds[0]}"],
                               capture_output=True, text=True, env=_env(plan))
         if proc.returncode != 0:

@@ -57,8 +57,10 @@ def test_the_oracle_knows_the_toy_truth() -> None:
 @pytest.mark.parametrize("mode", ["score", "generate"])
 def test_random_says_yes_at_its_rate_whatever_the_message(mode) -> None:
     prompts, truth = _messages(4000)
-    yes = _yes(_lm("random", positive_rate=0.3), prompts, mode)
+    lm = _lm("random", positive_rate=0.3)
+    yes = _yes(lm, prompts, mode)
     assert abs(yes.mean() - 0.3) < 0.03
+    assert lm.io_stats()["oracle_yes_rate"] == pytest.approx(truth.mean())
     assert abs(yes[truth].mean() - yes[~truth].mean()) < 0.06   # no relation to the truth
 
 
@@ -70,6 +72,7 @@ def test_shuffled_keeps_the_oracle_rate_and_drops_the_relation(mode) -> None:
     assert abs(yes.mean() - truth.mean()) < 0.03
     assert abs(yes[truth].mean() - yes[~truth].mean()) < 0.06
     assert lm.io_stats()["answer_yes_rate"] == pytest.approx(yes.mean())
+    assert lm.io_stats()["oracle_yes_rate"] == pytest.approx(truth.mean())   # the oracle on the same queries
 
 
 def test_shuffled_follows_an_oracle_rate_that_changes_over_the_run() -> None:
@@ -231,3 +234,18 @@ def test_the_ray_lm_actor_refuses_ground_truth_answerers_only_for_ground_truth_b
         make_run_lm(load_config(["env=crafter", "llm=oracle", "llm.actor=true"]), answerers)
     # a real LM ignores the method's answerers, so it may live in the shared actor (ONI passes them always)
     assert make_run_lm(load_config(["env=crafter", "llm=embedded", "llm.actor=true"]), answerers) == "the actor's client"
+
+
+def test_a_controls_rates_reach_the_runs_lm_metrics() -> None:
+    """The report shows a control's yes rate beside the oracle's own rate on the same queries (lm_stats.json):
+    a shuffled control matches the latter by construction, so a gap to the oracle arm's rate is the queries'."""
+    from llmguide.llm.service import LLMService
+
+    prompts, truth = _messages(400, rate=0.3)
+    with LLMService(_lm("shuffled", seed=2)) as service:
+        futures = [service.submit_generate(p, max_tokens=8) for p in prompts]
+        yes = np.array(["yes" in f.result(timeout=30).text for f in futures])
+        m = service.lm_metrics()
+    assert m["lm/answer_yes_rate"] == pytest.approx(yes.mean())
+    assert m["lm/oracle_yes_rate"] == pytest.approx(truth.mean())
+    assert 0.0 <= m["lm/answer_agreement"] <= 1.0

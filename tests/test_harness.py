@@ -232,3 +232,25 @@ def test_placeholders_auc_and_study_scripts_resolve(harness, load_benchmark, tmp
     # success AUC: the mean over the bins that hold values; values after the budget are cut
     assert harness.auc([10, 60, 70, 150], [1.0, 0.0, 1.0, 1.0], budget=100, bins=2) == pytest.approx(0.75)
     assert math.isnan(harness.auc([], [], 100, 2))
+
+
+def test_the_rate_matched_control_takes_the_oracle_arms_rate(harness, load_benchmark, tmp_path, capsys):
+    """oni_retrieval-random-matched says yes at the mean rate of the study's finished oni_retrieval-oracle runs
+    (their lm_stats.json); with none it is failed with the reason, and a dry run composes no config for it."""
+    sparse = load_benchmark("craftax_sparse")
+    runs = tmp_path / "runs"
+    argv = ["--runs", str(runs), "--results", str(tmp_path / "results"), "--seeds", "2", "--dry-run",
+            "--arms", "oni_retrieval-random-matched"]
+    assert harness.main(sparse.STUDY, argv) == 0
+    out = capsys.readouterr()
+    assert "failed oni_retrieval-random-matched: no finished oni_retrieval-oracle run" in out.out
+    assert "config error" not in out.err
+    for seed, rate in ((0, 0.2), (1, 0.4)):
+        folder = runs / "oni_retrieval-oracle" / f"seed-{seed}"
+        folder.mkdir(parents=True)
+        (folder / "lm_stats.json").write_text(json.dumps(
+            {"oni_retrieval": {"runs": {str(folder): {"lm/annot_positive_fraction": rate, "lm/calls": 9.0}}}}))
+    assert harness.main(sparse.STUDY, argv) == 0
+    assert "llm=random llm.positive_rate=0.3000" in capsys.readouterr().out
+    assert harness.main(sparse.STUDY, [*argv, "--positive-rate", "0.25"]) == 0
+    assert "llm.positive_rate=0.25 " in capsys.readouterr().out

@@ -61,7 +61,7 @@ class CounterfactualLM(LanguageModel):
         # shuffled: the oracle's last ``window`` answers per kind (0: all of them)
         self._pool: dict[tuple, deque[Any]] = defaultdict(lambda: deque(maxlen=int(window) or None))
         self.counts = {"answers": 0, "labels": 0, "yes": 0, "prefs": 0, "ties": 0, "goal_lists": 0, "goals": 0,
-                       "agree": 0}
+                       "agree": 0, "oracle_yes": 0, "oracle_ties": 0}
 
     def __repr__(self) -> str:
         return f"CounterfactualLM({self.kind!r}, {self.oracle!r})"
@@ -98,7 +98,11 @@ class CounterfactualLM(LanguageModel):
                 "answer_goals": c["goals"] / c["goal_lists"] if c["goal_lists"] else 0.0,
                 # labels and preferences equal to the oracle's own answer to that query: the knowledge left in
                 # (compare with the agreement of two independent draws at these rates)
-                "answer_agreement": c["agree"] / (c["labels"] + c["prefs"]) if c["labels"] + c["prefs"] else 0.0}
+                "answer_agreement": c["agree"] / (c["labels"] + c["prefs"]) if c["labels"] + c["prefs"] else 0.0,
+                # the oracle's own rates on the same queries: a shuffled control matches these by construction;
+                # a gap to the oracle *arm*'s rate comes from the queries (its agent meets other messages)
+                "oracle_yes_rate": c["oracle_yes"] / c["labels"] if c["labels"] else 0.0,
+                "oracle_tie_rate": c["oracle_ties"] / c["prefs"] if c["prefs"] else 0.0}
 
     # -- score answers ---------------------------------------------------------------------------
     def _scored(self, cands: list[str], truth: list[float]) -> list[float]:
@@ -165,6 +169,7 @@ class CounterfactualLM(LanguageModel):
         self.counts["labels"] += 1
         self.counts["yes"] += int(yes)
         self.counts["agree"] += int(yes == bool(truth))
+        self.counts["oracle_yes"] += int(bool(truth))
         return yes
 
     def _pref(self, truth: str, kind: tuple) -> str:
@@ -179,6 +184,7 @@ class CounterfactualLM(LanguageModel):
         self.counts["prefs"] += 1
         self.counts["ties"] += int(pick == "a=b")
         self.counts["agree"] += int(pick == truth)
+        self.counts["oracle_ties"] += int(truth == "a=b")
         return pick
 
     def _swap(self, truth: Any, kind: tuple) -> Any:

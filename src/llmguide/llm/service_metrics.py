@@ -61,6 +61,9 @@ key                        meaning
                            already had an answer (ELLM: the env's state signature was answered when the
                            agent acted; only present once a caller reported steps)
 ``lm/parse_errors``        only when the caller passes ``parse_errors=`` (answers its parser rejected)
+``lm/answer_*``,           a knowledge control only (``llm=random|shuffled|constant``): its answers' rates
+``lm/oracle_*``            (yes, tie, goals per list, agreement with the oracle) and the oracle's own yes and
+                           tie rates on the same queries
 =========================  ===================================================================================
 
 Counters a backend does not have (e.g. HTTP errors of the embedded model) are 0.
@@ -118,6 +121,8 @@ def lm_metrics(state: ServiceState, io: dict[str, Any], parse_errors: float | No
         **{f"lm/fallbacks_{r}": float(counts[f"fallback_{r}"]) for r in FALLBACK_REASONS
            if counts.get(f"fallback_{r}")},
         "lm/retries": float(counts.get("retries", 0)) + float(io.get("retries", 0)),
+        # a knowledge control's answer rates beside the oracle's on the same queries (llm/counterfactual.py)
+        **{f"lm/{k}": float(v) for k, v in io.items() if k.startswith(("answer_", "oracle_"))},
     }
     errors = {f"lm/errors_{k}": float(io.get(f"errors_{k}", 0)) for k in HTTP_ERROR_KINDS}
     nonfinite = float(io.get("rejected_nonfinite", 0))
