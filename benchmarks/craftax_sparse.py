@@ -15,7 +15,11 @@ Arms (every one the same PPO: the shared sparse task's ``harness.SPARSE_PPO``, a
 * knowledge controls: ``oni_retrieval-constant`` (every message helpful: a pure episodic message-count bonus),
   ``oni_retrieval-shuffled`` (the oracle's labels permuted across recent messages: its rate, no relation;
   ``-window0``: across all earlier messages, a rate below the oracle's),
-  ``oni_retrieval-random`` (yes at ``llm.positive_rate``);
+  ``oni_retrieval-random`` (yes at ``llm.positive_rate``); ``oni_retrieval-random-matched`` (yes at the oracle
+  arm's measured rate, ``--positive-rate`` or its finished runs' mean: the shuffled control matches the oracle's
+  rate on its *own* agent's messages, which are less often progress);
+* ``oni_retrieval-embedded-ranked`` — the embedded LM's labels at that same rate (``method.label_rate``: "yes" to
+  the messages it scores highest; at its default margin Gemma 270M says "no" to every Craftax message);
 * ``oni_classification-oracle``, ``oni_ranking-oracle`` (ranking reward clipped at 0);
 * ``motif-oracle`` — Motif: messages of a score-maximising agent (PPO on Craftax's achievement reward,
   ``--collect-steps`` steps, ``env.task`` null), ``--num-pairs`` pairs labelled by the oracle, Bradley-Terry
@@ -58,6 +62,9 @@ ARMS = {
     # yes at the oracle arm's own rate (its runs' mean, or --positive-rate): the shuffled control matches the
     # oracle's rate on its own agent's messages, which are less often progress than the guided agent's
     "oni_retrieval-random-matched": ["method=oni_retrieval", "llm=random", "llm.positive_rate={positive_rate}"],
+    # the embedded LM at that rate: "yes" to the messages it scores highest (at its default margin it says "no"
+    # to every Craftax message), so its ranking is what is tested against random-matched
+    "oni_retrieval-embedded-ranked": ["method=oni_retrieval", "llm=embedded", "method.label_rate={positive_rate}"],
     "oni_classification-oracle": ["method=oni_classification", "llm=oracle"],
     "oni_ranking-oracle": ["method=oni_ranking", "llm=oracle"],
     "motif-oracle": ["method=motif", "llm=oracle", MOTIF_DATA],
@@ -73,8 +80,8 @@ def flags(parser) -> None:
                         help="Motif: env steps of the score-maximising collection agent (default 200000)")
     parser.add_argument("--num-pairs", type=int, default=2000, help="Motif: message pairs labelled (default 2000)")
     parser.add_argument("--positive-rate", type=float, default=None,
-                        help="oni_retrieval-random-matched: its yes rate (default: the mean share of messages "
-                             "labelled helpful in this study's finished oni_retrieval-oracle runs)")
+                        help="oni_retrieval-random-matched and -embedded-ranked: their yes rate (default: the mean "
+                             "share of messages labelled helpful in this study's finished oni_retrieval-oracle runs)")
 
 
 def oracle_rate(plan) -> float | None:
@@ -92,14 +99,16 @@ def oracle_rate(plan) -> float | None:
 def prepare(plan) -> None:
     """The matched rate of ``oni_retrieval-random-matched``; Motif's data, once for every seed: collect (PPO on the game's achievement reward, env.task null) -> label
     by the oracle; the shuffled control and the embedded LM each label a copy of the same pairs."""
-    if "oni_retrieval-random-matched" in plan.arms and plan.args.positive_rate is None:
+    matched = [a for a in ("oni_retrieval-random-matched", "oni_retrieval-embedded-ranked") if a in plan.arms]
+    if matched and plan.args.positive_rate is None:
         rate = oracle_rate(plan)
-        if rate is None:
-            plan.fail("oni_retrieval-random-matched", "no finished oni_retrieval-oracle run to match its rate: "
-                                                      "run that arm first, or pass --positive-rate")
-        else:
-            plan.values["positive_rate"] = f"{rate:.4f}"
-            print(f"  oni_retrieval-random-matched: yes at {rate:.4f}, the oracle arm's rate", flush=True)
+        for arm in matched:
+            if rate is None:
+                plan.fail(arm, "no finished oni_retrieval-oracle run to match its rate: run that arm first, or "
+                               "pass --positive-rate")
+            else:
+                plan.values["positive_rate"] = f"{rate:.4f}"
+                print(f"  {arm}: yes at {rate:.4f}, the oracle arm's rate", flush=True)
     motif = [arm for arm in ("motif-oracle", "motif-shuffled", "motif-embedded") if arm in plan.arms]
     if not motif:
         return

@@ -280,3 +280,40 @@ def test_ellm_bow_rewards_messages_that_share_words_with_the_goal():
     r = module.compute(make_batch([["You kill the newt! You collect 5 gold.", "It's solid stone."],
                                    ["You kill the newt! You collect 5 gold.", "It's solid stone."]]))
     assert r[:, 0].tolist() == pytest.approx([sim[0], sim[0] / 2]) and np.all(r[:, 1] == 0)
+
+
+CRAFTAX_MESSAGES = [
+    "Nothing happens.", "You hit a zombie.", "You collect wood.", "You place a table.", "You make a stone pickaxe.",
+    "You drink water.", "You eat a cow.", "You defeat a zombie.", "You get 1 wood pickaxe.", "You lose 1 wood.",
+    "You fall asleep.", "You wake up.", "You are hit by a zombie.", "You are burnt by lava.",
+    "You suffer from hunger.", "You are hurt.", "You feel hungry.", "You are starving.", "You are next to water.",
+    "You are next to lava.", "You see a cow, a tree and water.", "You feel thirsty.", "You collect coal.",
+    "You collect a diamond.", "You collect iron.", "You collect a sapling.", "You collect stone.",
+    "You defeat a skeleton.", "You eat a plant.", "You make an iron pickaxe.", "You make a wood sword.",
+    "You place a furnace.",
+]
+
+
+def test_a_label_rate_makes_the_lm_rank_messages_at_that_rate(stack):
+    """Gemma 270M says "no" to every Craftax message at the default margin (ONI's Craftax runs: yes-rate 0), so
+    its labels carry nothing; with ``yes_rate`` the messages it scores highest are "yes" at about that rate,
+    and those labels sit under their own cache key (not the margin rule's)."""
+    counting, cached, service = stack
+    margin = MessageAnnotator(service, template="crafter_label_short")
+    ranked = MessageAnnotator(service, template="crafter_label_short", yes_rate=0.25)
+    margin.submit(CRAFTAX_MESSAGES)
+    assert margin.wait(300)
+    # in a random order (a run meets its messages so): the first labels are decided on fewer margins, so
+    # over 32 messages the rate runs above 0.25 (about 0.36 expected); over a run's hundreds it is ~0.25
+    ranked.submit([CRAFTAX_MESSAGES[i] for i in np.random.default_rng(0).permutation(len(CRAFTAX_MESSAGES))])
+    assert ranked.wait(300)
+    assert sum(counting.prompts.values()) == len(CRAFTAX_MESSAGES)   # the second asks the LM cache, not the LM
+    assert {margin.get(m) for m in CRAFTAX_MESSAGES} == {0.0}   # margin 1: "no" to every message
+    assert ranked._key(KILL) != margin._key(KILL)
+    yes = np.array([ranked.get(m) for m in CRAFTAX_MESSAGES])
+    assert set(yes.tolist()) == {0.0, 1.0} and 0.1 <= yes.mean() <= 0.55
+    scores = cached.score([ranked.prompt(m) for m in CRAFTAX_MESSAGES], [[" yes", " no"]] * len(CRAFTAX_MESSAGES))
+    margins = np.array([a - b for a, b in scores])
+    assert margins[yes == 1.0].mean() > margins[yes == 0.0].mean()
+    with pytest.raises(ValueError, match="yes_rate"):
+        MessageAnnotator(service, yes_rate=1.0)

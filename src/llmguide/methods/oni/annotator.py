@@ -26,10 +26,12 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable
 from concurrent.futures import Future
 from typing import Any
+
+import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +232,11 @@ class MessageAnnotator(Annotator):
     """Yes/no helpfulness label of one message (label 1.0 = helpful).
 
     ``score`` mode: ``log p(" yes") − log p(" no") > score_margin`` after the ``oni_label_short`` prompt
-    (the 270M embedded model says "yes" to almost anything, so the margin is a calibration knob);
+    (the 270M embedded model says "yes" to almost anything on NetHack's messages and "no" to every
+    Craftax message at margin 1, so the margin is a calibration knob); with ``yes_rate`` instead, "yes" when
+    the margin is at or above the ``1 − yes_rate`` quantile of the last ``calibration_window`` margins
+    (this one included): the LM's ranking of the messages at a set rate, to compare with a random labeller
+    at the same rate (``llm=random llm.positive_rate``);
     ``generate`` mode: a few tokens after the ``oni_label`` prompt, answer parsed from ``<answer>``.
     With a ``goal`` (the task's, :func:`llmguide.envs.nethack.env.task_goal`) the default templates are the
     ``*_goal`` ones, whose ``Goal:`` line carries it, as the reference prompts its LM with the task's goal;
@@ -241,7 +247,8 @@ class MessageAnnotator(Annotator):
 
     def __init__(self, service: Any, *, template: str | None = None, mode: str = "score", tag: str = "answer",
                  choices: tuple[str, str] = ("yes", "no"), score_candidates: tuple[str, str] = (" yes", " no"),
-                 max_tokens: int = 6, score_margin: float = 1.0, goal: str | None = None, **kwargs: Any):
+                 max_tokens: int = 6, score_margin: float = 1.0, goal: str | None = None,
+                 yes_rate: float | None = None, calibration_window: int = 512, **kwargs: Any):
         super().__init__(service, mode=mode, **kwargs)
         # score mode: the short few-shot prompt ending in "Good:"; generate mode: the tagged prompt
         self.goal = goal or None
@@ -249,6 +256,10 @@ class MessageAnnotator(Annotator):
                                        self.goal)
         self.tag, self.choices, self.score_candidates = tag, tuple(choices), tuple(score_candidates)
         self.max_tokens, self.score_margin = int(max_tokens), float(score_margin)
+        if yes_rate is not None and not 0.0 < float(yes_rate) < 1.0:
+            raise ValueError(f"yes_rate must be in (0, 1), got {yes_rate!r}")
+        self.yes_rate = None if yes_rate is None else float(yes_rate)
+        self._margins: deque[float] = deque(maxlen=int(calibration_window))
 
     def version(self) -> str:
         return self.template.version
@@ -256,7 +267,8 @@ class MessageAnnotator(Annotator):
     def payload(self, item: Hashable) -> dict[str, Any]:
         goal = {"goal": self.goal} if self.goal else {}
         if self.mode == "score":
-            return {"message": item, "candidates": list(self.score_candidates), "margin": self.score_margin, **goal}
+            rule = {"margin": self.score_margin} if self.yes_rate is None else {"yes_rate": self.yes_rate}
+            return {"message": item, "candidates": list(self.score_candidates), **rule, **goal}
         return {"message": item, "choices": list(self.choices), "tag": self.tag, "max_tokens": self.max_tokens,
                 **goal}
 
@@ -274,8 +286,12 @@ class MessageAnnotator(Annotator):
 
     def parse(self, result: Any) -> float | None:
         if self.mode == "score":
-            yes, no = float(result[0]), float(result[1])
-            return 1.0 if yes - no > self.score_margin else 0.0
+            margin = float(result[0]) - float(result[1])
+            if self.yes_rate is None:
+                return 1.0 if margin > self.score_margin else 0.0
+            self._margins.append(margin)   # parse runs under the annotator's lock (poll)
+            threshold = float(np.quantile(np.fromiter(self._margins, float), 1.0 - self.yes_rate))
+            return 1.0 if margin >= threshold else 0.0
         return parse_label(result.text, self.tag, self.choices, self.stats)
 
 

@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 from llmguide.core.config import in_range, non_negative, one_of, positive, register_rule
+from llmguide.core.errors import ConfigError
 from llmguide.core.rundir import RunDir
 from llmguide.pipelines.runner import Parts, Recipe
 from llmguide.pipelines.services import LM_PROGRESS
@@ -34,6 +35,8 @@ for _key, _rule in {
     "method.batch_size": positive, "method.steps_per_round": positive, "method.duty": in_range(0.01, 1.0),
     "method.pairs_per_batch": positive, "method.max_messages": positive, "method.min_labels": positive,
     "method.min_pairs": positive, "method.drain_timeout": non_negative,
+    "method.label_rate": lambda v: None if v is None or (isinstance(v, int | float) and 0 < v < 1)
+    else f"must be in (0, 1) or null, got {v!r}",
 }.items():
     register_rule(_key, _rule)
 
@@ -119,6 +122,7 @@ def build_oni_module(method_cfg: Any, num_envs: int, service: Any, seed: int = 0
     template = m.get("template") or (score_t if m.label_mode == "score" else generate_t)
     annot = MessageAnnotator(service, template=template, mode=m.label_mode, max_tokens=int(m.max_tokens),
                              score_margin=float(m.get("score_margin", 1.0)), max_in_flight=int(m.max_in_flight),
+                             yes_rate=None if m.get("label_rate") is None else float(m.label_rate),
                              goal=goal)
     if m.name == "oni_classification":
         return ONIClassification(annot, num_envs, threshold=float(m.threshold), min_labels=int(m.min_labels),
@@ -145,6 +149,10 @@ class ONIRecipe(Recipe):
 
     def check(self) -> None:
         super().check()
+        m = self.cfg.method
+        if m.get("label_rate") is not None and m.get("label_mode") != "score":
+            raise ConfigError("method.label_rate", "ranks the LM's yes-no score margins: it needs "
+                                                   f"method.label_mode=score, not {m.get('label_mode')!r}")
         use_reference_policy(self.cfg)
 
     def build(self, envs: Any, run: RunDir | None) -> Parts:
