@@ -335,6 +335,32 @@ def test_hf_seq2seq_scoring_encodes_context_once_and_matches_naive(tmp_path):
     assert lm.model.get_encoder().block[0].layer[0].SelfAttention.q.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.skipif(not _converted(), reason="needs the cached Gemma tokenizer files (see the test above)")
+def test_a_converted_tokenizer_is_checked_against_the_gguf():
+    """The tokenizer saved beside the converted weights tokenises as llama.cpp does on the same GGUF; one that
+    adds no BOS (what transformers 5.17 made of Gemma 3's GGUF tokenizer: the model ran, its distributions were
+    off) is named, and so is one whose ids differ from llama.cpp's."""
+    from transformers import AutoTokenizer
+
+    from llmguide.llm.assets import embedded_gguf_path
+    from llmguide.llm.hf import TOKENIZER_PROBE, embedded_safetensors_dir, gguf_tokenizer_error
+
+    good = AutoTokenizer.from_pretrained(str(embedded_safetensors_dir()))
+    assert gguf_tokenizer_error(good, embedded_gguf_path()) is None
+
+    class Shifted:   # the same tokenizer with its ids off by one past the BOS
+        def __init__(self, drop_bos: bool):
+            self.drop_bos = drop_bos
+
+        def __call__(self, text):
+            ids = good(text).input_ids
+            return type("Encoding", (), {"input_ids": ids[1:] if self.drop_bos else [ids[0], *(i + 1 for i in ids[1:])]})
+
+    assert "adds no BOS token (id 2" in gguf_tokenizer_error(Shifted(drop_bos=True), embedded_gguf_path())
+    assert "by llama.cpp" in gguf_tokenizer_error(Shifted(drop_bos=False), embedded_gguf_path())
+    assert good(TOKENIZER_PROBE).input_ids[0] == good.bos_token_id
+
+
 @pytest.mark.slow
 def test_hf_converts_gguf_once_then_loads_cache(tmp_path, monkeypatch):
     from llmguide.llm.hf import HFLM, embedded_safetensors_dir

@@ -1,14 +1,17 @@
 """Where GLAM's LM runs: ``cuda`` (bf16 where the card supports it) or ``cpu`` (float32), with a clean
 refusal when CUDA is asked for and absent.
 
-Measured on one H100 (80 GB; benchmarks/results/glam/gpu-h100/), Gemma 3 270M, 32 envs, prompts of ~150-390
-tokens: a GLAM run (bf16, LoRA on every block) reached ~42 GB with PPO minibatches of 64 prompts and ~14 GB
-with 8; an NPAE run (fp32, every weight trained) at ~52 GB with 64 and 9-17 GB with 8.  With four runs at once
-(three GLAM, one NPAE; of six started, two NPAE runs ran out of memory) a GLAM run made ~2.2 env steps/s and
-the NPAE run ~1.1, the GPU busy 100% of the time: far below the ~100-300 env steps/s a FLOP count had
-suggested; where the time goes was not profiled (the lease ended).  On that card, in bf16, the initial policy put all its
-mass on one action, which the CPU in bf16 and float32 does not: hence :func:`parity_error`, checked before
-the first rollout anywhere but a float32 CPU.
+Measured on one H100 (80 GB; benchmarks/results/glam/gpu-h100/), Gemma 3 270M, 32 envs: ~42 GB per GLAM run
+(bf16, LoRA on every block) with PPO minibatches of 64 and ~14 GB with 8; ~2.2 env steps/s per run with four
+runs on the card; the initial policy put all its mass on one action.  On one H200
+(benchmarks/results/glam/gpu-h200/, ``benchmarks/glam_device.py``) the cause was found: that machine's
+transformers (5.17) had converted the GGUF's tokenizer without its BOS token and into single characters, so
+the CPU there gave the same peaked policy, and prompts were longer (11 GB vs 3.2 GB at minibatch 8);
+:func:`llmguide.llm.hf.gguf_tokenizer_error` now refuses such a conversion.  With the right tokenizer, bf16 on
+the GPU is within total variation 0.03 of float32 on the CPU; a rollout step of 32 envs takes 0.09 s and a
+PPO minibatch of 8 prompts 0.2 s, so at minibatch 8 the update, not acting, sets the speed.
+:func:`parity_error` stays: it catches a kernel or precision that breaks on a device (float16 gives NaN),
+not a wrong tokenizer, which the CPU copy shares.
 """
 
 from __future__ import annotations
@@ -47,9 +50,10 @@ def parity_error(policy: Any, prompts: Sequence[str], max_tv: float = 0.2) -> st
     """None when the policy's action distributions on ``prompts``, computed where it runs, match a float32
     CPU copy of the same weights (total variation at most ``max_tv`` on every prompt), else the reason.
 
-    A wrong kernel or precision on an accelerator does not crash: on one H100 in bf16 GLAM's initial policy
-    put all its mass on one action (entropy 2e-9 on three seeds, no episode ended), while the same
-    weights on the CPU spread it (entropy 0.4-1.2 in float32 and bfloat16).  Checked once, before training.
+    A wrong kernel or precision on an accelerator need not crash (float16 gives NaN log-probs for Gemma 3);
+    the CPU copy shares the tokenizer and the weights, so what both get wrong (a tokenizer converted without
+    its BOS, as on the H100 lease) is :func:`llmguide.llm.hf.gguf_tokenizer_error`'s to catch.  Checked once,
+    before training.
     """
     import copy
 
