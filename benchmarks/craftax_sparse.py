@@ -49,6 +49,7 @@ from harness import SPARSE_PER_ENV, SPARSE_TASK, Study, main
 MOTIF_DATA = "method.data_dir={prep}/motif-data"
 MOTIF_SHUFFLED = "method.data_dir={prep}/motif-data-shuffled"
 MOTIF_EMBEDDED = "method.data_dir={prep}/motif-data-embedded"
+MOTIF_EMBEDDED_BOTH = "method.data_dir={prep}/motif-data-embedded-both"
 ARMS = {
     "ppo": ["method=none"],
     "oni_retrieval-oracle": ["method=oni_retrieval", "llm=oracle"],
@@ -70,6 +71,8 @@ ARMS = {
     "motif-oracle": ["method=motif", "llm=oracle", MOTIF_DATA],
     "motif-shuffled": ["method=motif", "llm=shuffled", MOTIF_SHUFFLED],
     "motif-embedded": ["method=motif", "llm=embedded", MOTIF_EMBEDDED],
+    # the embedded LM asked each pair both ways round (method.both_orders): asked once it answered "A > B" to all
+    "motif-embedded-both": ["method=motif", "llm=embedded", MOTIF_EMBEDDED_BOTH],
     "ellm_bow": ["method=ellm_bow", "method.goal={task}"],
     "expert": ["method=none", "agent=scripted", "agent.policy=expert"],
 }
@@ -109,7 +112,8 @@ def prepare(plan) -> None:
             else:
                 plan.values["positive_rate"] = f"{rate:.4f}"
                 print(f"  {arm}: yes at {rate:.4f}, the oracle arm's rate", flush=True)
-    motif = [arm for arm in ("motif-oracle", "motif-shuffled", "motif-embedded") if arm in plan.arms]
+    motif = [arm for arm in ("motif-oracle", "motif-shuffled", "motif-embedded", "motif-embedded-both")
+             if arm in plan.arms]
     if not motif:
         return
     a = plan.args
@@ -118,10 +122,13 @@ def prepare(plan) -> None:
     reason = plan.step("collect", "motif-data", collect, done="collect_stats.json")
     labels = {"motif-oracle": ("oracle", "motif-data", []),
               "motif-shuffled": ("shuffled", "motif-data-shuffled", ["method.pairs_from={prep}/motif-data"]),
-              "motif-embedded": ("embedded", "motif-data-embedded", ["method.pairs_from={prep}/motif-data"])}
+              "motif-embedded": ("embedded", "motif-data-embedded", ["method.pairs_from={prep}/motif-data"]),
+              "motif-embedded-both": ("embedded", "motif-data-embedded-both",
+                                      ["method.pairs_from={prep}/motif-data", "method.both_orders=true"])}
     for arm in motif:
         llm, folder, extra = labels[arm]
-        why = reason or plan.step("label", f"motif-label-{llm}",
+        step = "motif-label-" + (folder.removeprefix("motif-data-") if folder != "motif-data" else llm)
+        why = reason or plan.step("label", step,
                                   ["method=motif", f"llm={llm}", f"method.data_dir={{prep}}/{folder}", *extra],
                                   done=str(plan.prep / folder / "label_stats.json"))
         if why:

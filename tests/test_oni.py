@@ -317,3 +317,20 @@ def test_a_label_rate_makes_the_lm_rank_messages_at_that_rate(stack):
     assert margins[yes == 1.0].mean() > margins[yes == 0.0].mean()
     with pytest.raises(ValueError, match="yes_rate"):
         MessageAnnotator(service, yes_rate=1.0)
+
+
+def test_asking_both_orders_cancels_the_small_lms_position_bias(stack):
+    """Gemma 270M answers "A > B" to every Craftax pair asked once (2000 of 2000 in the Motif label step), so the
+    label only says which message sorts first; asked both ways round, the same pairs split."""
+    counting, cached, service = stack
+    rng = np.random.default_rng(0)
+    pairs = sorted({PairAnnotator.make_pair(*rng.choice(CRAFTAX_MESSAGES, 2, replace=False)) for _ in range(12)})
+    once = PairAnnotator(service, template="crafter_pref")
+    both = PairAnnotator(service, template="crafter_pref", both_orders=True)
+    for annot in (once, both):
+        annot.submit(pairs)
+        assert annot.wait(300)
+    assert {once.get(p) for p in pairs} == {1.0}
+    labels = [both.get(p) for p in pairs]
+    assert None not in labels and len(set(labels)) > 1
+    assert sum(counting.prompts.values()) == 2 * len(pairs)   # the first order's prompts come from the cache

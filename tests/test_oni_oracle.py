@@ -122,10 +122,12 @@ def test_oracle_labels_go_through_the_lm_annotator_path(oracle_service, mode):
     assert lm.stats["oni_answers"] == len(HELPFUL + UNHELPFUL) and lm.stats["no_caption"] == 0
 
 
-@pytest.mark.parametrize("mode", ["score", "generate"])
+@pytest.mark.parametrize("mode", ["score", "generate", "score-both-orders"])
 def test_oracle_pair_preferences_from_the_same_ground_truth(oracle_service, mode):
-    _, service = oracle_service
-    annot = PairAnnotator(service, mode=mode, cache=None)
+    lm, service = oracle_service
+    both = mode == "score-both-orders"
+    annot = PairAnnotator(service, mode="score" if both else mode, cache=None, both_orders=both)
+    asked = lm.stats["oni_answers"]
     pairs = [PairAnnotator.make_pair(KEY, "It's a wall."), PairAnnotator.make_pair("Never mind.", "It's a wall."),
              PairAnnotator.make_pair("You kill the newt!", "This door is locked.")]
     annot.submit(pairs)
@@ -134,6 +136,9 @@ def test_oracle_pair_preferences_from_the_same_ground_truth(oracle_service, mode
         expected = {"A": 1.0, "B": 0.0, "=": 0.5}[NetHackOracle().prefer(a, b)]
         assert annot.get((a, b)) == expected
     assert annot.get(pairs[0]) in (0.0, 1.0) and annot.get(pairs[1]) == 0.5
+    assert lm.stats["oni_answers"] - asked == len(pairs) * (2 if both else 1)   # both orders: two questions
+    if both:   # the same labels from the pair asked both ways round, and the order is part of the cache key
+        assert annot.payload(pairs[0]) != PairAnnotator(service, cache=None).payload(pairs[0])
 
 
 def test_oni_recipe_builds_the_oracle_retrieval_reward_and_reference_policy(tmp_path):

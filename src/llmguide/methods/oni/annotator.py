@@ -344,11 +344,16 @@ class PairAnnotator(Annotator):
     kind = "motif_pref"
 
     def __init__(self, service: Any, *, template: str = "motif_pref", mode: str = "score", max_tokens: int = 48,
-                 goal: str | None = None, **kwargs: Any):
+                 goal: str | None = None, both_orders: bool = False, **kwargs: Any):
         super().__init__(service, mode=mode, **kwargs)
         self.goal = goal or None  # with a goal: the ``motif_pref_goal`` template (its ``Goal:`` line)
         self.template = _goal_template(template, self.goal)
         self.max_tokens = int(max_tokens)
+        # score mode: ask with the messages in both positions and add the log-probs per preferred message, so
+        # a labeller that favours a position (Gemma 270M: "A > B" on all 2000 Craftax pairs) cancels out
+        if both_orders and mode != "score":
+            raise ValueError("both_orders needs the score label mode")
+        self.both_orders = bool(both_orders)
 
     @staticmethod
     def make_pair(a: str, b: str) -> tuple[str, str]:
@@ -360,7 +365,32 @@ class PairAnnotator(Annotator):
     def payload(self, item: Hashable) -> dict[str, Any]:
         a, b = item  # type: ignore[misc]
         return {"a": a, "b": b, **({} if self.mode == "score" else {"max_tokens": self.max_tokens}),
-                **({"goal": self.goal} if self.goal else {})}
+                **({"goal": self.goal} if self.goal else {}), **({"orders": 2} if self.both_orders else {})}
+
+    def request(self, item: Hashable) -> Future:
+        """One score request, or with ``both_orders`` two (``(a, b)`` and ``(b, a)``) resolved as one future
+        whose result is the six scores: the first order's three, then the swapped order's."""
+        if not self.both_orders:
+            return super().request(item)
+        a, b = item  # type: ignore[misc]
+        futures = [Annotator.request(self, pair) for pair in ((a, b), (b, a))]
+        joined: Future = Future()
+
+        def done(_: Future) -> None:
+            if all(f.done() for f in futures) and not joined.done():
+                results = []
+                for f in futures:
+                    try:
+                        results.append(f.result())
+                    except Exception as err:   # the service resolves with fallbacks; be safe anyway
+                        joined.set_exception(err)
+                        return
+                joined.set_result(None if any(self._is_fallback(r) for r in results)
+                                  else [*results[0], *results[1]])
+
+        for f in futures:
+            f.add_done_callback(done)
+        return joined
 
     def prompt(self, pair: tuple[str, str]) -> str:
         text = self.template.render(a=pair[0], b=pair[1], **({"goal": self.goal} if self.goal else {}))
@@ -375,7 +405,10 @@ class PairAnnotator(Annotator):
 
     def parse(self, result: Any) -> float | None:
         if self.mode == "score":
-            best = max(range(3), key=lambda i: float(result[i]))
+            scores = [float(x) for x in result]
+            if self.both_orders:   # a first: "A > B" asked in order, "B > A" asked swapped; likewise b; the tie
+                scores = [scores[0] + scores[4], scores[1] + scores[3], scores[2] + scores[5]]
+            best = max(range(3), key=lambda i: scores[i])
             return (1.0, 0.0, 0.5)[best]
         from llmguide.llm.parsing import parse_preference
 

@@ -106,7 +106,8 @@ def label(cfg: DictConfig) -> int:
     with service_for(cfg, answerers=[oracle_answers(cfg)]) as service:
         template = cfg.method.template or family_templates(str(cfg.env.name))[2] or "motif_pref"
         annot = PairAnnotator(service, template=template, mode=cfg.method.label_mode,
-                              max_tokens=int(cfg.method.max_tokens), goal=method_goal(cfg))
+                              max_tokens=int(cfg.method.max_tokens), goal=method_goal(cfg),
+                              both_orders=bool(cfg.method.get("both_orders", False)))
         result = annotate_pairs(db, annot, int(cfg.method.label_batch), int(cfg.method.max_batches))
         result.update({"lm_submitted": service.lm_metrics()["lm/requests"], **annot.counts})
     (data_dir(cfg) / "label_stats.json").write_text(json.dumps(result, indent=2))

@@ -113,7 +113,8 @@ def build_oni_module(method_cfg: Any, num_envs: int, service: Any, seed: int = 0
     score_t, generate_t, pair_t = family_templates(str(family))
     if m.name == "oni_ranking":
         annot = PairAnnotator(service, template=m.template or pair_t or "motif_pref", mode=m.label_mode,
-                              max_tokens=int(m.max_tokens), max_in_flight=int(m.max_in_flight), goal=goal)
+                              max_tokens=int(m.max_tokens), max_in_flight=int(m.max_in_flight), goal=goal,
+                              both_orders=bool(m.get("both_orders", False)))
         return ONIRanking(annot, num_envs, threshold=float(m.threshold), pairs_per_batch=int(m.pairs_per_batch),
                           max_messages=int(m.max_messages), min_pairs=int(m.min_pairs), lr=float(m.lr),
                           batch_size=int(m.batch_size), steps_per_round=int(m.steps_per_round),
