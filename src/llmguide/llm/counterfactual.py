@@ -17,9 +17,10 @@ oracle's format, with the knowledge taken out, so a method runs them unchanged (
   pair a tie, every goal of the env.
 
 The same prompt always gets the same answer within a run (a fixed random mapping, seeded by
-``llm.seed``), as a deterministic LM would give.  ``io_stats`` reports the answers' marginal rates
-(``answer_yes_rate``, ``answer_tie_rate``, ``answer_goals``), so a report shows that a control was matched
-to the treatment's rate.  A program (BK-Code) has no counterfactual here: BK's random-Φ arm is its own.
+``llm.seed``: the run's seed unless set), as a deterministic LM would give.  ``io_stats`` reports the answers'
+marginal rates (``answer_yes_rate``, ``answer_tie_rate``, ``answer_goals``) beside the oracle's own on the
+same queries (``oracle_yes_rate``, ``oracle_tie_rate``), so a report shows that a control was matched to the
+treatment's rate.  A program (BK-Code) has no counterfactual here: BK's random-Φ arm is its own.
 """
 
 from __future__ import annotations
