@@ -63,6 +63,9 @@ ARMS = {
     # yes at the oracle arm's own rate (its runs' mean, or --positive-rate): the shuffled control matches the
     # oracle's rate on its own agent's messages, which are less often progress than the guided agent's
     "oni_retrieval-random-matched": ["method=oni_retrieval", "llm=random", "llm.positive_rate={positive_rate}"],
+    # its first runs, when llm.seed was 0 for every seed: one labeller's draws on all five (yes at 0.26-0.27)
+    "oni_retrieval-random-matched-llmseed0": ["method=oni_retrieval", "llm=random", "llm.positive_rate={positive_rate}",
+                                              "llm.seed=0"],
     # the embedded LM at that rate: "yes" to the messages it scores highest (at its default margin it says "no"
     # to every Craftax message), so its ranking is what is tested against random-matched
     "oni_retrieval-embedded-ranked": ["method=oni_retrieval", "llm=embedded", "method.label_rate={positive_rate}"],
@@ -102,7 +105,8 @@ def oracle_rate(plan) -> float | None:
 def prepare(plan) -> None:
     """The matched rate of ``oni_retrieval-random-matched``; Motif's data, once for every seed: collect (PPO on the game's achievement reward, env.task null) -> label
     by the oracle; the shuffled control and the embedded LM each label a copy of the same pairs."""
-    matched = [a for a in ("oni_retrieval-random-matched", "oni_retrieval-embedded-ranked") if a in plan.arms]
+    matched = [a for a in ("oni_retrieval-random-matched", "oni_retrieval-random-matched-llmseed0",
+                           "oni_retrieval-embedded-ranked") if a in plan.arms]
     if matched and plan.args.positive_rate is None:
         rate = oracle_rate(plan)
         for arm in matched:
