@@ -375,18 +375,22 @@ class PairAnnotator(Annotator):
         a, b = item  # type: ignore[misc]
         futures = [Annotator.request(self, pair) for pair in ((a, b), (b, a))]
         joined: Future = Future()
+        once = threading.Lock()   # both callbacks may run at once, on the service's threads
 
         def done(_: Future) -> None:
-            if all(f.done() for f in futures) and not joined.done():
-                results = []
-                for f in futures:
-                    try:
-                        results.append(f.result())
-                    except Exception as err:   # the service resolves with fallbacks; be safe anyway
-                        joined.set_exception(err)
-                        return
-                joined.set_result(None if any(self._is_fallback(r) for r in results)
-                                  else [*results[0], *results[1]])
+            with once:
+                if all(f.done() for f in futures) and not joined.done():
+                    resolve()
+
+        def resolve() -> None:
+            results = []
+            for f in futures:
+                try:
+                    results.append(f.result())
+                except Exception as err:   # the service resolves with fallbacks; be safe anyway
+                    joined.set_exception(err)
+                    return
+            joined.set_result(None if any(self._is_fallback(r) for r in results) else [*results[0], *results[1]])
 
         for f in futures:
             f.add_done_callback(done)
