@@ -1,0 +1,95 @@
+"""How an LM's ONI labels relate to the oracle's: every message an LM scored in score mode (its yes/no
+log-prob margin, read back from the LM cache), against the env oracle's "this message is progress".
+
+Reports the ROC AUC of the margin for the oracle's label (0.5: no relation), and at ``--rate`` (the share of
+messages labelled "yes", as ``method.label_rate``) the precision and recall of the top-ranked messages,
+with the highest-ranked messages and the oracle-helpful messages ranked lowest.
+
+    python benchmarks/oni_label_agreement.py --env craftax --rate 0.3043 \\
+        --out benchmarks/results/oni_craftax_sparse/make_wood_pickaxe-300k/embedded_agreement.json
+
+``--cache``: the SQLite LM cache the runs wrote (default: ``$LLMGUIDE_CACHE_DIR/llm_cache.sqlite`` or
+``~/.cache/llmguide/llm_cache.sqlite``); ``--template``: the labelling template's version prefix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sqlite3
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# benchmarks/craftax.py would shadow the craftax package the env oracle imports
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+MESSAGE = re.compile(r"Message: (.*)\nGood:")
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("LLMGUIDE_CACHE_DIR") or Path.home() / ".cache" / "llmguide") / "llm_cache.sqlite"
+
+
+def scored_messages(cache: Path, template: str) -> dict[str, float]:
+    """message -> log p(" yes") − log p(" no") for every cached score request of the labelling template."""
+    con = sqlite3.connect(f"file:{cache}?mode=ro", uri=True)
+    out: dict[str, float] = {}
+    for meta, value in con.execute("select meta, value from entries where kind = 'score'"):
+        context = json.loads(meta).get("request", {}).get("context", "")
+        found = MESSAGE.findall(context)
+        if not found or template not in context[:400] and template:
+            continue
+        scores = json.loads(value).get("scores")
+        if scores and len(scores) == 2:
+            out[found[-1]] = float(scores[0]) - float(scores[1])
+    return out
+
+
+def roc_auc(scores: np.ndarray, truth: np.ndarray) -> float:
+    """P(a random positive outranks a random negative), ties counted half."""
+    pos, neg = scores[truth], scores[~truth]
+    if not len(pos) or not len(neg):
+        return float("nan")
+    greater = (pos[:, None] > neg[None, :]).mean()
+    ties = (pos[:, None] == neg[None, :]).mean()
+    return float(greater + 0.5 * ties)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", "--env-id", dest="env", default="craftax")
+    p.add_argument("--cache", type=Path, default=None)
+    p.add_argument("--template", default="Classify messages", help="text that starts the labelling prompt")
+    p.add_argument("--rate", type=float, default=0.3)
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    from llmguide.envs import get_oracle
+
+    margins = scored_messages(args.cache or default_cache(), args.template)
+    if not margins:
+        raise SystemExit(f"no scored labelling prompts in {args.cache or default_cache()}")
+    msgs = list(margins)
+    m = np.array([margins[k] for k in msgs])
+    oracle = get_oracle(args.env)
+    truth = np.array([bool(oracle.helpful(k)) for k in msgs])
+    yes = m >= np.quantile(m, 1 - args.rate)
+    order = np.argsort(-m)
+    result = {"messages": len(msgs), "oracle_helpful": float(truth.mean()), "roc_auc": roc_auc(m, truth),
+              "rate": float(yes.mean()), "precision": float(truth[yes].mean()), "recall": float(yes[truth].mean()),
+              "top": [[msgs[i], round(float(m[i]), 3), bool(truth[i])] for i in order[:15]],
+              "helpful_ranked_lowest": [[msgs[i], round(float(m[i]), 3)] for i in order[::-1] if truth[i]][:8]}
+    print(f"{result['messages']} messages, oracle helpful {result['oracle_helpful']:.3f}; ROC AUC of the margin "
+          f"for the oracle's label {result['roc_auc']:.3f}; top {result['rate']:.3f}: precision "
+          f"{result['precision']:.3f}, recall {result['recall']:.3f}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
