@@ -6,6 +6,7 @@ import sys
 
 sys.path.insert(0, "benchmarks")
 import transformers  # noqa: E402
+
 from glam_device import build_policy, distributions, entropy  # noqa: E402
 from glam_prior import bot_states, prompt_at  # noqa: E402
 
