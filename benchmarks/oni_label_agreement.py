@@ -8,6 +8,10 @@ with the highest-ranked messages and the oracle-helpful messages ranked lowest.
     python benchmarks/oni_label_agreement.py --env craftax --rate 0.3043 \\
         --out benchmarks/results/oni_craftax_sparse/make_wood_pickaxe-300k/embedded_agreement.json
 
+Motif's preferences: ``--pairs DB --reference DB`` compares two labellings of the same pairs (``pairs.sqlite``
+of two Motif data folders, e.g. the embedded LM's and the oracle's): the label shares, the agreement on every
+pair and on the pairs the reference does not call a tie, against what independent labels at these shares give.
+
 ``--cache``: the SQLite LM cache the runs wrote (default: ``$LLMGUIDE_CACHE_DIR/llm_cache.sqlite`` or
 ``~/.cache/llmguide/llm_cache.sqlite``); ``--template``: the labelling template's version prefix.
 """
@@ -59,6 +63,26 @@ def roc_auc(scores: np.ndarray, truth: np.ndarray) -> float:
     return float(greater + 0.5 * ties)
 
 
+def pair_agreement(pairs: Path, reference: Path) -> dict:
+    """Two labellings of the same Motif pairs: shares of each label, agreement overall and where the reference
+    prefers a side, and the agreement independent labels at these shares would give there."""
+    def labels(db: Path) -> dict[tuple[str, str], float]:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        return {(a, b): label for a, b, label in con.execute("select a, b, label from pairs where label is not null")}
+
+    mine, ref = labels(pairs), labels(reference)
+    keys = [k for k in mine if k in ref]
+    strict = [k for k in keys if ref[k] != 0.5]
+    share = {v: sum(mine[k] == v for k in strict) / max(len(strict), 1) for v in (0.0, 1.0)}
+    chance = sum(share[v] * sum(ref[k] == v for k in strict) / max(len(strict), 1) for v in (0.0, 1.0))
+    return {"pairs": len(keys), "labels": {str(v): sum(mine[k] == v for k in keys) for v in (0.0, 0.5, 1.0)},
+            "reference_labels": {str(v): sum(ref[k] == v for k in keys) for v in (0.0, 0.5, 1.0)},
+            "agreement": sum(mine[k] == ref[k] for k in keys) / max(len(keys), 1),
+            "reference_strict": len(strict),
+            "agreement_where_reference_prefers": sum(mine[k] == ref[k] for k in strict) / max(len(strict), 1),
+            "independent_agreement_there": chance}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--env", "--env-id", dest="env", default="craftax")
@@ -66,7 +90,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--template", default="Classify messages", help="text that starts the labelling prompt")
     p.add_argument("--rate", type=float, default=0.3)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--pairs", type=Path, default=None, help="Motif: a pairs.sqlite to compare with --reference")
+    p.add_argument("--reference", type=Path, default=None, help="Motif: the reference labelling's pairs.sqlite")
     args = p.parse_args(argv)
+    if args.pairs is not None:
+        if args.reference is None:
+            raise SystemExit("--pairs needs --reference")
+        result = pair_agreement(args.pairs, args.reference)
+        print(json.dumps(result))
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1))
+        return 0
     from llmguide.envs import get_oracle
 
     margins = scored_messages(args.cache or default_cache(), args.template)
