@@ -28,9 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-# benchmarks/craftax.py would shadow the craftax package the env oracle imports
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 MESSAGE = re.compile(r"Message: (.*)\nGood:")
 
 
@@ -127,4 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # run as a script, benchmarks/ comes first on the path, and benchmarks/craftax.py would shadow the craftax
+    # package the env oracle imports
+    sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
     raise SystemExit(main())

@@ -254,3 +254,30 @@ def test_the_rate_matched_control_takes_the_oracle_arms_rate(harness, load_bench
     assert "llm=random llm.positive_rate=0.3000" in capsys.readouterr().out
     assert harness.main(sparse.STUDY, [*argv, "--positive-rate", "0.25"]) == 0
     assert "llm.positive_rate=0.25 " in capsys.readouterr().out
+
+
+def test_label_agreement_ranks_and_compares_pairs(load_benchmark, tmp_path):
+    """benchmarks/oni_label_agreement.py: the ROC AUC of a margin for the oracle's label, and two labellings of
+    the same Motif pairs compared where the reference prefers a side."""
+    import sqlite3
+
+    import numpy as np
+
+    agree = load_benchmark("oni_label_agreement")
+    truth = np.array([True, True, False, False])
+    assert agree.roc_auc(np.array([3.0, 2.0, 1.0, 0.0]), truth) == 1.0
+    assert agree.roc_auc(np.array([0.0, 1.0, 2.0, 3.0]), truth) == 0.0
+    assert agree.roc_auc(np.ones(4), truth) == 0.5
+    dbs = {}
+    for name, labels in (("mine", [1.0, 1.0, 0.0, 1.0]), ("ref", [1.0, 0.0, 0.0, 0.5])):
+        dbs[name] = tmp_path / f"{name}.sqlite"
+        con = sqlite3.connect(dbs[name])
+        con.execute("create table pairs (id integer, a text, b text, label real, status text, annotations text)")
+        con.executemany("insert into pairs values (?, ?, ?, ?, 'done', '')",
+                        [(i, f"a{i}", f"b{i}", label) for i, label in enumerate(labels)])
+        con.commit()
+        con.close()
+    result = agree.pair_agreement(dbs["mine"], dbs["ref"])
+    assert result["pairs"] == 4 and result["reference_strict"] == 3
+    assert result["agreement"] == 0.5 and result["agreement_where_reference_prefers"] == 2 / 3
+    assert result["independent_agreement_there"] == (2 / 3) * (1 / 3) + (1 / 3) * (2 / 3)
