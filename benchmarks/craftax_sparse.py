@@ -25,7 +25,7 @@ Arms (every one the same PPO: the shared sparse task's ``harness.SPARSE_PPO``, a
   ``--collect-steps`` steps, ``env.task`` null), ``--num-pairs`` pairs labelled by the oracle, Bradley-Terry
   reward model (prepared once, before the arms); ``motif-shuffled``: the same pairs, the oracle's preferences
   permuted across them (``llm=shuffled``, ``method.pairs_from``), its own reward model; ``motif-embedded``: the
-  same pairs labelled by the embedded LM;
+  same pairs labelled by the embedded LM; ``motif-embedded-both``: asked both ways round (``method.both_orders``);
 * ``ellm_bow`` — the ONI paper's LM-free baseline: bag-of-words similarity of the message to the task's name;
 * ``expert`` — the scripted expert playing the task (``agent=scripted``, no learning): the upper reference row, as
   BabyAI's bot.
