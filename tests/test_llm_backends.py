@@ -343,7 +343,8 @@ def test_a_converted_tokenizer_is_checked_against_the_gguf():
     from transformers import AutoTokenizer
 
     from llmguide.llm.assets import embedded_gguf_path
-    from llmguide.llm.hf import TOKENIZER_PROBE, embedded_safetensors_dir, gguf_tokenizer_error
+    from llmguide.llm.gguf_convert import TOKENIZER_PROBE, gguf_tokenizer_error
+    from llmguide.llm.hf import embedded_safetensors_dir
 
     good = AutoTokenizer.from_pretrained(str(embedded_safetensors_dir()))
     assert gguf_tokenizer_error(good, embedded_gguf_path()) is None

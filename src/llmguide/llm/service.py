@@ -71,6 +71,26 @@ def poll(futures: Sequence[Future]) -> list[Any | None]:
     return [f.result() if f.done() and not f.cancelled() else None for f in futures]
 
 
+def gather(futures: Sequence[Future], combine: Callable[[list[Any]], Any]) -> Future:
+    """One future for several: once all are done it holds ``combine(their results)``, or the first exception.
+    Never blocks; safe when the futures finish on different threads at once."""
+    joined: Future = Future()
+    once = threading.Lock()
+
+    def done(_: Future) -> None:
+        with once:
+            if joined.done() or not all(f.done() for f in futures):
+                return
+            try:
+                joined.set_result(combine([f.result() for f in futures]))
+            except Exception as err:   # a failed future, or combine's own error, reaches the caller
+                joined.set_exception(err)
+
+    for f in futures:
+        f.add_done_callback(done)
+    return joined
+
+
 class LLMService:
     """Non-blocking, de-duplicating, batching front of a :class:`LanguageModel` (one worker thread)."""
 

@@ -16,9 +16,8 @@ Invariants (the ONI reference re-enqueued the same message every minibatch; here
   counted, logged by :class:`~llmguide.llm.parsing.ParseStats` and stored as ``None`` (never re-sent,
   it would parse the same way again).
 
-Label modes: ``score`` asks for the log-probability of each answer after the prompt (one forward
-pass, no parsing; works with the 270M embedded model), ``generate`` asks for a few tokens and
-parses the answer from its tag (``<answer>yes</answer>``).
+Label modes: ``score`` asks for the log-probability of each answer after the prompt (one forward pass, no
+parsing; works with the 270M model), ``generate`` for a few tokens, the answer parsed from ``<answer>yes</answer>``.
 """
 
 from __future__ import annotations
@@ -32,6 +31,8 @@ from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
+
+from llmguide.llm.service import gather
 
 log = logging.getLogger(__name__)
 
@@ -349,8 +350,7 @@ class PairAnnotator(Annotator):
         self.goal = goal or None  # with a goal: the ``motif_pref_goal`` template (its ``Goal:`` line)
         self.template = _goal_template(template, self.goal)
         self.max_tokens = int(max_tokens)
-        # score mode: ask with the messages in both positions and add the log-probs per preferred message, so
-        # a labeller that favours a position (Gemma 270M: "A > B" on all 2000 Craftax pairs) cancels out
+        # ask both ways round, add the log-probs per message: a position bias cancels (Gemma 270M: all "A > B")
         if both_orders and mode != "score":
             raise ValueError("both_orders needs the score label mode")
         self.both_orders = bool(both_orders)
@@ -373,28 +373,8 @@ class PairAnnotator(Annotator):
         if not self.both_orders:
             return super().request(item)
         a, b = item  # type: ignore[misc]
-        futures = [Annotator.request(self, pair) for pair in ((a, b), (b, a))]
-        joined: Future = Future()
-        once = threading.Lock()   # both callbacks may run at once, on the service's threads
-
-        def done(_: Future) -> None:
-            with once:
-                if all(f.done() for f in futures) and not joined.done():
-                    resolve()
-
-        def resolve() -> None:
-            results = []
-            for f in futures:
-                try:
-                    results.append(f.result())
-                except Exception as err:   # the service resolves with fallbacks; be safe anyway
-                    joined.set_exception(err)
-                    return
-            joined.set_result(None if any(self._is_fallback(r) for r in results) else [*results[0], *results[1]])
-
-        for f in futures:
-            f.add_done_callback(done)
-        return joined
+        return gather([Annotator.request(self, pair) for pair in ((a, b), (b, a))],
+                      lambda rs: None if any(self._is_fallback(r) for r in rs) else [*rs[0], *rs[1]])
 
     def prompt(self, pair: tuple[str, str]) -> str:
         text = self.template.render(a=pair[0], b=pair[1], **({"goal": self.goal} if self.goal else {}))
