@@ -10,7 +10,10 @@
 # Settings are GLAM's where the GPU allows: 32 envs, 3 observations in the prompt, 4 PPO epochs; rollouts of 16
 # steps per env (GLAM: 40) so that a short lease still sees many updates; LoRA on every block; minibatch 8
 # (GLAM: 64), because memory, measured on one H100 (80 GB), at 32 envs: GLAM bf16 minibatch 64 ~42 GB, NPAE fp32
-# minibatch 64 ~52 GB; minibatch 8: GLAM ~14 GB, NPAE 9-17 GB, so six runs at once did not fit and four do.
+# minibatch 64 ~52 GB; minibatch 8: GLAM ~14 GB, NPAE 9-17 GB, so six runs at once did not fit and four do.  Those
+# figures came with a wrong tokenizer (one token per character; benchmarks/results/glam/gpu-h200/): with the right
+# one a GLAM minibatch of 8 peaks at ~3 GB on an H200 and the update, 0.2 s per minibatch, sets the speed, so
+# MINIBATCH=32 or 64 is the next lease's first try.
 # GLAM runs in bf16 (peft keeps the LoRA adapters in fp32); NPAE fine-tunes every weight, which Adam cannot
 # do in bf16 at lr 1e-4 (most updates round away), so NPAE runs in fp32.  Every run first checks its action
 # distributions against a float32 CPU copy (agent.device_check) and stops with one line if they differ.
