@@ -103,19 +103,20 @@ def oracle_rate(plan) -> float | None:
 
 
 def prepare(plan) -> None:
-    """The matched rate of ``oni_retrieval-random-matched``; Motif's data, once for every seed: collect (PPO on the game's achievement reward, env.task null) -> label
-    by the oracle; the shuffled control and the embedded LM each label a copy of the same pairs."""
+    """The yes rate of the rate-matched arms (the oracle arm's); Motif's data, once for every seed: collect (PPO
+    on the game's achievement reward, env.task null) -> label by the oracle; the shuffled control and the
+    embedded LM each label a copy of the same pairs."""
     matched = [a for a in ("oni_retrieval-random-matched", "oni_retrieval-random-matched-llmseed0",
                            "oni_retrieval-embedded-ranked") if a in plan.arms]
     if matched and plan.args.positive_rate is None:
         rate = oracle_rate(plan)
-        for arm in matched:
-            if rate is None:
+        if rate is None:
+            for arm in matched:
                 plan.fail(arm, "no finished oni_retrieval-oracle run to match its rate: run that arm first, or "
                                "pass --positive-rate")
-            else:
-                plan.values["positive_rate"] = f"{rate:.4f}"
-                print(f"  {arm}: yes at {rate:.4f}, the oracle arm's rate", flush=True)
+        else:
+            plan.values["positive_rate"] = f"{rate:.4f}"
+            print(f"  {', '.join(matched)}: yes at {rate:.4f}, the oracle arm's rate", flush=True)
     motif = [arm for arm in ("motif-oracle", "motif-shuffled", "motif-embedded", "motif-embedded-both")
              if arm in plan.arms]
     if not motif:

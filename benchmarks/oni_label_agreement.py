@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sqlite3
 import sys
@@ -31,15 +30,13 @@ import numpy as np
 MESSAGE = re.compile(r"Message: (.*)\nGood:")
 
 
-def default_cache() -> Path:
-    return Path(os.environ.get("LLMGUIDE_CACHE_DIR") or Path.home() / ".cache" / "llmguide") / "llm_cache.sqlite"
-
-
 def scored_messages(cache: Path, template: str) -> dict[str, float]:
     """message -> log p(" yes") − log p(" no") for every cached score request of the labelling template."""
     con = sqlite3.connect(f"file:{cache}?mode=ro", uri=True)
+    rows = con.execute("select meta, value from entries where kind = 'score'").fetchall()
+    con.close()
     out: dict[str, float] = {}
-    for meta, value in con.execute("select meta, value from entries where kind = 'score'"):
+    for meta, value in rows:
         context = json.loads(meta).get("request", {}).get("context", "")
         found = MESSAGE.findall(context)
         if not found or template not in context[:400] and template:
@@ -65,7 +62,9 @@ def pair_agreement(pairs: Path, reference: Path) -> dict:
     prefers a side, and the agreement independent labels at these shares would give there."""
     def labels(db: Path) -> dict[tuple[str, str], float]:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        return {(a, b): label for a, b, label in con.execute("select a, b, label from pairs where label is not null")}
+        rows = con.execute("select a, b, label from pairs where label is not null").fetchall()
+        con.close()
+        return {(a, b): label for a, b, label in rows}
 
     mine, ref = labels(pairs), labels(reference)
     keys = [k for k in mine if k in ref]
@@ -100,10 +99,12 @@ def main(argv: list[str] | None = None) -> int:
             args.out.write_text(json.dumps(result, indent=1))
         return 0
     from llmguide.envs import get_oracle
+    from llmguide.llm.cache import default_cache_path
 
-    margins = scored_messages(args.cache or default_cache(), args.template)
+    cache = args.cache or default_cache_path()
+    margins = scored_messages(cache, args.template)
     if not margins:
-        raise SystemExit(f"no scored labelling prompts in {args.cache or default_cache()}")
+        raise SystemExit(f"no scored labelling prompts in {cache}")
     msgs = list(margins)
     m = np.array([margins[k] for k in msgs])
     oracle = get_oracle(args.env)
