@@ -3,7 +3,7 @@
 Preparation as the reference (``benchmarks/harness.py`` runs it into ``<runs>/prep/``, resumable): RND-driven
 collection on ``--collect-task`` (``data``: episodes saved along training) -> one label run per arm
 (``labels-<arm>``: the variant's labelling with the arm's LM) -> PPO with each potential, and plain PPO,
-over the seeds. ``bk_code-oracle-coef<c>`` / ``bk_random_phi-coef<c>`` / ``bk_code-wrong-target-coef<c>``: the
+over the seeds. ``<arm>-coef<c>`` (BK-Code-oracle, random-Φ, wrong-target, BK-Pref oracle / shuffled / embedded): the
 shaping-coefficient sweep
 (``method.intrinsic_coef`` = c, :data:`COEFS`; the reference's coefficient 1 is the default), on the same labels. An arm whose labelling failed (e.g. no valid program) is listed as failed with the reason.
 Every arm has the same PPO config (reference: lr 3e-4 constant, clip 0.1, 8 envs x 128 steps), network, env,
@@ -55,8 +55,9 @@ LABELS = {  # arm -> label overrides (method=<variant> and llm=...); trained wit
     "bk_pref-shuffled": ["method=bk_pref", "llm=shuffled", "method.pref.num_pairs={oracle_pairs}"],
     "bk_code-wrong-target": ["method=bk_code", "llm=oracle", "llm.target={wrong_target}", *CODE],
 }
-# the shaping-coefficient sweep (the reference's normalisation stays the default, coefficient 1): BK-Code-oracle
-# and its random-Φ and wrong-target controls at `method.intrinsic_coef` x COEFS, on the same labels
+# the shaping-coefficient sweep (the reference's normalisation stays the default, coefficient 1): every potential
+# arm at `method.intrinsic_coef` x COEFS on the same labels (BK-Pref and its shuffled control too, so the knowledge
+# control of each variant is paid at its treatment's scale)
 COEFS = (10,)
 ARMS = {
     "ppo": ["method=none"],
@@ -64,12 +65,13 @@ ARMS = {
     "bk_random_phi": ["method=bk_random_phi", "method.random_phi.seed=${seed}"],
 }
 LABELLED_BY = {arm: arm for arm in LABELS}   # arm -> the label run it trains on
+SWEPT = ("bk_code-oracle", "bk_random_phi", "bk_code-wrong-target", "bk_pref-oracle", "bk_pref-shuffled",
+         "bk_pref-embedded")
 for _c in COEFS:
-    ARMS[f"bk_code-oracle-coef{_c}"] = [*ARMS["bk_code-oracle"], f"method.intrinsic_coef={_c}"]
-    ARMS[f"bk_random_phi-coef{_c}"] = [*ARMS["bk_random_phi"], f"method.intrinsic_coef={_c}"]
-    ARMS[f"bk_code-wrong-target-coef{_c}"] = [*ARMS["bk_code-wrong-target"], f"method.intrinsic_coef={_c}"]
-    LABELLED_BY[f"bk_code-oracle-coef{_c}"] = "bk_code-oracle"
-    LABELLED_BY[f"bk_code-wrong-target-coef{_c}"] = "bk_code-wrong-target"
+    for _arm in SWEPT:
+        ARMS[f"{_arm}-coef{_c}"] = [*ARMS[_arm], f"method.intrinsic_coef={_c}"]
+        if _arm in LABELLED_BY:
+            LABELLED_BY[f"{_arm}-coef{_c}"] = _arm
 
 
 def flags(p) -> None:

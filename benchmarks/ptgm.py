@@ -8,7 +8,8 @@ KMeans) -> ``pretrain`` (``pre``: goal-conditioned BC low level, goal priors). E
 settings, network (``agent.image_encoder``), env, seeds and budget **in env steps**: the options arms count
 the low-level steps, and their rollout is ``--rollout / option_steps`` high-level steps per env so every arm
 updates after the same number of env steps. ``bc-finetune`` and the PTGM arms use the same pretrained low
-level; ``ppo`` learns from scratch. PTGM's high level has no entropy term (``--options-ent-coef`` 0).
+level; ``ppo`` learns from scratch; ``bc-frozen`` (a reference row: BC-expert on Craftax, BC-bot on BabyAI) acts
+with that goal-free BC start and never updates it (``agent.update_epochs=0``). PTGM's high level has no entropy term (``--options-ent-coef`` 0).
 
 Value per seed: success AUC (the mean training success rate over ``--bins`` equal env-step bins); on Craftax
 with all achievements, the achievements-per-episode AUC.
@@ -50,6 +51,9 @@ CFG = "method.lowlevel.cfg_scale={cfg_scale}"   # classifier-free guidance of th
 ARMS = {
     "ppo": ["method=none", "agent.num_steps={rollout}"],
     "bc-finetune": ["method=ptgm_bc_finetune", *PTGM, "agent.num_steps={rollout}"],
+    # a reference row: the same goal-free BC start, never updated (no PPO epochs): BC-expert on Craftax, BC-bot on
+    # BabyAI; what imitation alone reaches on the task
+    "bc-frozen": ["method=ptgm_bc_finetune", *PTGM, "agent.num_steps={rollout}", "agent.update_epochs=0"],
     "ptgm": ["method=ptgm", *PTGM, *OPTIONS, CFG, "method.kl.coef={kl_coef}"],
     "ptgm-cfg0": ["method=ptgm", *PTGM, *OPTIONS, "method.lowlevel.cfg_scale=0", "method.kl.coef={kl_coef}"],
     "ptgm-no-kl": ["method=ptgm_no_kl", *PTGM, *OPTIONS, CFG],

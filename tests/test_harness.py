@@ -180,12 +180,15 @@ def test_placeholders_auc_and_study_scripts_resolve(harness, load_benchmark, tmp
     assert "method.random_phi.seed=${seed}" in harness.sweep_command(plan, "bk_random_phi", plan.seeds, "overwrite")
     assert {"ppo", "bk_code-oracle", "bk_code-embedded", "bk_pref-oracle", "bk_pref-embedded", "bk_goal-oracle",
             "bk_goal-embedded", "bk_pref-shuffled", "bk_code-wrong-target", "bk_random_phi",
-            "bk_code-oracle-coef10", "bk_random_phi-coef10", "bk_code-wrong-target-coef10"} == set(plan.arms)
+            "bk_code-oracle-coef10", "bk_random_phi-coef10", "bk_code-wrong-target-coef10", "bk_pref-oracle-coef10",
+            "bk_pref-shuffled-coef10", "bk_pref-embedded-coef10"} == set(plan.arms)
     # the coefficient sweep trains on bk_code-oracle's labels: selecting it alone still prepares them
     assert "method.intrinsic_coef=10" in plan.arm_overrides("bk_code-oracle-coef10")
     assert f"method.labels={tmp_path}/prep/labels-bk_code-oracle" in plan.arm_overrides("bk_code-oracle-coef10")
     wrong = plan.arm_overrides("bk_code-wrong-target-coef10")
     assert "method.intrinsic_coef=10" in wrong and f"method.labels={tmp_path}/prep/labels-bk_code-wrong-target" in wrong
+    shuffled = plan.arm_overrides("bk_pref-shuffled-coef10")   # BK-Pref's knowledge control, at its treatment's scale
+    assert "method.intrinsic_coef=10" in shuffled and f"method.labels={tmp_path}/prep/labels-bk_pref-shuffled" in shuffled
     # the shared sparse Craftax task: BK's and ONI's ppo arms are one command
     crafter = plan_of("bk", ["--env", "craftax", "--steps", "500000"])
     assert (crafter.name, crafter.task, crafter.args.collect_task) == ("bk_craftax", harness.SPARSE_TASK, "null")
@@ -210,6 +213,9 @@ def test_placeholders_auc_and_study_scripts_resolve(harness, load_benchmark, tmp
     assert ptgm.metric == "charts/success" and "agent.num_steps=2" in ptgm.arm_overrides("ptgm")   # 32 / L 16
     assert {"method.lowlevel.cfg_scale=7.0", "method.codebook.k=64"} <= set(ptgm.arm_overrides("ptgm"))
     assert "method.lowlevel.cfg_scale=0" in ptgm.arm_overrides("ptgm-cfg0")
+    # BC alone: bc-finetune's start, never updated
+    frozen, finetune = set(ptgm.arm_overrides("bc-frozen")), set(ptgm.arm_overrides("bc-finetune"))
+    assert finetune < frozen and frozen - finetune == {"agent.update_epochs=0"}
     # Craftax: the shared sparse task's PPO as a reference row, and the expert as the upper reference
     assert set(harness.SPARSE_PPO) <= set(ptgm.arm_overrides("ppo-shared")) and "expert" in ptgm.study.upper_reference
     assert "agent.recurrent=gru" not in ptgm.arm_overrides("ppo")   # the arms PTGM is compared with share its network

@@ -102,6 +102,15 @@ def test_ppo_learns_contextual_bandit_and_evaluates():
     assert torch.equal(state, torch.get_rng_state())
 
 
+def test_zero_update_epochs_acts_without_ever_changing_the_policy():
+    agent = PPO(vector_env(lambda: ContextBandit(3), 2), {**CFG, "update_epochs": 0}, seed=0)
+    before = {k: v.clone() for k, v in agent.net.state_dict().items()}
+    agent.learn(256, progress=False)
+    assert agent.global_step == 256 and agent.updates == 8
+    assert all(torch.equal(before[k], v) for k, v in agent.net.state_dict().items())
+    assert agent.last_metrics["losses/clipfrac"] == 0.0
+
+
 def test_gru_core_remembers_a_cue_that_a_feedforward_policy_cannot():
     envs = vector_env(CueMemory, 8)
     agent = PPO(envs, {**CFG, "recurrent": "gru", "lr": 3e-3}, seed=0)

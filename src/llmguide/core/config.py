@@ -218,7 +218,7 @@ RULES: dict[str, Rule] = {
     "agent.clip_coef": positive,
     "agent.num_steps": positive,
     "agent.num_minibatches": positive,
-    "agent.update_epochs": positive,
+    "agent.update_epochs": non_negative,   # 0: the policy is never updated (a frozen reference row)
     "llm.temperature": non_negative,
     "llm.max_tokens": positive,
     "llm.concurrency": positive,

@@ -353,7 +353,7 @@ class PPO:
         return {
             **extra, "losses/value_loss": v_loss.item(), "losses/policy_loss": pg_loss.item(),
             "losses/entropy": entropy_loss.item(), "losses/old_approx_kl": old_approx_kl.item(),
-            "losses/approx_kl": approx_kl.item(), "losses/clipfrac": float(np.mean(clipfracs)),
+            "losses/approx_kl": approx_kl.item(), "losses/clipfrac": float(np.mean(clipfracs)) if clipfracs else 0.0,
             "losses/explained_variance": explained_var,
         }
 
