@@ -55,9 +55,9 @@ LABELS = {  # arm -> label overrides (method=<variant> and llm=...); trained wit
     "bk_pref-shuffled": ["method=bk_pref", "llm=shuffled", "method.pref.num_pairs={oracle_pairs}"],
     "bk_code-wrong-target": ["method=bk_code", "llm=oracle", "llm.target={wrong_target}", *CODE],
 }
-# the shaping-coefficient sweep (the reference's normalisation stays the default, coefficient 1): every potential
-# arm at `method.intrinsic_coef` x COEFS on the same labels (BK-Pref and its shuffled control too, so the knowledge
-# control of each variant is paid at its treatment's scale)
+# the shaping-coefficient sweep (the reference's normalisation stays the default, coefficient 1): the SWEPT arms at
+# `method.intrinsic_coef` x COEFS on the same labels; BK-Code's and BK-Pref's knowledge controls are among them, so
+# each control is paid at its treatment's scale
 COEFS = (10,)
 ARMS = {
     "ppo": ["method=none"],

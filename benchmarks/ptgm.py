@@ -9,7 +9,8 @@ settings, network (``agent.image_encoder``), env, seeds and budget **in env step
 the low-level steps, and their rollout is ``--rollout / option_steps`` high-level steps per env so every arm
 updates after the same number of env steps. ``bc-finetune`` and the PTGM arms use the same pretrained low
 level; ``ppo`` learns from scratch; ``bc-frozen`` (a reference row: BC-expert on Craftax, BC-bot on BabyAI) acts
-with that goal-free BC start and never updates it (``agent.update_epochs=0``). PTGM's high level has no entropy term (``--options-ent-coef`` 0).
+with that goal-free BC start and never updates it (``agent.update_epochs=0``). PTGM's high level has no entropy
+term (``--options-ent-coef`` 0).
 
 Value per seed: success AUC (the mean training success rate over ``--bins`` equal env-step bins); on Craftax
 with all achievements, the achievements-per-episode AUC.

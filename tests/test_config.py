@@ -43,6 +43,7 @@ def _loads(overrides):
         ("agent.gamma=1.5", "agent.gamma", "[0.0, 1.0]"),
         ("agent.lr=0", "agent.lr", "> 0"),
         ("num_envs=0", "num_envs", "> 0"),
+        ("agent.update_epochs=-1", "agent.update_epochs", ">= 0"),
         ("eval.greedy=3", "eval.greedy", "expected bool"),
         ("not_a_key=1", "not_a_key", "unknown key"),
         ("agent.not_a_key=1", "agent.not_a_key", "unknown key"),
@@ -59,8 +60,9 @@ def test_bad_config_names_the_key(override, key, fragment):
 
 
 def test_valid_overrides_apply():
-    cfg = load_config(["total_steps=123", "agent.gamma=0.9", "agent.lr=1", "seed=7"])
+    cfg = load_config(["total_steps=123", "agent.gamma=0.9", "agent.lr=1", "seed=7", "agent.update_epochs=0"])
     assert cfg.total_steps == 123
+    assert cfg.agent.update_epochs == 0   # a policy that acts and is never updated (a frozen reference row)
     assert cfg.agent.gamma == 0.9
     assert cfg.agent.lr == 1  # an int where a float is declared is accepted
     assert cfg.seed == 7
