@@ -211,29 +211,33 @@ def test_ellm_runs_unchanged_on_a_counterfactual_lm_over_the_open_vocabulary(tmp
         assert last["ellm/impossible"] > 0.5
 
 
-def test_the_wrong_target_bk_code_oracle_program_values_the_other_object() -> None:
+def test_the_bk_code_oracle_program_reads_only_the_image_and_the_wrong_target_values_the_other_object() -> None:
+    """As the reference's programs, the oracle's never sees the mission: the target is fixed when it is written
+    (the run's task, or ``llm.target``'s for the wrong-knowledge control), so obs['vector'] changes nothing."""
     from minigrid.core.constants import COLOR_TO_IDX
 
+    from llmguide.core.errors import ConfigError
     from llmguide.envs import get_oracle
-    from llmguide.envs.babyai.env import VOCAB, mission_bow
+    from llmguide.envs.babyai.env import mission_bow
     from llmguide.methods.bk.oracle import BKOracleAnswers
 
-    task = "go to the red ball"
-
-    def phi(mission: str, image: np.ndarray) -> float:
-        answers = BKOracleAnswers(get_oracle("babyai"), mission, task)
-        code = answers.generate("def potential(obs, caption) ...")
+    def phi(mission: str, image: np.ndarray, vector: np.ndarray) -> float:
+        code = BKOracleAnswers(get_oracle("babyai"), mission).generate("def potential(obs, caption) ...")
+        assert "vector" not in code.partition("def potential")[2]
         namespace: dict = {}
         exec(code.strip("`").removeprefix("python\n"), namespace)  # noqa: S102 - our own ground-truth program
-        vector = np.concatenate([np.zeros(4), mission_bow(task)])   # the observation names the run's task
         return namespace["potential"]({"image": image, "vector": vector}, "")
 
-    assert len(mission_bow(task)) == len(VOCAB)
+    red_task, blue_task = (np.concatenate([np.zeros(4), mission_bow(m)]) for m in ("go to the red ball", "go to the blue box"))
     image = np.zeros((20, 7, 7))
     image[6, 3, 3] = image[11 + COLOR_TO_IDX["red"], 3, 3] = 1.0     # a red ball 3 steps ahead
-    assert phi(task, image) == 0.25 and phi("go to the blue box", image) == -1.0
+    for vector in (red_task, blue_task, np.zeros_like(red_task)):
+        assert phi("go to the red ball", image, vector) == 0.25 and phi("go to the blue box", image, vector) == -1.0
     image[7, 3, 4] = image[11 + COLOR_TO_IDX["blue"], 3, 4] = 1.0    # and a blue box
-    assert phi(task, image) == 0.25 and phi("go to the blue box", image) == 0.5 - 4 / 12   # 3 ahead, 1 right
+    assert phi("go to the red ball", image, red_task) == 0.25
+    assert phi("go to the blue box", image, red_task) == 0.5 - 4 / 12   # 3 ahead, 1 right
+    with pytest.raises(ConfigError, match="env.task"):   # the oracle knows go-to missions only
+        BKOracleAnswers(get_oracle("babyai"), "pick up the red ball")
 
 
 def test_the_ray_lm_actor_refuses_ground_truth_answerers_only_for_ground_truth_backends(monkeypatch) -> None:

@@ -1,6 +1,6 @@
-"""BK's ground truth for its BabyAI-Text go-to tasks (``llm=oracle``): the BK-Code oracle program (reads
-the mission from the observation, Φ = 0.5 − distance/12 to the target when visible, −1 when not), the
-same Φ from a caption (BK-Pref's progress), and BK-Goal's goal library for a go-to mission."""
+"""BK's ground truth for its BabyAI-Text go-to tasks (``llm=oracle``): the BK-Code oracle program (Φ = 0.5 −
+distance/12 to the mission's object when visible, −1 when not, read from the image only), the same Φ from a
+caption (BK-Pref's progress), and BK-Goal's goal library for a go-to mission."""
 
 from __future__ import annotations
 
@@ -8,36 +8,27 @@ import re
 
 from minigrid.core.constants import COLOR_NAMES, COLOR_TO_IDX
 
+OBJECT_CHANNEL = {"key": 5, "ball": 6, "box": 7}   # object type -> its one-hot channel of obs["image"]
 
-def oracle_potential_program(vocab: list[str], swap: tuple[str, str] | None = None) -> str:
-    """BK-Code's oracle program: reads the mission ("go to the red ball") from ``obs['vector']``'s bag of
-    words, finds that object in the egocentric one-hot image; Φ = 0.5 − distance/12 when it is visible
-    (agent at row 6, column 3), −1 when not (the visibility bonus).  ``swap=("red ball", "blue box")`` is
-    the wrong-knowledge control (``llm.target``): where the mission names the task's target the program
-    values the other object instead."""
-    words = {w: 4 + i for i, w in enumerate(vocab)}
-    colors = {c: words[c] for c in COLOR_NAMES}
-    kinds = {"key": (words["key"], 5), "ball": (words["ball"], 6), "box": (words["box"], 7)}
-    channels = {c: 11 + COLOR_TO_IDX[c] for c in COLOR_NAMES}
+
+def oracle_potential_program(target: str) -> str:
+    """BK-Code's oracle program for ``target`` ("red ball", the mission's object, fixed when the oracle writes
+    it): reads only ``obs['image']``, as the reference's programs do (they never see the mission), finds that
+    object in the egocentric one-hot image; Φ = 0.5 − distance/12 when it is visible (agent at row 6,
+    column 3), −1 when not (the visibility bonus).  The wrong-knowledge control (``llm.target``) is the same
+    program written for the other task's object."""
+    color, kind = target.split()
+    if color not in COLOR_NAMES or kind not in OBJECT_CHANNEL:
+        raise ValueError(f"not a BabyAI object: {target!r}")
     return f'''import numpy as np
 
-COLORS = {colors!r}          # colour word -> index in obs["vector"]
-KINDS = {kinds!r}       # type word -> (index in obs["vector"], object-type channel)
-COLOR_CHANNEL = {channels!r}   # colour word -> colour channel of obs["image"]
-SWAP = {({tuple(swap[0].split()): tuple(swap[1].split())} if swap else {})!r}   # mission target -> valued object
+TYPE_CHANNEL = {OBJECT_CHANNEL[kind]}    # obs["image"] channel of a {kind}
+COLOR_CHANNEL = {11 + COLOR_TO_IDX[color]}   # obs["image"] channel of the colour {color}
 
 
 def potential(obs, caption):
-    image, vector = np.asarray(obs["image"]), np.asarray(obs["vector"])
-    color = next((c for c, i in COLORS.items() if vector[i] > 0), None)
-    kind = next((k for k, (i, _) in KINDS.items() if vector[i] > 0), None)
-    color, kind = SWAP.get((color, kind), (color, kind))
-    if kind is None:
-        return 0.0
-    mask = image[KINDS[kind][1]] > 0.5
-    if color is not None:
-        mask = mask & (image[COLOR_CHANNEL[color]] > 0.5)
-    rows, cols = np.nonzero(mask)
+    image = np.asarray(obs["image"])
+    rows, cols = np.nonzero((image[TYPE_CHANNEL] > 0.5) & (image[COLOR_CHANNEL] > 0.5))
     if len(rows) == 0:
         return -1.0
     distance = int(np.min(np.abs(rows - 6) + np.abs(cols - 3)))

@@ -115,8 +115,7 @@ def label(cfg: DictConfig) -> int:
     rng = np.random.default_rng(int(cfg.seed))
     knows = str(cfg.llm.backend) in GROUND_TRUTH_BACKENDS   # the oracle and its controls
     oracle_mission = task_mission(cfg, cfg.llm.get("target")) if knows else None   # the LM arms never see it
-    own = task_mission(cfg) if knows and cfg.llm.get("target") else oracle_mission   # the run's own task's mission
-    answerers = [] if oracle_mission is None else [BKOracleAnswers(get_oracle(str(cfg.env.name)), oracle_mission, own)]
+    answerers = [] if oracle_mission is None else [BKOracleAnswers(get_oracle(str(cfg.env.name)), oracle_mission)]
     lm = make_run_lm(cfg, answerers, online=False)
     with open_run(cfg) as run:
         out = run.path / "bk"

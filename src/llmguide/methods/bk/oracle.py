@@ -23,18 +23,18 @@ class BKOracleAnswers:
 
     name = "bk"
 
-    def __init__(self, env_oracle: Any, mission: str, task_mission: str | None = None):
-        """``mission``: what the oracle answers for; ``task_mission``: the run's own task's, when ``mission`` is
-        another task's (``llm.target``: wrong knowledge)."""
+    def __init__(self, env_oracle: Any, mission: str):
+        """``mission``: what the oracle answers for (the run's task's, or another task's under ``llm.target``:
+        wrong knowledge)."""
         self.oracle, self.mission = env_oracle, mission
         family = getattr(env_oracle, "family", "")
         if family == "babyai":
-            from llmguide.envs.babyai.env import VOCAB
             from llmguide.methods.bk import babyai
 
-            wrong = task_mission is not None and task_mission != mission
-            swap = (babyai.mission_target(task_mission), babyai.mission_target(mission)) if wrong else None
-            self._program = lambda: babyai.oracle_potential_program(VOCAB, swap if swap and all(swap) else None)
+            target = babyai.mission_target(mission)
+            if target is None:
+                raise ConfigError("env.task", f"BK's BabyAI oracle knows go-to missions only, not {mission!r}")
+            self._program = lambda: babyai.oracle_potential_program(target)
             self._progress = lambda captions: babyai.window_progress(captions, mission)
             self._goals = lambda: babyai.oracle_goals(mission)
         elif family in ("crafter", "craftax"):
