@@ -216,11 +216,10 @@ def test_room_size_distractors_and_step_limit_are_env_options():
 
 
 def test_bk_oracle_program_matches_the_caption_potential():
-    from llmguide.envs.babyai.env import VOCAB
     from llmguide.methods.bk.babyai import caption_potential, oracle_potential_program
 
     namespace: dict = {}
-    exec(oracle_potential_program(VOCAB), namespace)  # noqa: S102 - our own ground-truth program
+    exec(oracle_potential_program("red ball"), namespace)  # noqa: S102 - our own ground-truth program
     env = make_env({"name": "babyai", "task": "GoToLocal-RedBall-S20"})
     obs, info = env.reset(seed=1)
     rng = np.random.default_rng(0)
