@@ -236,8 +236,11 @@ def test_the_bk_code_oracle_program_reads_only_the_image_and_the_wrong_target_va
     image[7, 3, 4] = image[11 + COLOR_TO_IDX["blue"], 3, 4] = 1.0    # and a blue box
     assert phi("go to the red ball", image, red_task) == 0.25
     assert phi("go to the blue box", image, red_task) == 0.5 - 4 / 12   # 3 ahead, 1 right
-    with pytest.raises(ConfigError, match="env.task"):   # the oracle knows go-to missions only
-        BKOracleAnswers(get_oracle("babyai"), "pick up the red ball")
+    image[4, 2, 3] = image[11 + COLOR_TO_IDX["grey"], 2, 3] = 1.0    # a grey door 4 steps ahead (type 4)
+    assert phi("go to the grey door", image, red_task) == 0.5 - 4 / 12
+    for mission in ("pick up the red ball", "go to the red thing"):   # go-to missions over known objects only
+        with pytest.raises(ConfigError, match="env.task"):
+            BKOracleAnswers(get_oracle("babyai"), mission)
 
 
 def test_the_ray_lm_actor_refuses_ground_truth_answerers_only_for_ground_truth_backends(monkeypatch) -> None:
