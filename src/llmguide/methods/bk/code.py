@@ -146,6 +146,9 @@ def sample_states(episodes: Sequence[Episode], n: int, rng: np.random.Generator)
     return out
 
 
+PROMPT_SAMPLES = 16   # states shown with their values in the improve prompt (all sampled states are checked)
+
+
 def write_potential_code(lm: LanguageModel, states: Sequence[tuple[dict, str]], sandbox: Sandbox,
                          out_dir: str | Path, env_notes: str = "", iterations: int = 3, fix_retries: int = 2,
                          max_tokens: int = 512, temperature: float = 0.5, seed: int = 0) -> CodeResult:
@@ -196,7 +199,8 @@ def write_potential_code(lm: LanguageModel, states: Sequence[tuple[dict, str]], 
                 log_file.flush()
                 if error is None:
                     result.code, result.ok = code, True
-                    samples = "\n".join(f"- caption {c!r} -> {v}" for (_, c), v in zip(states, values, strict=False))
+                    samples = "\n".join(f"- caption {c!r} -> {v}"
+                                         for (_, c), v in list(zip(states, values, strict=False))[:PROMPT_SAMPLES])
                     prompt = improve_t.render(code=code, samples=samples)
                     version = improve_t.version
                     break
