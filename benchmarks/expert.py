@@ -8,6 +8,12 @@ two ways: env + expert steps per second (wall clock of the whole loop) and exper
 
     python benchmarks/expert.py --env-id crafter --seeds 5 --episodes 4 --mode plain
     python benchmarks/expert.py --env-id craftax --seeds 5 --episodes 4 --mode data --exclude make_stone_pickaxe
+    python benchmarks/expert.py --env-id craftax --seeds 5 --episodes 8 --target make_stone_pickaxe
+
+``--target`` plays a sparse single task as the studies do (``env.task``: the episode ends on the target's success,
+capped at ``TASK_MAX_STEPS`` unless ``--max-steps``), the expert pursuing only the target's chain and the vitals
+(``agent.task_only``, the harness's ``expert`` arm): its success rate per episode is the task's reference row,
+in the units of a training success AUC of a policy that does not learn.
 
 Writes ``benchmarks/results/expert/<variant>/result.json`` and ``report.md`` (variant: ``<env>-<mode>``
 unless ``--variant``).
@@ -34,18 +40,20 @@ RESULTS = Path(__file__).parent / "results" / "expert"
 
 
 def run_seed(env_id: str, seed: int, episodes: int, mode: str, max_steps: int, exclude: list[str],
-             eps: float | None) -> dict:
+             eps: float | None, target: str | None = None) -> dict:
     """``episodes`` parallel episodes of the expert with ``seed``: per-episode achievements and lengths, speeds."""
+    from llmguide.envs.base import normalize_goal
     from llmguide.envs.crafter.expert import ExpertPolicy
     from llmguide.envs.vector import make_vector_env
 
-    cfg = {"name": env_id, "max_steps": max_steps}
+    cfg = {"name": env_id, "max_steps": max_steps, "task": target}
     envs = make_vector_env(cfg, episodes, seed, "sync")
-    policy = ExpertPolicy(cfg, seed=seed, mode=mode, exclude=exclude, eps=eps)
+    policy = ExpertPolicy(cfg, seed=seed, mode=mode, exclude=exclude, eps=eps, target=target)
     obs, infos = envs.reset(seed=seed)
     done = np.zeros(episodes, bool)
     lengths = np.zeros(episodes, np.int64)
     results: list[dict | None] = [None] * episodes
+    goal = normalize_goal(target).replace(" ", "_") if target else None   # a task's success ends its episode too
     act_time, steps, start = 0.0, 0, None
     while not done.all():
         if steps == episodes:  # clocks start after the first step (Craftax compiles its step there)
@@ -59,7 +67,8 @@ def run_seed(env_id: str, seed: int, episodes: int, mode: str, max_steps: int, e
         for i in np.flatnonzero((term | trunc) & ~done):
             final = infos["final_info"]
             ach = {k: int(v[i]) for k, v in final["achievements"].items() if not k.startswith("_")}
-            results[i] = {"seed": seed, "env_index": int(i), "length": int(lengths[i]), "died": bool(term[i]),
+            died = bool(term[i]) and not (goal and ach.get(goal, 0) > 0)
+            results[i] = {"seed": seed, "env_index": int(i), "length": int(lengths[i]), "died": died,
                           "achievements": ach, "unlocked": sorted(k for k, v in ach.items() if v > 0)}
             done[i] = True
     wall = time.perf_counter() - start if start is not None else float("nan")
@@ -95,13 +104,33 @@ def summarize(per_seed: dict[int, dict]) -> dict:
     }
 
 
+def target_lines(result: dict) -> list[str]:
+    """The reference row of a ``--target`` run: success per episode (overall and per seed), steps to success."""
+    target = result["args"].get("target")
+    if not target:
+        return []
+    from llmguide.envs.base import normalize_goal
+
+    goal = normalize_goal(target).replace(" ", "_")   # the achievements' key
+    eps = result["episodes"]
+    hit = [ep for ep in eps if ep["achievements"].get(goal, 0) > 0]
+    per_seed = {}
+    for ep in eps:
+        per_seed.setdefault(ep["seed"], []).append(ep["achievements"].get(goal, 0) > 0)
+    rates = ", ".join(f"{seed}: {np.mean(v):.2f}" for seed, v in sorted(per_seed.items()))
+    steps = f"{np.mean([ep['length'] for ep in hit]):.0f}" if hit else "–"
+    return [f"- **target `{goal}`: success in {len(hit)} of {len(eps)} episodes ({len(hit) / len(eps):.2f})**; per "
+            f"seed {rates}; mean steps to success {steps} (cap {result['args']['max_steps']})", ""]
+
+
 def report(result: dict) -> str:
     s, a = result["summary"], result["args"]
     score = "Craftax-Classic score" if a["env_id"] == "craftax" else "Crafter score"
     lines = [
-        f"# Scripted expert on {a['env_id']} ({a['mode']} mode)", "",
+        f"# Scripted expert on {a['env_id']} ({a['mode']} mode" + (f", task {a['target']})" if a.get("target") else ")"), "",
         f"`python benchmarks/expert.py --env-id {a['env_id']} --seeds {a['seeds']} --episodes {a['episodes']} "
-        f"--mode {a['mode']}" + (f" --exclude {' '.join(a['exclude'])}" if a["exclude"] else "") + "`", "",
+        f"--mode {a['mode']}" + (f" --exclude {' '.join(a['exclude'])}" if a["exclude"] else "")
+        + (f" --target {a['target']}" if a.get("target") else "") + "`", "",
         f"- achievements per episode: **{s['achievements_per_episode']:.2f}** of 22 "
         f"(per-seed means {s['achievements_per_episode_seed_range'][0]:.2f}–{s['achievements_per_episode_seed_range'][1]:.2f}; "
         f"{s['episodes']} episodes)",
@@ -110,6 +139,7 @@ def report(result: dict) -> str:
         f"{100 * s['died_fraction']:.0f} % of episodes end in death",
         f"- speed: {s['steps_per_s']:.0f} env+expert steps/s, {s['expert_decisions_per_s']:.0f} expert decisions/s "
         f"(one process, {result['machine']})", "",
+        *target_lines(result),
         "| seed | achievements / episode | per episode | lengths | steps/s |", "|---|---|---|---|---|",
     ]
     for seed, r in s["per_seed"].items():
@@ -126,21 +156,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1")
     p.add_argument("--episodes", type=int, default=4, help="parallel episodes per seed")
     p.add_argument("--mode", choices=["plain", "data"], default="plain")
-    p.add_argument("--max-steps", type=int, default=10000)
+    p.add_argument("--max-steps", type=int, default=None, help="episode cap (default 10000; a --target task's own cap)")
+    p.add_argument("--target", default=None, help="a sparse single task (env.task), e.g. make_stone_pickaxe")
     p.add_argument("--exclude", nargs="*", default=[], help="achievements the expert never pursues")
     p.add_argument("--eps", type=float, default=None, help="random-action probability (data mode default 0.1)")
     p.add_argument("--variant", default=None)
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
+    if args.max_steps is None:
+        from llmguide.envs.crafter.rules import TASK_MAX_STEPS
+        args.max_steps = TASK_MAX_STEPS if args.target else 10000
     per_seed = {}
     for seed in range(args.seeds):
-        r = run_seed(args.env_id, seed, args.episodes, args.mode, args.max_steps, args.exclude, args.eps)
+        r = run_seed(args.env_id, seed, args.episodes, args.mode, args.max_steps, args.exclude, args.eps,
+                     args.target)
         per_seed[seed] = r
         counts = [len(ep["unlocked"]) for ep in r["episodes"]]
         print(f"seed {seed}: achievements/episode {np.mean(counts):.2f} {counts} lengths "
               f"{[ep['length'] for ep in r['episodes']]} ({r['steps'] / r['wall_s']:.0f} steps/s)", flush=True)
-    variant = args.variant or f"{args.env_id}-{args.mode}"
-    result = {"study": "expert", "variant": variant, "env": args.env_id, "task_id": None,
+    variant = args.variant or f"{args.env_id}-{args.mode}" + (f"-{args.target}" if args.target else "")
+    result = {"study": "expert", "variant": variant, "env": args.env_id, "task_id": args.target,
               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, "
                          f"load average {os.getloadavg()[1]:.1f} (shared machine)",
