@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from llmguide.core.errors import ConfigError
-from llmguide.data import EpisodeDataset, EpisodeRecorder, EpisodeWriter
+from llmguide.data import Episode, EpisodeDataset, EpisodeRecorder, EpisodeWriter
 from llmguide.envs.babyai.env import ACTION_STRINGS, BabyAIText
 from llmguide.llm.base import Completion, LanguageModel
 from llmguide.methods import bk
@@ -364,3 +364,18 @@ def test_programs_without_imports_get_the_reference_import_header(tmp_path, epis
     res = bk.write_potential_code(ReplayLM([f"```python\n{code}```"]), bk.sample_states(
         episodes, 6, np.random.default_rng(0)), Sandbox(SandboxLimits(timeout=10)), tmp_path, iterations=1)
     assert res.ok and "import numpy as np" in res.code
+
+
+def test_default_sample_is_large_enough_for_a_sparse_potential():
+    """A correct Φ that differs from its constant only where the target is in view (1.8 % of GoToLocal-S30's
+    states) must not be refused as constant: over 20 labelling seeds, the default sample always sees it
+    (64 states, the old default, miss it ~31 % of the time)."""
+    n = int(load_config(["method=bk_code"]).method.code.sample_states)
+    rng = np.random.default_rng(7)
+    seen = rng.random(5000) < 0.018
+    episodes = [Episode(obs={"seen": seen[i:i + 100].astype(np.int8).reshape(-1, 1)}, actions=np.zeros(99, int),
+                           rewards=np.zeros(99), captions=[""] * 100, events=[[]] * 99)
+                for i in range(0, 5000, 100)]
+    refused = sum(len({int(o["seen"][0]) for o, _ in bk.sample_states(episodes, n, np.random.default_rng(s))}) == 1
+                  for s in range(20))
+    assert refused == 0, f"sample_states={n}: a sparse potential looked constant for {refused} of 20 seeds"
