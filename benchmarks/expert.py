@@ -39,10 +39,16 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 RESULTS = Path(__file__).parent / "results" / "expert"
 
 
+def achievement_key(target: str) -> str:
+    """The achievements' key of a task name (``make_stone_pickaxe`` or "make stone pickaxe")."""
+    from llmguide.envs.base import normalize_goal
+
+    return normalize_goal(target).replace(" ", "_")
+
+
 def run_seed(env_id: str, seed: int, episodes: int, mode: str, max_steps: int, exclude: list[str],
              eps: float | None, target: str | None = None) -> dict:
     """``episodes`` parallel episodes of the expert with ``seed``: per-episode achievements and lengths, speeds."""
-    from llmguide.envs.base import normalize_goal
     from llmguide.envs.crafter.expert import ExpertPolicy
     from llmguide.envs.vector import make_vector_env
 
@@ -53,7 +59,7 @@ def run_seed(env_id: str, seed: int, episodes: int, mode: str, max_steps: int, e
     done = np.zeros(episodes, bool)
     lengths = np.zeros(episodes, np.int64)
     results: list[dict | None] = [None] * episodes
-    goal = normalize_goal(target).replace(" ", "_") if target else None   # a task's success ends its episode too
+    goal = achievement_key(target) if target else None   # a task's success ends its episode too
     act_time, steps, start = 0.0, 0, None
     while not done.all():
         if steps == episodes:  # clocks start after the first step (Craftax compiles its step there)
@@ -109,9 +115,7 @@ def target_lines(result: dict) -> list[str]:
     target = result["args"].get("target")
     if not target:
         return []
-    from llmguide.envs.base import normalize_goal
-
-    goal = normalize_goal(target).replace(" ", "_")   # the achievements' key
+    goal = achievement_key(target)
     eps = result["episodes"]
     hit = [ep for ep in eps if ep["achievements"].get(goal, 0) > 0]
     per_seed = {}
