@@ -4,8 +4,12 @@
 # convert, then GLAM vs NPAE on GoToLocal, 3 seeds each, six runs at once, each stopped after $1 s.
 # Fixes after that lease (which produced no record): glam_gpu.sh calls `python`, and a symlink to the image's venv
 # python3 loses the venv's packages (use a wrapper); PyYAML travels as a wheel (.gd7); the runs sit under a hard
-# deadline 60 s before the call's limit, and their metrics are copied to $OUT every 30 s, so a call that runs out
-# of time still returns what the runs logged.
+# deadline ($1 + 40 s; setup takes ~100 s, so give the call timeout_s >= $1 + 200), and their metrics are copied
+# to $OUT every 30 s, so a call that runs out of time still returns what the runs logged.
+# Payload, built here: g.gguf (the embedded GGUF) and whl/ (gymnasium, minigrid, pygame-ce, hydra-core, omegaconf,
+# antlr4, gguf, Farama-Notifications, transformers 5.24) in one tar, `split -b 47M -d -a 1 payload.tar pp`, part
+# ppN in the ignored folder .gd<N+1>; calls 1-5 copy .gdN/pp* to /tmp/parts (carry [".gdN"]), this is call 6
+# (carry [".gd6", ".gd7"]; .gd6 also holds this script). A new payload has a new sha256: change it below.
 set -u
 secs=${1:-300}; mb=${2:-64}
 export PYTHONUNBUFFERED=1
