@@ -24,9 +24,7 @@ def test_collect_label_train_with_oracle_knowledge(tmp_path, variant):
     ds = EpisodeDataset(tmp_path / "data")
     assert len(ds) > 0 and len(ds.stats()["writers"]) == 2          # two collections merged on read
     task = [*base, "env.task=GoToLocal-RedBall-S20", "env.max_steps=64"]
-    # the oracle's Φ sees the red ball in a few % of these short episodes' states: enough states that the correct,
-    # sparse program is not refused as constant
-    extra = {"bk_code": ["method.code.iterations=1", "method.code.sample_states=1024"], "bk_goal": ["method.goal.iterations=2"],
+    extra = {"bk_code": ["method.code.iterations=1"], "bk_goal": ["method.goal.iterations=2"],
              "bk_pref": ["method.pref.num_pairs=60", "method.pref.min_usable=10"]}[variant]
     bk.label(load_config([*task, "llm=oracle", f"method.data={tmp_path / 'data'}", "run.name=labels", *extra]))
     manifest = json.loads((tmp_path / "labels" / "bk" / "manifest.json").read_text())
