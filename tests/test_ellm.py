@@ -146,11 +146,11 @@ def test_cosine_mode_matches_paraphrases_and_pays_one_or_the_cosine(minilm):
 
 # --- suggester: oracle / all goals, signature gating with real LM calls ----------------------
 def test_signature_gating_asks_the_real_lm_only_when_the_signature_changes(embedded_lm):
-    from llmguide.llm.prompts import load_template
     from llmguide.llm.service import LLMService
+    from llmguide.methods.ellm.prompts import template as ellm_template
 
     with LLMService(embedded_lm, max_batch=1) as service:
-        sug = GoalSuggester("score", 2, VOCAB, service=service, template=load_template("ellm_goal_score"), top_k=3)
+        sug = GoalSuggester("score", 2, VOCAB, service=service, template=ellm_template("ellm_goal_score"), top_k=3)
         tree = "You see grass, tree. You face tree."
         for caption in [tree, "You see tree, grass. You face grass.", tree]:  # same signature
             sug.observe(0, {"caption": caption})
@@ -172,12 +172,12 @@ def test_signature_gating_asks_the_real_lm_only_when_the_signature_changes(embed
 def test_closed_vocabulary_scoring_with_the_embedded_lm(embedded_lm):
     """Facing a tree with nothing in the inventory, "collect wood" is among the top-5 goals."""
     from llmguide.envs import get_oracle
-    from llmguide.llm.prompts import load_template
     from llmguide.llm.service import LLMService
+    from llmguide.methods.ellm.prompts import template as ellm_template
 
     vocab = get_oracle("crafter").goals
     with LLMService(embedded_lm) as service:
-        sug = GoalSuggester("score", 1, vocab, service=service, template=load_template("ellm_goal_score"), top_k=5)
+        sug = GoalSuggester("score", 1, vocab, service=service, template=ellm_template("ellm_goal_score"), top_k=5)
         sug.observe(0, {"caption": "You see grass, tree. You face tree."})
         wait_until(lambda: sug.pending() == 0, poll=sug.poll)
     goals = sug.goals(0)
@@ -188,15 +188,15 @@ def test_closed_vocabulary_scoring_with_the_embedded_lm(embedded_lm):
 
 def test_unreachable_backend_falls_back_without_blocking_and_retries():
     from llmguide.llm.http import HTTPLM
-    from llmguide.llm.prompts import load_template
     from llmguide.llm.service import LLMService
+    from llmguide.methods.ellm.prompts import template as ellm_template
 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     lm = HTTPLM(f"http://127.0.0.1:{port}/v1", "gemma-3-270m", max_retries=0, timeout=2.0)
     with LLMService(lm, max_retries=1, backoff_base=0.01, backoff_max=0.02, timeout=5.0) as service:
-        sug = GoalSuggester("generate", 1, VOCAB, service=service, template=load_template("ellm_goals"))
+        sug = GoalSuggester("generate", 1, VOCAB, service=service, template=ellm_template("ellm_goals"))
         sug.observe(0, {"caption": "You see tree. You face tree."})  # returns at once with a future
         wait_until(lambda: sug.stats.fallbacks >= 1, timeout=60, poll=sug.poll)
         assert sug.goals(0) == [] and sug.stats.answered == 0
@@ -208,14 +208,14 @@ def test_wrapper_never_blocks_on_a_slow_lm_and_suggestions_fill_in(embedded_lm):
     """Real Crafter vector env + real embedded LM (slow on this CPU): steps proceed at once."""
     from llmguide.envs import make_vector_env
     from llmguide.llm.embeddings import BowEmbedder
-    from llmguide.llm.prompts import load_template
     from llmguide.llm.service import LLMService
+    from llmguide.methods.ellm.prompts import template as ellm_template
     from llmguide.methods.ellm.wrapper import ELLMGoalWrapper
 
     envs = make_vector_env({"name": "crafter", "id": "llmguide/Crafter-v0", "obs": "symbolic", "task": None,
                             "max_steps": 10000, "size": 9}, 2, 0, "sync")
     with LLMService(embedded_lm, max_batch=1) as service:
-        sug = GoalSuggester("score", 2, VOCAB, service=service, template=load_template("ellm_goal_score"), top_k=3)
+        sug = GoalSuggester("score", 2, VOCAB, service=service, template=ellm_template("ellm_goal_score"), top_k=3)
         matcher = GoalMatcher(BowEmbedder())
         env = ELLMGoalWrapper(envs, sug, ELLMReward(matcher, 2), matcher, goal_choice="first")
         obs, _ = env.reset(seed=0)

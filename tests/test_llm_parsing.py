@@ -97,15 +97,25 @@ def test_stats_dict_and_rate_and_log_flood_control(caplog):
 
 # ---------------------------------------------------------------- versioned prompt templates
 
-SHIPPED = {"ellm_goals": ["caption"], "ellm_goal_score": ["caption"], "oni_label": ["message"], "motif_pref": ["a", "b"]}
+SHIPPED = {"ellm_goals": ["caption"], "ellm_goal_score": ["caption"], "ellm_actions_listed": ["vocabulary", "caption"],
+           "ellm_actions_zeroshot": ["vocabulary", "caption"],
+           "ellm_actions_score_listed": ["vocabulary", "caption"], "oni_label": ["message"], "motif_pref": ["a", "b"]}
+
+
+def _shipped(name):
+    from llmguide.llm.prompts import list_templates, load_template
+    from llmguide.methods.ellm import prompts as ellm_prompts
+
+    if name.startswith("ellm"):   # ELLM's prompts live in its package
+        assert name in ellm_prompts.names()
+        return ellm_prompts.template(name)
+    assert name in list_templates()
+    return load_template(name)
 
 
 @pytest.mark.parametrize("name,fields", SHIPPED.items())
 def test_shipped_templates_load_render_and_are_versioned(name, fields):
-    from llmguide.llm.prompts import list_templates, load_template
-
-    assert name in list_templates()
-    tpl = load_template(name)
+    tpl = _shipped(name)
     assert tpl.version == f"{name}@{tpl.number}" and tpl.number >= 1
     assert tpl.fields == fields
     text = tpl.render(**{f: f"<{f} value>" for f in fields})
@@ -114,28 +124,36 @@ def test_shipped_templates_load_render_and_are_versioned(name, fields):
 
 def test_caption_convention_for_the_oracle():
     """The caption is the rest of the last line starting with "Caption:" (OracleLM reads it there)."""
-    from llmguide.llm.prompts import load_template
-
     caption = "You see tree, cow. You face tree. You have nothing."
-    for name in ("ellm_goals", "ellm_goal_score"):
-        text = load_template(name).render(caption=caption)
+    for name in ("ellm_goals", "ellm_goal_score", "ellm_actions_listed", "ellm_actions_score_listed"):
+        tpl = _shipped(name)
+        text = tpl.render(**{"caption": caption, "vocabulary": "chop tree, sleep"}) if "vocabulary" in tpl.fields \
+            else tpl.render(caption=caption)
         last = [line for line in text.splitlines() if line.startswith("Caption:")][-1]
         assert last[len("Caption:"):].strip() == caption
 
 
 def test_prompt_endings_fit_generation_and_scoring():
-    from llmguide.llm.prompts import load_template
+    ellm_template = _shipped
 
-    assert load_template("ellm_goals").render(caption="c").endswith("Caption: c\n")  # the model writes "- ..."
-    assert load_template("ellm_goal_score").render(caption="c").endswith("A good next goal is:")  # + " goal"
+    assert ellm_template("ellm_goals").render(caption="c").endswith("Caption: c\n")  # the model writes "- ..."
+    assert ellm_template("ellm_goal_score").render(caption="c").endswith("A good next goal is:")  # + " goal"
 
 
 def test_ellm_prompt_few_shot_answers_parse_as_bullets():
-    from llmguide.llm.prompts import load_template
-
-    body = load_template("ellm_goals").body
+    body = _shipped("ellm_goals").body
     example = body.split("Caption:")[1]  # first few-shot example: caption line then its bullets
     assert parse_bullets(example.split("\n", 1)[1]) == ["collect wood", "collect sapling"]
+
+
+def test_listed_prompt_examples_use_only_valid_actions():
+    """The instruct prompt's worked examples answer in the vocabulary's own wording (else they teach invalid picks)."""
+    from llmguide.envs.crafter.actions import ACTION_STRINGS
+
+    body = _shipped("ellm_actions_listed").body
+    examples = body.split("Caption:")[1:-1]
+    picks = [g for ex in examples for g in parse_bullets(ex.split("\n", 1)[1])]
+    assert len(examples) == 3 and len(picks) == 8 and set(picks) <= set(ACTION_STRINGS)
 
 
 def test_oni_label_prompt_ends_with_open_tag_and_completion_parses():

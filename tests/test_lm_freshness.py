@@ -10,8 +10,8 @@ import pytest
 
 from llmguide.llm.cache import LLMCache
 from llmguide.llm.cached_lm import CachedLM
-from llmguide.llm.prompts import load_template
 from llmguide.llm.service import LLMService, poll
+from llmguide.methods.ellm.prompts import template as ellm_template
 from llmguide.methods.ellm.signature import state_signature
 from llmguide.methods.ellm.suggester import GoalSuggester
 from test_llm_cache import NGramLM
@@ -164,7 +164,7 @@ class ManualService:
 
 
 def test_fresh_fraction_counts_steps_whose_current_signature_has_an_answer():
-    template = load_template("ellm_goal_score")
+    template = ellm_template("ellm_goal_score")
     service = ManualService()
     sug = GoalSuggester("score", 2, VOCAB, service=service, template=template, top_k=2, warm_start=False)
     tree, water = "You see tree. You face tree.", "You see water. You face water."
@@ -186,7 +186,7 @@ def test_fresh_fraction_counts_steps_whose_current_signature_has_an_answer():
 
 
 def test_the_suggester_passes_visit_counts_as_priority():
-    template = load_template("ellm_goal_score")
+    template = ellm_template("ellm_goal_score")
     service = ManualService()
     sug = GoalSuggester("score", 2, VOCAB, service=service, template=template, top_k=2, warm_start=False)
     tree, water = "You see tree. You face tree.", "You see water. You face water."
@@ -212,7 +212,7 @@ def test_service_reports_fresh_fraction_only_once_steps_were_recorded():
 
 # --- signatures -------------------------------------------------------------------------------
 def test_signature_is_as_coarse_as_the_prompt():
-    template = load_template("ellm_goal_score")
+    template = ellm_template("ellm_goal_score")
     same = [
         "You see grass, tree, cow. You face tree. You have 5 wood. You feel thirsty.",
         "You see cow, tree, grass. You face grass. You have 9 wood. You feel thirsty.",   # order, facing, count>4
@@ -239,7 +239,7 @@ def test_signature_is_as_coarse_as_the_prompt():
 def test_ellm_templates_put_the_constant_text_before_the_caption():
     """Prefix-friendly layout: what varies comes last, so servers (and the embedded scorer) reuse the rest."""
     for name in ("ellm_goal_score", "ellm_goals"):
-        template = load_template(name)
+        template = ellm_template(name)
         a, b = template.render(caption="You see tree."), template.render(caption="You see water.")
         head = template.body.split("${caption}")[0]
         assert a.startswith(head) and b.startswith(head) and len(head) > 40
@@ -250,7 +250,7 @@ def _run_once(cache_path, captions, template_name="ellm_goal_score", vocab=VOCAB
     lm = NGramLM()
     cached = CachedLM(lm, LLMCache(cache_path))
     with LLMService(cached) as service:
-        sug = GoalSuggester("score", len(captions), vocab, service=service, template=load_template(template_name),
+        sug = GoalSuggester("score", len(captions), vocab, service=service, template=ellm_template(template_name),
                             top_k=2)
         warm = sug.stats.warm
         for i, caption in enumerate(captions):
@@ -274,7 +274,7 @@ def test_warm_start_preloads_the_memo_from_the_persistent_cache(tmp_path):
     lm = NGramLM()
     cached = CachedLM(lm, LLMCache(path))
     with LLMService(cached) as service:
-        sug = GoalSuggester("score", 1, VOCAB, service=service, template=load_template("ellm_goal_score"), top_k=2)
+        sug = GoalSuggester("score", 1, VOCAB, service=service, template=ellm_template("ellm_goal_score"), top_k=2)
         sug.observe(0, {"caption": "You see tree. You face grass."})
         assert sug.account_step() == 1 and sug.stats.submitted == 0 and sug.goals(0) == goals0[0]
     cached.close()
@@ -287,7 +287,7 @@ def test_warm_start_preloads_the_memo_from_the_persistent_cache(tmp_path):
 def test_embedded_batched_scoring_matches_one_at_a_time_and_reuses_the_prefix(embedded_lm):
     import numpy as np
 
-    template = load_template("ellm_goal_score")
+    template = ellm_template("ellm_goal_score")
     captions = ["You see grass, tree. You have nothing.", "You see water, cow. You have 1 wood. You feel thirsty.",
                 "You see stone, table. You have 3 wood, 1 wood pickaxe."]
     contexts = [template.render(caption=c) for c in captions]

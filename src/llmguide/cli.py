@@ -26,10 +26,11 @@ VERBS = {
     "label": "label a collected dataset with the LM (BK-Code/Pref/Goal, Motif)",
     "codebook": "PTGM: hindsight goals of a collected dataset -> KMeans goal codebook",
     "pretrain": "PTGM: goal-conditioned BC low level and goal prior from a dataset and a codebook",
+    "answers": "answer a method's LM queries over a data source once, into a table every arm reads (llm.table=)",
     "list": "list the env families and their tasks, the methods (env families each runs on, status) and the LM "
             "backends",
 }
-CONFIG_VERBS = ("train", "collect", "label", "codebook", "pretrain")
+CONFIG_VERBS = ("train", "collect", "label", "codebook", "pretrain", "answers")
 
 
 def _groups_help() -> str:

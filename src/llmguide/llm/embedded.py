@@ -63,18 +63,36 @@ def _log_softmax_gather(logits: np.ndarray, targets: Sequence[int]) -> np.ndarra
     return rows[np.arange(len(targets)), list(targets)] - log_z
 
 
+def _chat_formatter(llm: Any) -> Any:
+    """The GGUF's own chat template as a formatter (None for a base model, whose GGUF has none)."""
+    template = (llm.metadata or {}).get("tokenizer.chat_template")
+    if not template:
+        return None
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    def token_text(token: int) -> str:
+        return llm._model.token_get_text(token) if token >= 0 else ""
+
+    eos = token_text(llm.token_eos())
+    formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=token_text(llm.token_bos()),
+                                    add_generation_prompt=True)
+    formatter.stop_text = eos   # generation stops at the end of the assistant's turn
+    return formatter
+
+
 class EmbeddedLM(LanguageModel):
     """In-process llama.cpp model (default: the embedded Gemma 3 270M GGUF).  Thread-safe."""
 
     backend = "embedded"
 
     def __init__(self, model_path: str | Path | None = None, n_ctx: int = 2048, n_threads: int = 2, seed: int = 0,
-                 batched_score: bool = True, score_n_ctx: int = 4096):
+                 batched_score: bool = True, score_n_ctx: int = 4096, model: str | None = None,
+                 chat: bool | str = "auto"):
         import llama_cpp
 
-        from llmguide.llm.assets import embedded_gguf_path
+        from llmguide.llm.assets import model_gguf_path
 
-        path = Path(model_path).expanduser() if model_path else embedded_gguf_path()
+        path = Path(model_path).expanduser() if model_path else model_gguf_path(model)
         if not path.is_file():
             raise FileNotFoundError(f"GGUF model not found: {path}")
         self.model_path = path
@@ -96,14 +114,38 @@ class EmbeddedLM(LanguageModel):
         self.score_n_ctx = score_n_ctx
         self._scorer: Any = None
         self._score_stats = {"batched_calls": 0, "sequential_calls": 0, "batch_failures": 0}
+        self._chat = _chat_formatter(self._llm) if chat in ("auto", True) else None
+        if chat is True and self._chat is None:
+            raise LLMUnavailableError(f"llm.chat=true but {path.name} has no chat template (a base model)")
+        self.chat = self._chat is not None
+
+    def format_prompt(self, prompt: str) -> str:
+        """``prompt`` as the model expects it: one user turn through its own chat template, ending where the
+        assistant's answer starts (an instruct model), or unchanged (a base model: completion-style)."""
+        if self._chat is None:
+            return prompt
+        return self._chat(messages=[{"role": "user", "content": prompt}]).prompt
 
     def __repr__(self) -> str:
         return f"EmbeddedLM(model_path={str(self.model_path)!r}, n_ctx={self.n_ctx})"
 
     # --- tokens ------------------------------------------------------------------------------
-    def tokenize(self, text: str, *, bos: bool) -> list[int]:
-        """Token ids of ``text`` (with the BOS token when ``bos``)."""
-        return self._model().tokenize(text.encode("utf-8"), add_bos=bos)
+    def tokenize(self, text: str, *, bos: bool, special: bool = False) -> list[int]:
+        """Token ids of ``text`` (with the BOS token when ``bos``; ``special``: control tokens such as
+        ``<|im_start|>`` written in the text are parsed as such, as in a chat-formatted context)."""
+        return self._model().tokenize(text.encode("utf-8"), add_bos=bos, special=special)
+
+    def _chat_stops(self) -> list[str]:
+        return [self._chat.stop_text] if self._chat is not None and self._chat.stop_text else []
+
+    def _context_tokens(self, context: str) -> list[int]:
+        """A scoring context's tokens: chat-formatted for an instruct model (the candidates are then the
+        assistant's answer), else as given with BOS."""
+        return self.tokenize(self.format_prompt(context), bos=True, special=self._chat is not None)
+
+    def _candidate_tokens(self, candidate: str) -> list[int]:
+        """A candidate's tokens; an instruct model's answer starts the assistant turn, so no leading space."""
+        return self.tokenize(candidate.lstrip() if self._chat is not None else candidate, bos=False)
 
     def _model(self) -> Any:
         """The llama.cpp model; a clear error (a counted fallback in the service) once closed."""
@@ -124,13 +166,14 @@ class EmbeddedLM(LanguageModel):
     ) -> list[Completion]:
         """One completion per prompt (greedy at ``temperature=0``)."""
         out = []
+        stops = [*(stop or []), *self._chat_stops()]
         for prompt in prompts:
             with self._lock:
                 llm = self._model()
                 llm._requires_eval = True   # logits may come from a scoring batch: re-decode one token
                 res = llm.create_completion(
-                    prompt, max_tokens=max_tokens, temperature=temperature,
-                    stop=list(stop) if stop else None, seed=self.seed if seed is None else seed,
+                    self.format_prompt(prompt), max_tokens=max_tokens, temperature=temperature,
+                    stop=stops or None, seed=self.seed if seed is None else seed,
                 )
             choice, usage = res["choices"][0], res["usage"]
             out.append(Completion(
@@ -197,8 +240,8 @@ class EmbeddedLM(LanguageModel):
         check_score_args(contexts, candidates)
         if not self.batched_score or not contexts:
             return self.score_sequential(contexts, candidates, normalize=normalize)
-        ctx_tokens = [self.tokenize(c, bos=True) for c in contexts]
-        cand_tokens = [[self.tokenize(c, bos=False) for c in cands] for cands in candidates]
+        ctx_tokens = [self._context_tokens(c) for c in contexts]
+        cand_tokens = [[self._candidate_tokens(c) for c in cands] for cands in candidates]
         for ctx, cands in zip(ctx_tokens, cand_tokens, strict=True):
             self._check_length(len(ctx), max((len(t) for t in cands), default=0))
         fits = all(len(ctx) + sum(map(len, cands)) + 1 < self.score_n_ctx // 2 and len(cands) < 250
@@ -235,8 +278,8 @@ class EmbeddedLM(LanguageModel):
         self._score_stats["sequential_calls"] += 1
         results = []
         for context, cands in zip(contexts, candidates, strict=True):
-            ctx_tokens = self.tokenize(context, bos=True)
-            cand_tokens = [self.tokenize(c, bos=False) for c in cands]
+            ctx_tokens = self._context_tokens(context)
+            cand_tokens = [self._candidate_tokens(c) for c in cands]
             row = []
             with self._lock:
                 for toks in cand_tokens:
@@ -261,10 +304,10 @@ class EmbeddedLM(LanguageModel):
         """Reference scorer: one full forward of ``context + candidate`` tokens per candidate, no reuse."""
         results = []
         for context, cands in zip(contexts, candidates, strict=True):
-            ctx_tokens = self.tokenize(context, bos=True)
+            ctx_tokens = self._context_tokens(context)
             row = []
             for cand in cands:
-                toks = self.tokenize(cand, bos=False)
+                toks = self._candidate_tokens(cand)
                 if not toks:
                     row.append(0.0)
                     continue

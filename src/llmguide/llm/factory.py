@@ -62,9 +62,10 @@ LLM_RULES = {
     "llm.positive_rate": in_range(0.0, 1.0),
     "llm.tie_rate": in_range(0.0, 1.0),
     "llm.window": non_negative,
+    "llm.chat": lambda v: None if v in ("auto", True, False) else f"must be auto, true or false, got {v!r}",
 }
 for _key, _rule in LLM_RULES.items():
-    register_rule(_key, _rule, any_type=_key == "llm.n_threads")   # "auto" or a number
+    register_rule(_key, _rule, any_type=_key in ("llm.n_threads", "llm.chat"))   # "auto" or a number / bool
 
 
 def _validate(cfg: Any) -> None:
@@ -105,7 +106,8 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
         from llmguide.llm.embedded import EmbeddedLM
 
         return EmbeddedLM(model_path=cfg_get(llm_cfg, "model_path"), n_ctx=int(cfg_get(llm_cfg, "n_ctx", 2048)),
-                          n_threads=lm_threads(cfg_get(llm_cfg, "n_threads"), online), seed=int(cfg_get(llm_cfg, "seed", 0)))
+                          n_threads=lm_threads(cfg_get(llm_cfg, "n_threads"), online), seed=int(cfg_get(llm_cfg, "seed", 0)),
+                          model=cfg_get(llm_cfg, "model"), chat=cfg_get(llm_cfg, "chat", "auto"))
     if backend == "http":
         from llmguide.llm.http import HTTPLM
 
@@ -143,6 +145,12 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
     raise ConfigError("llm.backend", f"unknown backend {backend!r}; choose one of {list(BACKENDS)}")
 
 
+def _plain(llm_cfg: Any) -> dict[str, Any]:
+    from omegaconf import DictConfig, OmegaConf
+
+    return OmegaConf.to_container(llm_cfg, resolve=True) if isinstance(llm_cfg, DictConfig) else dict(llm_cfg)
+
+
 def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str | None = None,
              online: bool = False, answerers: Sequence[Any] = (), actions: str = "primitive") -> LanguageModel:
     """Backend from ``llm_cfg`` (the ``llm`` config group), wrapped in the persistent cache when enabled.
@@ -151,6 +159,15 @@ def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str 
     Cache file: ``llm_cfg.cache.path``, or ``default_cache_dir() / "llm_cache.sqlite"`` when null.
     (``llm.actor=true``, the LM in a shared Ray actor, is chosen by the Runner: :mod:`llmguide.pipelines.services`.)
     """
+    table = cfg_get(llm_cfg, "table")
+    if table:   # an answer table: the LM itself is built only to answer misses online (llm.table_online)
+        from llmguide.llm.table import open_table_lm
+
+        live = None
+        if cfg_get(llm_cfg, "table_online", False):
+            live = make_llm({**_plain(llm_cfg), "table": None}, env_family, template_version, online, answerers,
+                            actions)
+        return open_table_lm(table, online=live)
     backend = make_backend(llm_cfg, env_family, online, answerers, actions)
     cache_cfg = cfg_get(llm_cfg, "cache", {})
     if not cfg_get(cache_cfg, "enabled", False):

@@ -61,6 +61,12 @@ key                        meaning
                            already had an answer (ELLM: the env's state signature was answered when the
                            agent acted; only present once a caller reported steps)
 ``lm/parse_errors``        only when the caller passes ``parse_errors=`` (answers its parser rejected)
+``lm/table_hits``,         an answer table only (``llm.table``): requests answered from the table, requests
+``lm/table_misses``,       not in it (answered as "nothing"), and misses asked of the LM (``llm.table_online``)
+``lm/table_online``
+``lm/table_coverage``      an answer table only: the share of the reported steps whose query the table answered
+                           (= ``lm/fresh_fraction``: a method that reports steps counts a miss as not fresh),
+                           or, when the method reports no steps, the share of its requests found in the table
 ``lm/answer_*``,           a knowledge control only (``llm=random|shuffled|constant``): its answers' rates
 ``lm/oracle_*``            (yes, tie, goals per list, agreement with the oracle) and the oracle's own yes and
                            tie rates on the same queries
@@ -153,6 +159,14 @@ def lm_metrics(state: ServiceState, io: dict[str, Any], parse_errors: float | No
         out["lm/fresh_fraction"] = state.fresh[0] / state.fresh[1]
     if parse_errors is not None:
         out["lm/parse_errors"] = float(parse_errors)
+    if "table_hits" in io:   # an answer table (llm.table): its hits, misses and coverage
+        hits, misses = float(io["table_hits"]), float(io.get("table_misses", 0))
+        out["lm/table_hits"], out["lm/table_misses"] = hits, misses
+        out["lm/table_online"] = float(io.get("table_online", 0))
+        if state.fresh[1]:
+            out["lm/table_coverage"] = out["lm/fresh_fraction"]
+        elif hits + misses:
+            out["lm/table_coverage"] = hits / (hits + misses)
     return out
 
 

@@ -101,6 +101,11 @@ def run(verb: str, cfg: DictConfig) -> int | None:
         train_run(cfg)
         return 0
     recipe = recipe_class(cfg)(cfg)
+    if verb == "answers":
+        from llmguide.pipelines.answers import build_answers
+
+        recipe.check_env(cfg)
+        return build_answers(cfg, recipe)
     if verb == "label":
         recipe.check_env(cfg)
         probe_lm(cfg)

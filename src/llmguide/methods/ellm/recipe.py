@@ -78,10 +78,63 @@ def lm_metrics(service: Any, suggester: GoalSuggester) -> dict[str, float]:
     return out
 
 
+def suggester_vocabulary(cfg: Any, oracle: Any) -> tuple[str, list[str]]:
+    """(suggester mode, goal vocabulary): the env's achievement goals, or every action string (open)."""
+    m = cfg.method
+    text_actions = str(cfg.env.get("actions") or "primitive") == "text"
+    mode, vocabulary = str(m.suggester), list(oracle.goals)
+    if str(m.vocabulary) == "actions":   # open vocabulary: the LM ranks every action string, not the 22
+        if not text_actions:
+            raise ConfigError("method.vocabulary", "the action-string vocabulary needs env.actions=text")
+        from llmguide.envs.crafter.actions import ACTION_STRINGS
+
+        vocabulary = list(ACTION_STRINGS)
+    if mode == "all_actions":   # the novelty baseline: every action string is a goal
+        from llmguide.envs.crafter.actions import ACTION_STRINGS
+
+        mode, vocabulary = "all_goals", list(ACTION_STRINGS)
+    return mode, vocabulary
+
+
+def prompt_template(m: Any) -> Any:
+    """The prompt of ``method.suggester`` (``method.prompt`` names another template of this package)."""
+    from llmguide.methods.ellm.prompts import template
+
+    default = "ellm_goals" if str(m.suggester) == "generate" else "ellm_goal_score"
+    return template(str(m.get("prompt") or default))
+
+
+def answer_queries(cfg: Any, captions: Any) -> list[Any]:
+    """The LM requests an ELLM run with ``cfg`` sends for the states whose captions are ``captions`` (one per
+    step), one :class:`~llmguide.llm.table.Query` per state signature weighted by its steps."""
+    from collections import Counter
+
+    from llmguide.envs import get_oracle
+    from llmguide.llm.table import Query
+    from llmguide.methods.ellm.signature import state_signature
+    from llmguide.methods.ellm.suggester import goal_request
+
+    m = cfg.method
+    if str(m.suggester) not in ("generate", "score"):
+        raise ConfigError("method.suggester", f"suggester={m.suggester} asks no LM: an answer table needs "
+                                              "generate or score")
+    text_actions = str(cfg.env.get("actions") or "primitive") == "text"
+    mode, vocabulary = suggester_vocabulary(cfg, get_oracle(str(cfg.env.name), "text" if text_actions else "primitive"))
+    template = prompt_template(m)
+    counts = Counter(state_signature(str(c)).caption() for c in captions if c)
+    out = []
+    for caption, n in counts.most_common():
+        kind, payload = goal_request(mode, template, caption, vocabulary, max_tokens=int(m.max_tokens),
+                                     temperature=float(m.temperature), normalize=bool(m.normalize_scores))
+        out.append(Query(kind, payload, float(n), caption))
+    return out
+
+
 class ELLMRecipe(Recipe):
     """ELLM: goal suggestions → goal-conditioned agent paid for achieving them."""
 
     env_families = ("crafter", "craftax")
+    answer_queries = staticmethod(answer_queries)   # llmguide answers: the requests a table must hold
 
     @cached_property
     def pretrained(self) -> dict[str, Any]:
@@ -108,32 +161,21 @@ class ELLMRecipe(Recipe):
         match_on = str(m.match_on) if m.match_on != "auto" else ("action" if text_actions else "events")
         if match_on == "action" and not text_actions:
             raise ConfigError("method.match_on", "matching the action string needs env.actions=text")
-        mode, vocabulary = str(m.suggester), list(oracle.goals)
-        if str(m.vocabulary) == "actions":   # open vocabulary: the LM ranks every action string, not the 22
-            if not text_actions:
-                raise ConfigError("method.vocabulary", "the action-string vocabulary needs env.actions=text")
-            from llmguide.envs.crafter.actions import ACTION_STRINGS
-
-            vocabulary = list(ACTION_STRINGS)
-        if mode == "all_actions":   # the novelty baseline: every action string is a goal
-            from llmguide.envs.crafter.actions import ACTION_STRINGS
-
-            mode, vocabulary = "all_goals", ACTION_STRINGS
+        mode, vocabulary = suggester_vocabulary(cfg, oracle)
         embedder = _embedder(str(m.embedder))
         service = template = None
         if m.suggester in ("generate", "score"):
-            from llmguide.llm.prompts import load_template
             from llmguide.pipelines.services import open_service
 
             service = open_service(cfg)
-            template = load_template("ellm_goals" if m.suggester == "generate" else "ellm_goal_score")
+            template = prompt_template(m)
         grade_matcher = GoalMatcher(embedder, "cosine")
         canonical = nearest_goal_map(grade_matcher, oracle.goals, float(m.threshold))
         suggester = GoalSuggester(
             mode, envs.num_envs, vocabulary, oracle=oracle, service=service, template=template,
             top_k=int(m.top_k), max_tokens=int(m.max_tokens), temperature=float(m.temperature),
             normalize_scores=bool(m.normalize_scores), grade_map=lambda g: oracle.canonical(g) or canonical(g),
-            memo_size=int(m.memo_size), warm_start=bool(m.get("warm_start", True)))
+            memo_size=int(m.memo_size), warm_start=bool(m.get("warm_start", True)), seed=int(cfg.seed))
         reward = ELLMReward(GoalMatcher(embedder, str(m.match)), envs.num_envs, float(m.threshold), str(m.payment),
                             match_on=match_on, require_success=bool(m.require_success))
         wrapped = ELLMGoalWrapper(envs, suggester, reward, grade_matcher, goal_conditioned=bool(m.goal_conditioned),

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from llmguide.llm.oracle import MISS_SCORE
+from llmguide.llm.table import is_miss
 from llmguide.methods.ellm.signature import StateSignature, state_signature
 from llmguide.methods.ellm.warm_start import cached_answers, record_seen
 
@@ -53,6 +54,7 @@ class SuggestionStats:
     fresh_steps: int = 0     # of which the env's current signature had an answer
     dropped: int = 0         # requests the service dropped as stale (every env that asked moved on)
     warm: int = 0            # signatures preloaded into the memo from the persistent cache
+    table_misses: int = 0    # signatures an answer table (llm.table) does not hold: no goals, not fresh
     grades: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GRADES, 0))
 
     def quality(self) -> dict[str, float]:
@@ -87,6 +89,7 @@ class GoalSuggester:
         parse_stats: Any = None,
         max_pending: int | None = None,
         warm_start: bool = True,
+        seed: int = 0,
     ):
         if mode not in SUGGESTERS:
             raise ValueError(f"suggester mode must be one of {SUGGESTERS}, got {mode!r}")
@@ -110,7 +113,9 @@ class GoalSuggester:
         # at most this many states wait for an answer; newer states are asked when a slot frees,
         # so a slow LM works on the states the envs are in now, not on a backlog of old ones
         self.max_pending = max_pending or 2 * num_envs
+        self.seed = seed   # ties of a score row are broken at random, seeded by the run seed and the state
         self.stats = SuggestionStats()
+        self._missed: set[StateSignature] = set()   # signatures an answer table does not hold (no goals)
         self._memo: OrderedDict[StateSignature, list[str]] = OrderedDict()
         self._inflight: dict[StateSignature, tuple[Future, dict]] = {}
         self._sig: list[StateSignature | None] = [None] * num_envs
@@ -164,7 +169,7 @@ class GoalSuggester:
                 self.stats.dropped += 1
                 continue
             arrived += 1
-            goals = self._answer(future, info)
+            goals = self._answer(future, info, sig)
             if goals is None:
                 continue
             self._memo[sig] = goals
@@ -203,8 +208,9 @@ class GoalSuggester:
         """Count one step of every env: fresh when its current signature has an answer; returns the fresh count.
 
         Called once per vector step by the wrapper (after :meth:`poll`); reported to the LM service
-        (``lm/fresh_fraction``) and as ``ellm/fresh_fraction``."""
-        fresh = sum(1 for f in self._fresh if f)
+        (``lm/fresh_fraction``) and as ``ellm/fresh_fraction``.  A signature an answer table does not hold has
+        no answer, so its steps are not fresh (with a table, ``lm/table_coverage``)."""
+        fresh = sum(1 for f, sig in zip(self._fresh, self._sig, strict=True) if f and sig not in self._missed)
         self.stats.steps += self.num_envs
         self.stats.fresh_steps += fresh
         if self.service is not None:
@@ -241,6 +247,7 @@ class GoalSuggester:
             "ellm/fresh_fraction": s.fresh_steps / s.steps if s.steps else 0.0,
             "ellm/dropped_stale": s.dropped,
             "ellm/warm_start": s.warm,
+            "ellm/table_misses": s.table_misses,
             "ellm/good": quality["good"],
             "ellm/ill_timed": quality["ill-timed"],
             "ellm/impossible": quality["impossible"],
@@ -276,14 +283,8 @@ class GoalSuggester:
 
     def _request(self, sig: StateSignature) -> tuple[str, dict[str, Any]]:
         """(kind, payload) of the LM request for ``sig``: exactly what the service and the cache see."""
-        if self.mode == "generate":
-            prompt = self.template.render(caption=sig.caption())
-            return "generate", {"prompt": prompt, "max_tokens": self.max_tokens, "temperature": self.temperature,
-                                "stop": ["\n\n"]}
-        context = self.template.render(caption=sig.caption())
-        sep = "" if context.endswith((" ", "\n")) else " "
-        return "score", {"context": context, "candidates": [sep + g for g in self.vocabulary],
-                         "normalize": self.normalize_scores}
+        return goal_request(self.mode, self.template, sig.caption(), self.vocabulary, max_tokens=self.max_tokens,
+                            temperature=self.temperature, normalize=self.normalize_scores)
 
     def _submit(self, sig: StateSignature, i: int | None = None) -> Future:
         kind, req = self._request(sig)
@@ -314,7 +315,7 @@ class GoalSuggester:
         for sig, (kind, value) in answers.items():
             if sig in self._memo:
                 continue
-            goals = self._goals_from(value.get("text", "") if kind == "generate" else value.get("scores"))
+            goals = self._goals_from(value.get("text", "") if kind == "generate" else value.get("scores"), sig.caption())
             if goals is not None:
                 self._memo[sig] = goals
                 n += 1
@@ -323,7 +324,7 @@ class GoalSuggester:
             log.info("ELLM warm start: %d signatures preloaded from the LM cache", n)
         return n
 
-    def _goals_from(self, result: Any) -> list[str] | None:
+    def _goals_from(self, result: Any, key: str = "") -> list[str] | None:
         """Goals from a generated text (generate) or a score row (score); None when unusable.  A score row
         ranks the vocabulary; the top ``top_k`` are kept, except candidates scored ``MISS_SCORE`` (the oracle
         and the counterfactual LMs' "not suggested"; a real LM's log-probabilities are never that low)."""
@@ -332,10 +333,10 @@ class GoalSuggester:
         if result is None or len(result) != len(self.vocabulary) or any(s is None for s in result):
             return None
         scores = np.asarray(result, dtype=np.float64)
-        order = np.argsort(-scores, kind="stable")
+        order = top_order(scores, self.seed, key)
         return [self.vocabulary[j] for j in order[: self.top_k] if scores[j] > MISS_SCORE / 2]
 
-    def _answer(self, future: Future, info: dict) -> list[str] | None:
+    def _answer(self, future: Future, info: dict, sig: StateSignature | None = None) -> list[str] | None:
         """Goals from a finished future, or None (counted fallback) when it failed."""
         try:
             result = future.result(timeout=0)
@@ -343,13 +344,18 @@ class GoalSuggester:
             self.stats.fallbacks += 1
             log.warning("LM suggestion request failed (%s); will ask again", err)
             return None
+        if is_miss(result):   # not in the answer table: no goals for this state, and its steps are not fresh
+            self.stats.table_misses += 1
+            if sig is not None:
+                self._missed.add(sig)
+            return []
         if self.mode == "generate":
             if getattr(result, "error", None):
                 self.stats.fallbacks += 1
                 return None
             goals = self._parse(getattr(result, "text", ""))
         else:
-            goals = self._goals_from(result)
+            goals = self._goals_from(result, sig.caption() if sig is not None else "")
             if goals is None:
                 self.stats.fallbacks += 1
                 return None
@@ -375,6 +381,29 @@ class GoalSuggester:
             canonical = self.grade_map(goal)
             grade = "impossible" if canonical is None else self.oracle.grade(canonical, info)
             self.stats.grades[grade if grade in GRADES else "impossible"] += 1
+
+
+def goal_request(mode: str, template: Any, caption: str, vocabulary: Sequence[str], *, max_tokens: int = 48,
+                 temperature: float = 0.0, normalize: bool = False) -> tuple[str, dict[str, Any]]:
+    """(kind, payload) of the LM request for a state whose signature caption is ``caption``: the generate
+    prompt, or the score context with the vocabulary as candidates.  Exactly what the service, the cache and
+    an answer table see."""
+    fields = {"caption": caption, "vocabulary": ", ".join(vocabulary)}
+    text = template.render(**{k: v for k, v in fields.items() if k in template.fields})
+    if mode == "generate":
+        return "generate", {"prompt": text, "max_tokens": max_tokens, "temperature": temperature, "stop": ["\n\n"]}
+    context = text
+    sep = "" if context.endswith((" ", "\n")) else " "
+    return "score", {"context": context, "candidates": [sep + g for g in vocabulary], "normalize": normalize}
+
+
+def top_order(scores: np.ndarray, seed: int, key: str) -> np.ndarray:
+    """Indices of ``scores`` best first, equal scores in a random order seeded by ``seed`` and ``key`` (the
+    state): an oracle that marks six goals feasible keeps a random five, not the first five of the list."""
+    import zlib
+
+    tiebreak = np.random.default_rng([int(seed) & 0xFFFFFFFF, zlib.crc32(key.encode())]).random(len(scores))
+    return np.lexsort((tiebreak, -scores))
 
 
 def _grading_info(info: dict) -> dict:

@@ -1,0 +1,230 @@
+"""What each LM knows before any RL: ELLM's goal suggestions scored against the game's rules.
+
+For ``--n`` distinct state signatures sampled (seeded, uniformly over the distinct signatures) from a
+collection run's captions, each arm picks up to ``--top-k`` of the open vocabulary (every action string)
+and the picks are compared with the oracle's feasible achievement actions for that caption (what the
+recipes allow with the objects in view and the inventory, less tools already held):
+
+* ``precision``: the share of picks that are feasible;
+* ``any_feasible``: the share of states with at least one feasible pick;
+* ``recall``: the share of a state's feasible set picked (states with a non-empty set);
+* ``achievement_share``: the share of picks that unlock an achievement at all (any state);
+* ``invalid``: the share of generated picks that are no action string (generate modes only);
+* each also weighted by the signature's steps in the data (``*_weighted``).
+
+Every arm's answers come from an answer table built the same way (:mod:`llmguide.llm.table`, in
+``<out>/tables/``, resumable), so the tables double as the study's tables for these signatures.  Arms (what
+each is told: the caption, and in the ``listed`` prompts the list of valid actions; the ``listed`` generate
+prompt also shows three worked examples):
+
+* ``oracle``: the rules (ties broken at random, seeded); ``random``: a uniform ranking;
+* ``gemma-score`` / ``gemma-score-norm``: Gemma 3 270M base, summed / length-normalised log-probs of each
+  action after the completion prompt ``ellm_goal_score`` (no list);
+* ``qwen-gen0`` / ``qwen-gen3``: Qwen2.5-Coder-1.5B-Instruct generating bullets with the list, zero-shot /
+  three worked examples (``ellm_actions_zeroshot`` / ``ellm_actions_listed``);
+* ``qwen-score``: Qwen's summed log-prob of each action as its answer to ``ellm_actions_score_listed``.
+
+Writes ``<out>/knowledge.json`` (``{arm: {measure: value}}`` plus the setup) and ``knowledge.md``::
+
+    python benchmarks/lm_knowledge.py --data runs/craftax-collect --n 200 --out benchmarks/results/lm_knowledge
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# arm -> (llm option, suggester mode, prompt, normalize, llm overrides)
+ARMS = {
+    "oracle": ("oracle", "score", "ellm_actions_score_listed", False),
+    "random": ("random", "score", "ellm_actions_score_listed", False),
+    "gemma-score": ("embedded", "score", "ellm_goal_score", False),
+    "gemma-score-norm": ("embedded", "score", "ellm_goal_score", True),
+    "qwen-gen0": ("qwen", "generate", "ellm_actions_zeroshot", False),
+    "qwen-gen3": ("qwen", "generate", "ellm_actions_listed", False),
+    "qwen-score": ("qwen", "score", "ellm_actions_score_listed", False),
+}
+
+
+def arm_config(arm: str, env: str, top_k: int):
+    from llmguide.pipelines import load_config
+
+    llm, mode, prompt, normalize = ARMS[arm]
+    return load_config([f"env={env}", "env.actions=text", "method=ellm", "method.vocabulary=actions",
+                        f"method.suggester={mode}", f"method.prompt={prompt}", f"method.normalize_scores={normalize}",
+                        f"method.top_k={top_k}", f"llm={llm}", "llm.cache.enabled=false", "progress=false"])
+
+
+def sample_signatures(captions: list[str], n: int, seed: int) -> tuple[list[str], Counter]:
+    """``n`` distinct signature captions drawn uniformly (seeded) and the steps of every signature."""
+    from llmguide.methods.ellm.signature import state_signature
+
+    steps = Counter(state_signature(c).caption() for c in captions if c)
+    distinct = sorted(steps)
+    picked = random.Random(seed).sample(distinct, min(n, len(distinct)))
+    return picked, steps
+
+
+def build_arm(arm: str, args, captions: list[str], steps: Counter) -> tuple[Path, float]:
+    """The arm's table over the sampled signatures (resumed); its path and build seconds."""
+    from llmguide.llm.factory import make_llm
+    from llmguide.llm.table import Query, build_table
+    from llmguide.methods.ellm.recipe import answer_queries
+    from llmguide.pipelines.answers import lm_name
+
+    cfg = arm_config(arm, args.env_id, args.top_k)
+    # the probe samples uniformly; each query keeps its signature's steps in the data as its weight
+    queries = [Query(q.kind, q.payload, float(steps[q.label]), q.label) for q in answer_queries(cfg, captions)]
+    out = Path(args.out) / "tables" / f"{arm}.sqlite"
+    lm = make_llm(cfg.llm, args.env_id, online=False, actions="text")
+    started = time.monotonic()
+    try:
+        build_table(lm, queries, out, meta={"lm": lm_name(cfg), "method": "ellm", "arm": arm,
+                                            "prompt_sha256": ARMS[arm][2] + f"/norm={ARMS[arm][3]}"},
+                    batch=1 if ARMS[arm][1] == "generate" else 4, progress=True)
+    finally:
+        lm.close()
+    return out, time.monotonic() - started
+
+
+def picks_from(arm: str, answer, key: str, vocabulary: list[str], top_k: int, seed: int, canonical) -> tuple[list, int]:
+    """(picked action strings, invalid picks) from a table answer."""
+    import numpy as np
+
+    from llmguide.llm.oracle import MISS_SCORE
+    from llmguide.llm.parsing import parse_bullets
+    from llmguide.methods.ellm.suggester import top_order
+
+    if ARMS[arm][1] == "score":
+        scores = np.asarray(answer, dtype=np.float64)
+        return [vocabulary[j] for j in top_order(scores, seed, key)[:top_k] if scores[j] > MISS_SCORE / 2], 0
+    picks, invalid = [], 0
+    for goal in parse_bullets(answer["text"])[:top_k]:
+        name = " ".join(goal.lower().replace("_", " ").strip(" .,:;!\"'").split())
+        action = name if name in vocabulary else canonical(name)
+        if action is None:
+            invalid += 1
+        elif action not in picks:
+            picks.append(action)
+    return picks, invalid
+
+
+def measure(arm: str, table_path: Path, sigs: list[str], feasible: dict[str, set], steps: Counter, args) -> dict:
+    from llmguide.envs import get_oracle
+    from llmguide.envs.crafter.actions import ACHIEVEMENT_ACTIONS, ACTION_STRINGS
+    from llmguide.llm.table import AnswerTable
+    from llmguide.methods.ellm.recipe import answer_queries
+
+    oracle = get_oracle(args.env_id, "text")
+    achievement = set(ACHIEVEMENT_ACTIONS.values()) | {"eat cow"}
+    table = AnswerTable(table_path)
+    cfg = arm_config(arm, args.env_id, args.top_k)
+    rows = []
+    for q in answer_queries(cfg, sigs):
+        found = table.get(q.key)
+        if found is None:
+            continue
+        picks, invalid = picks_from(arm, found[1], q.label, list(ACTION_STRINGS), args.top_k, args.seed, oracle.canonical)
+        f = feasible[q.label]
+        good = sum(p in f for p in picks)
+        rows.append({"w": steps[q.label], "n": len(picks), "good": good, "invalid": invalid, "f": len(f),
+                     "ach": sum(p in achievement for p in picks)})
+    table.close()
+
+    def agg(weighted: bool) -> dict:
+        w = [r["w"] if weighted else 1.0 for r in rows]
+        tot = sum(w) or 1.0
+        picks = sum(wi * r["n"] for wi, r in zip(w, rows, strict=True))
+        asked = sum(wi * (r["n"] + r["invalid"]) for wi, r in zip(w, rows, strict=True))
+        with_f = [(wi, r) for wi, r in zip(w, rows, strict=True) if r["f"]]
+        return {"precision": sum(wi * r["good"] for wi, r in zip(w, rows, strict=True)) / picks if picks else 0.0,
+                "any_feasible": sum(wi * (r["good"] > 0) for wi, r in zip(w, rows, strict=True)) / tot,
+                "recall": (sum(wi * r["good"] / r["f"] for wi, r in with_f) / sum(wi for wi, _ in with_f))
+                if with_f else 0.0,
+                "achievement_share": sum(wi * r["ach"] for wi, r in zip(w, rows, strict=True)) / picks if picks else 0.0,
+                "invalid": sum(wi * r["invalid"] for wi, r in zip(w, rows, strict=True)) / asked if asked else 0.0,
+                "picks_per_state": picks / tot}
+
+    out = {"states": len(rows), **agg(False)}
+    out.update({f"{k}_weighted": v for k, v in agg(True).items()})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, help="a dataset folder or collection run dir with captions")
+    p.add_argument("--env-id", "--task", dest="env_id", default="craftax", help="env family of the data (craftax|crafter)")
+    p.add_argument("--n", type=int, default=200, help="distinct state signatures sampled")
+    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--seed", "--seeds", dest="seed", type=int, default=0, help="sampling and tie-break seed")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {list(ARMS)}")
+    p.add_argument("--steps", type=int, default=None, help="use only the first STEPS captions of the data")
+    p.add_argument("--out", default="benchmarks/results/lm_knowledge")
+    args = p.parse_args(argv)
+    from llmguide.pipelines.answers import data_captions
+
+    captions, episodes = data_captions(args.data)
+    captions = captions[: args.steps] if args.steps else captions
+    sigs, steps = sample_signatures(captions, args.n, args.seed)
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        p.error(f"unknown arm(s) {unknown}; choose from {list(ARMS)}")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    # the oracle's feasible set of every sampled state: its table's non-miss candidates
+    from llmguide.envs import get_oracle
+
+    oracle = get_oracle(args.env_id, "text")
+    feasible = {s: set(oracle.suggest_from_caption(s)) for s in sigs}
+    results_path = Path(args.out) / "knowledge.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    for arm in arms:
+        print(f"lm_knowledge: {arm} ...", file=sys.stderr, flush=True)
+        path, seconds = build_arm(arm, args, sigs, steps)
+        res = measure(arm, path, sigs, feasible, steps, args)
+        old = results.get(arm, {})
+        res["build_seconds"] = seconds + (old.get("build_seconds", 0.0) if seconds < 1.0 else 0.0)
+        res["seconds_per_state"] = res["build_seconds"] / max(res["states"], 1)
+        results[arm] = res
+        results["setup"] = {"data": str(args.data), "episodes": episodes, "data_steps": len(captions),
+                            "distinct_signatures": len(steps), "sampled": len(sigs), "seed": args.seed,
+                            "top_k": args.top_k, "env": args.env_id,
+                            "states_with_feasible": sum(bool(f) for f in feasible.values()),
+                            "mean_feasible": sum(len(f) for f in feasible.values()) / max(len(sigs), 1),
+                            "vocabulary": 139}
+        results_path.write_text(json.dumps(results, indent=1, sort_keys=True))
+        write_markdown(results, Path(args.out) / "knowledge.md")
+    print((Path(args.out) / "knowledge.md").read_text())
+    return 0
+
+
+def write_markdown(results: dict, path: Path) -> None:
+    setup = results.get("setup", {})
+    lines = ["# What each LM knows: ELLM goal picks vs the rules", "",
+             f"{setup.get('sampled')} distinct state signatures sampled uniformly (seed {setup.get('seed')}) of "
+             f"{setup.get('distinct_signatures')} in {setup.get('data_steps')} steps of `{setup.get('data')}` "
+             f"({setup.get('env')}); each arm picks up to {setup.get('top_k')} of the 139 action strings. "
+             f"{setup.get('states_with_feasible')} states have a feasible achievement action "
+             f"(mean {setup.get('mean_feasible', 0):.2f} per state). Weighted: by the signature's steps in the data.",
+             "", "| arm | states | precision | any feasible | recall | achievement share | invalid | picks/state | "
+             "precision (weighted) | any feasible (weighted) | s/state |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for arm in ARMS:
+        r = results.get(arm)
+        if not r:
+            continue
+        lines.append(f"| {arm} | {r['states']} | {r['precision']:.3f} | {r['any_feasible']:.3f} | {r['recall']:.3f} | "
+                     f"{r['achievement_share']:.3f} | {r['invalid']:.3f} | {r['picks_per_state']:.2f} | "
+                     f"{r['precision_weighted']:.3f} | {r['any_feasible_weighted']:.3f} | {r['seconds_per_state']:.2f} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""``llmguide answers``: build the answer table of a method's LM queries over a data source.
+
+The method says which requests it would send for the data (its recipe's ``answer_queries(cfg, captions)``);
+:func:`llmguide.llm.table.build_table` answers them with the configured LM (``llm=``), heaviest first, into
+``answers.out``.  Train any arm on it with ``llm.table=PATH``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from llmguide.core.errors import ConfigError
+
+
+def data_captions(data: str | Path) -> tuple[list[str], int]:
+    """Every state's caption in the dataset (``data``: a dataset folder or a run dir holding ``dataset/``), and
+    the number of episodes."""
+    from llmguide.data import EpisodeDataset
+
+    dataset = EpisodeDataset(data)
+    captions, episodes = [], 0
+    for episode in dataset:
+        captions.extend(str(c) for c in episode.captions[:-1])   # the states an agent acted in
+        episodes += 1
+    return captions, episodes
+
+
+def lm_name(cfg: DictConfig) -> str:
+    """The LM a table is built with: the backend and its model (``embedded:qwen2.5-...``, ``oracle``)."""
+    backend = str(cfg.llm.backend)
+    model = cfg.llm.get("model")
+    return f"{backend}:{model}" if model and backend in ("embedded", "http", "hf") else backend
+
+
+def build_answers(cfg: DictConfig, recipe: Any) -> int:
+    """Build (or resume) the table of ``answers.*`` for the configured method and LM; prints a summary."""
+    from llmguide.llm.factory import make_llm
+    from llmguide.llm.table import build_table
+
+    a = cfg.answers
+    gather = getattr(recipe, "answer_queries", None)
+    if gather is None:
+        raise ConfigError("method", f"method '{cfg.method.name}' has no answer-table support (ELLM does)")
+    if not a.data:
+        raise ConfigError("answers.data", "name the data source: a dataset folder or a collection run's directory")
+    if cfg.llm.get("table"):
+        raise ConfigError("llm.table", "a table is built by the LM itself: leave llm.table unset here")
+    captions, episodes = data_captions(a.data)
+    if not captions:
+        raise ConfigError("answers.data", f"{a.data} holds no captions (collect with a captioned env)")
+    queries = gather(cfg, captions)
+    name = lm_name(cfg)
+    out = Path(a.out) if a.out else Path(a.data) / f"answers-{name.replace(':', '-')}.sqlite"
+    first = queries[0].payload
+    meta = {"lm": name, "method": str(cfg.method.name), "env": str(cfg.env.name),
+            "prompt_sha256": hashlib.sha256(_prompt_identity(cfg, recipe).encode()).hexdigest(),
+            "data": str(a.data), "data_episodes": episodes, "data_steps": len(captions),
+            "command": "llmguide answers " + " ".join(shlex.quote(x) for x in sys.argv[2:]),
+            "example_request": str(first.get("prompt") or first.get("context"))[:4000]}
+    lm = make_llm(cfg.llm, str(cfg.env.name), online=False, actions=str(cfg.env.get("actions") or "primitive"))
+    try:
+        summary = build_table(lm, queries, out, meta=meta, coverage=float(a.coverage),
+                              max_queries=None if a.max_queries is None else int(a.max_queries),
+                              batch=int(a.batch), progress=bool(cfg.progress))
+    finally:
+        lm.close()
+    curve = ", ".join(f"{k} of steps: {v}" for k, v in summary["coverage_curve"].items())
+    print(f"answers: {out} — {summary['answered']} of {summary['queries_in_data']} distinct queries answered, "
+          f"covering {summary['coverage_of_data_steps']:.1%} of the data's {len(captions)} steps "
+          f"in {summary['seconds']:.0f} s; queries needed for {curve}")
+    return 0
+
+
+def _prompt_identity(cfg: DictConfig, recipe: Any) -> str:
+    """What makes two builds ask the same prompts: the method's keys that shape a request."""
+    m = cfg.method
+    keys = ("suggester", "prompt", "vocabulary", "top_k", "max_tokens", "temperature", "normalize_scores")
+    return json.dumps({k: str(m.get(k)) for k in keys}, sort_keys=True)
