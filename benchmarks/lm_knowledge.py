@@ -41,6 +41,8 @@ from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# benchmarks/ holds scripts named like packages (craftax.py, ray.py): keep it off the import path
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 # arm -> (llm option, suggester mode, prompt, normalize, llm overrides)
 ARMS = {
@@ -51,6 +53,16 @@ ARMS = {
     "qwen-gen0": ("qwen", "generate", "ellm_actions_zeroshot", False),
     "qwen-gen3": ("qwen", "generate", "ellm_actions_listed", False),
     "qwen-score": ("qwen", "score", "ellm_actions_score_listed", False),
+}
+
+
+# ONI: arm -> (llm option, label mode); every arm uses ONI's own Craftax label prompts (task-agnostic)
+ONI_ARMS = {
+    "oracle": ("oracle", "score"),
+    "random": ("random", "score"),
+    "gemma-score": ("embedded", "score"),
+    "qwen-score": ("qwen", "score"),
+    "qwen-gen": ("qwen", "generate"),
 }
 
 
@@ -77,7 +89,7 @@ def build_arm(arm: str, args, captions: list[str], steps: Counter) -> tuple[Path
     """The arm's table over the sampled signatures (resumed); its path and build seconds."""
     from llmguide.llm.factory import make_llm
     from llmguide.llm.table import Query, build_table
-    from llmguide.methods.ellm.recipe import answer_queries
+    from llmguide.methods.ellm.recipe import signature_queries as answer_queries
     from llmguide.pipelines.answers import lm_name
 
     cfg = arm_config(arm, args.env_id, args.top_k)
@@ -119,12 +131,12 @@ def picks_from(arm: str, answer, key: str, vocabulary: list[str], top_k: int, se
 
 def measure(arm: str, table_path: Path, sigs: list[str], feasible: dict[str, set], steps: Counter, args) -> dict:
     from llmguide.envs import get_oracle
-    from llmguide.envs.crafter.actions import ACHIEVEMENT_ACTIONS, ACTION_STRINGS
+    from llmguide.envs.crafter.actions import ACHIEVEMENT_ACTIONS, ACTION_STRINGS, canonical_action
     from llmguide.llm.table import AnswerTable
-    from llmguide.methods.ellm.recipe import answer_queries
+    from llmguide.methods.ellm.recipe import signature_queries as answer_queries
 
     oracle = get_oracle(args.env_id, "text")
-    achievement = set(ACHIEVEMENT_ACTIONS.values()) | {"eat cow"}
+    achievement = set(ACHIEVEMENT_ACTIONS.values())
     table = AnswerTable(table_path)
     cfg = arm_config(arm, args.env_id, args.top_k)
     rows = []
@@ -133,6 +145,7 @@ def measure(arm: str, table_path: Path, sigs: list[str], feasible: dict[str, set
         if found is None:
             continue
         picks, invalid = picks_from(arm, found[1], q.label, list(ACTION_STRINGS), args.top_k, args.seed, oracle.canonical)
+        picks = list(dict.fromkeys(canonical_action(p) for p in picks))   # "eat cow" is "attack cow"
         f = feasible[q.label]
         good = sum(p in f for p in picks)
         rows.append({"w": steps[q.label], "n": len(picks), "good": good, "invalid": invalid, "f": len(f),
@@ -158,6 +171,88 @@ def measure(arm: str, table_path: Path, sigs: list[str], feasible: dict[str, set
     return out
 
 
+# --- ONI: message labels -------------------------------------------------------------------------------
+def oni_config(arm: str, env: str):
+    from llmguide.pipelines import load_config
+
+    llm, mode = ONI_ARMS[arm]
+    return load_config([f"env={env}", "method=oni_retrieval", f"method.label_mode={mode}", f"llm={llm}",
+                        "llm.cache.enabled=false", "progress=false"])
+
+
+def roc_auc(scores, truth) -> float | None:
+    """P(score of a helpful message > score of an unhelpful one), ties counted half; None without both kinds."""
+    import numpy as np
+
+    scores, truth = np.asarray(scores, float), np.asarray(truth, bool)
+    pos, neg = scores[truth], scores[~truth]
+    if not len(pos) or not len(neg):
+        return None
+    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(greater / (len(pos) * len(neg)))
+
+
+def oni_probe(args, arms: list[str]) -> dict:
+    """Every distinct message of the data (or ``--n`` of them, seeded): each arm's label and margin against the
+    oracle's "this message is progress"."""
+    from llmguide.data import EpisodeDataset
+    from llmguide.envs import get_oracle
+    from llmguide.llm.factory import make_llm
+    from llmguide.llm.parsing import ParseStats
+    from llmguide.llm.table import AnswerTable, build_table
+    from llmguide.methods.oni.annotator import parse_label
+    from llmguide.methods.oni.recipe import answer_queries, oracle_answers
+    from llmguide.pipelines.answers import lm_name
+
+    dataset = EpisodeDataset(args.data)
+    oracle = get_oracle(args.env_id)
+    results: dict = {}
+    for arm in arms:
+        cfg = oni_config(arm, args.env_id)
+        queries = answer_queries(cfg, dataset)
+        if args.n and len(queries) > args.n:
+            queries = random.Random(args.seed).sample(queries, args.n)
+        out = Path(args.out) / "tables" / f"oni-{arm}.sqlite"
+        lm = make_llm(cfg.llm, args.env_id, online=False, answerers=[oracle_answers(cfg)])
+        started = time.monotonic()
+        print(f"lm_knowledge: oni {arm} ...", file=sys.stderr, flush=True)
+        try:
+            build_table(lm, queries, out, meta={"lm": lm_name(cfg), "method": "oni_retrieval", "arm": arm,
+                                                "prompt_sha256": f"oni/{ONI_ARMS[arm][1]}"}, batch=4, progress=True)
+        finally:
+            lm.close()
+        seconds = time.monotonic() - started
+        table = AnswerTable(out)
+        truth, margin, label, weight, unparsed = [], [], [], [], 0
+        for q in queries:
+            found = table.get(q.key)
+            if found is None:
+                continue
+            answer = found[1]
+            if ONI_ARMS[arm][1] == "score":
+                m = float(answer[0]) - float(answer[1])
+                lab = 1.0 if m > float(cfg.method.score_margin) else 0.0
+            else:
+                lab = parse_label(answer["text"], "answer", ("yes", "no"), ParseStats())
+                m = -1.0 if lab is None else lab
+                unparsed += lab is None
+                lab = 0.0 if lab is None else lab
+            truth.append(bool(oracle.helpful(q.label)))
+            margin.append(m)
+            label.append(lab)
+            weight.append(q.weight)
+        table.close()
+        n = len(truth) or 1
+        wsum = sum(weight) or 1.0
+        results[arm] = {
+            "messages": len(truth), "oracle_yes_rate": sum(truth) / n,
+            "yes_rate": sum(label) / n, "agreement": sum((lab > 0.5) == t for lab, t in zip(label, truth, strict=True)) / n,
+            "agreement_weighted": sum(w * ((lab > 0.5) == t) for w, lab, t in zip(weight, label, truth, strict=True)) / wsum,
+            "roc_auc": roc_auc(margin, truth), "unparseable": unparsed / n,
+            "build_seconds": seconds, "seconds_per_message": seconds / n}
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="a dataset folder or collection run dir with captions")
@@ -165,16 +260,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=200, help="distinct state signatures sampled")
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--seed", "--seeds", dest="seed", type=int, default=0, help="sampling and tie-break seed")
-    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {list(ARMS)}")
+    p.add_argument("--method", choices=["ellm", "oni"], default="ellm",
+                   help="ellm: goal picks over state signatures; oni: helpful labels of messages")
+    p.add_argument("--arms", default=None, help=f"comma-separated; ellm: {list(ARMS)}; oni: {list(ONI_ARMS)}")
     p.add_argument("--steps", type=int, default=None, help="use only the first STEPS captions of the data")
     p.add_argument("--out", default="benchmarks/results/lm_knowledge")
     args = p.parse_args(argv)
+    if args.method == "oni":
+        arms = [a for a in (args.arms or ",".join(ONI_ARMS)).split(",") if a]
+        if [a for a in arms if a not in ONI_ARMS]:
+            p.error(f"unknown ONI arm(s); choose from {list(ONI_ARMS)}")
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        path = Path(args.out) / "oni_labels.json"
+        results = json.loads(path.read_text()) if path.exists() else {}
+        results.update(oni_probe(args, arms))
+        results["setup"] = {"data": str(args.data), "env": args.env_id, "n": args.n, "seed": args.seed,
+                            "truth": "oracle.helpful(message): the message reports an achievement"}
+        path.write_text(json.dumps(results, indent=1, sort_keys=True))
+        print(json.dumps(results, indent=1, sort_keys=True))
+        return 0
     from llmguide.pipelines.answers import data_captions
 
     captions, episodes = data_captions(args.data)
     captions = captions[: args.steps] if args.steps else captions
     sigs, steps = sample_signatures(captions, args.n, args.seed)
-    arms = [a for a in args.arms.split(",") if a]
+    arms = [a for a in (args.arms or ",".join(ARMS)).split(",") if a]
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         p.error(f"unknown arm(s) {unknown}; choose from {list(ARMS)}")

@@ -132,7 +132,7 @@ class CountingLM:
 
 
 def test_ellm_queries_are_one_per_signature_weighted_by_steps():
-    from llmguide.methods.ellm.recipe import answer_queries
+    from llmguide.methods.ellm.recipe import signature_queries as answer_queries
 
     queries = answer_queries(_ellm_cfg(), CAPTIONS)
     assert [q.weight for q in queries] == [5, 3, 2, 1]
@@ -143,7 +143,7 @@ def test_ellm_queries_are_one_per_signature_weighted_by_steps():
 
 
 def test_a_table_builds_resumes_and_answers_exactly_what_the_lm_said(tmp_path):
-    from llmguide.methods.ellm.recipe import answer_queries
+    from llmguide.methods.ellm.recipe import signature_queries as answer_queries
 
     queries = answer_queries(_ellm_cfg(), CAPTIONS)
     oracle, out = _oracle_lm(), tmp_path / "t.sqlite"
@@ -184,7 +184,8 @@ def test_a_file_that_is_not_a_table_is_refused(tmp_path):
 
 def test_the_suggester_reads_the_table_and_counts_misses_as_not_fresh(tmp_path):
     from llmguide.llm.service import LLMService
-    from llmguide.methods.ellm.recipe import answer_queries, prompt_template
+    from llmguide.methods.ellm.recipe import prompt_template
+    from llmguide.methods.ellm.recipe import signature_queries as answer_queries
     from llmguide.methods.ellm.suggester import GoalSuggester
 
     cfg = _ellm_cfg()
@@ -250,3 +251,35 @@ def test_answers_verb_builds_a_table_from_a_collection_and_a_run_reads_only_it(t
     last = [r for r in rows if "lm/table_coverage" in r][-1]
     assert 0 < last["lm/table_coverage"] <= 1 and last["lm/table_hits"] > 0
     assert "LM: loading" not in capfd.readouterr().err   # llm=embedded was never loaded: the table answered
+
+
+def test_oni_labels_come_from_a_table_built_over_the_collected_message_line(tmp_path):
+    """The collector records Crafter's message line; ONI's label requests over it are tabled by the oracle, and
+    the annotator reads labels from the table (a message not in it gets no label and is not asked again)."""
+    from llmguide.cli import main
+    from llmguide.data import EpisodeDataset
+    from llmguide.llm.service import LLMService
+    from llmguide.methods.oni.annotator import MessageAnnotator
+    from llmguide.methods.oni.recipe import answer_queries, family_templates
+    from llmguide.pipelines import load_config
+    from llmguide.pipelines.collect import Collection, explore
+
+    crafter = ["env=crafter", "env.max_steps=60", "num_envs=2", "progress=false"]
+    explore(load_config([*crafter, "method=bk_code", f"run.dir={tmp_path}", "run.name=data"]),
+            Collection(steps=240, policy="random"))
+    episodes = list(EpisodeDataset(tmp_path / "data"))
+    assert all(len(e.messages) == len(e) for e in episodes) and any(m for e in episodes for m in e.messages)
+    oni = [*crafter, "method=oni_retrieval", "method.label_mode=score"]
+    queries = answer_queries(load_config(oni), EpisodeDataset(tmp_path / "data"))
+    assert queries and sum(q.weight for q in queries) == sum(bool(m) for e in episodes for m in e.messages)
+    table = tmp_path / "oni.sqlite"
+    assert main(["answers", *oni, "llm=oracle", f"answers.data={tmp_path / 'data'}", f"answers.out={table}"]) == 0
+    score_t, _, _ = family_templates("crafter")
+    with LLMService(TableLM(AnswerTable(table))) as service:
+        annot = MessageAnnotator(service, template=score_t, mode="score")
+        known, unknown = queries[0].label, "You find a unicorn."
+        annot.submit([known, unknown])
+        assert annot.wait(10)
+        annot.poll()
+        assert annot.get(known) in (0.0, 1.0) and annot.get(unknown) is None
+        assert annot.counts["table_misses"] == 1 and annot.submit([unknown]) == 0   # not asked again

@@ -12,6 +12,8 @@ One episode file (plain ``.npz``, no pickles) with ``T`` transitions:
     rewards     (T,)        float32, extrinsic
     captions    (T+1,)      str, caption of s_0 .. s_T ("" where unknown)
     events      (T,)        str, JSON list of the events of each transition
+    messages    (T,)        str, the message line after each transition (``info["message"]``, Crafter and
+                            Craftax-Classic; "" when nothing happened); optional: absent in older datasets
     meta        ()          str, JSON: mission, terminated, truncated, success, return, length,
                             env, seed, step (collector env steps when it ended), writer
 
@@ -53,6 +55,7 @@ class Episode:
     captions: list[str]
     events: list[list[str]]
     meta: dict[str, Any] = field(default_factory=dict)
+    messages: list[str] = field(default_factory=list)   # empty: the dataset did not record a message line
 
     def __len__(self) -> int:
         return int(len(self.actions))
@@ -71,6 +74,8 @@ class Episode:
             problems.append(f"captions has {len(self.captions)} entries")
         if len(self.events) != T:
             problems.append(f"events has {len(self.events)} entries")
+        if self.messages and len(self.messages) != T:
+            problems.append(f"messages has {len(self.messages)} entries")
         if problems:
             raise ValueError(f"inconsistent episode with {T} actions (expected T+1 states): {'; '.join(problems)}")
 
@@ -83,6 +88,8 @@ def save_episode(path: str | Path, episode: Episode) -> None:
     arrays["rewards"] = np.asarray(episode.rewards, dtype=np.float32)
     arrays["captions"] = np.asarray([str(c) for c in episode.captions], dtype=np.str_)
     arrays["events"] = np.asarray([json.dumps(list(e)) for e in episode.events], dtype=np.str_)
+    if episode.messages:
+        arrays["messages"] = np.asarray([str(m) for m in episode.messages], dtype=np.str_)
     arrays["meta"] = np.asarray(json.dumps(episode.meta, default=str), dtype=np.str_)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
@@ -96,7 +103,8 @@ def load_episode(path: str | Path) -> Episode:
         episode = Episode(obs=obs, actions=data["actions"], rewards=data["rewards"],
                           captions=[str(c) for c in data["captions"]],
                           events=[json.loads(str(e)) for e in data["events"]],
-                          meta=json.loads(str(data["meta"])))
+                          meta=json.loads(str(data["meta"])),
+                          messages=[str(m) for m in data["messages"]] if "messages" in data.files else [])
     episode.validate()
     return episode
 
@@ -186,6 +194,7 @@ class _Buffer:
     rewards: list[float] = field(default_factory=list)
     captions: list[str] = field(default_factory=list)
     events: list[list[str]] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
     mission: str = ""
 
 
@@ -241,6 +250,7 @@ class EpisodeRecorder(gym.vector.VectorWrapper):
             buf.rewards.append(float(rewards[i]))
             buf.captions.append(str(info.get("caption", "") or ""))
             buf.events.append([str(e) for e in (info.get("events") or [])])
+            buf.messages.append(str(info.get("message", "") or ""))
             if dones[i]:
                 self._finish(i, bool(terminated[i]), bool(truncated[i]), info)
                 self._start(i, obs, rows[i])
@@ -257,5 +267,6 @@ class EpisodeRecorder(gym.vector.VectorWrapper):
                 "success": bool(info.get("success", False)), "return": float(sum(buf.rewards)),
                 "length": len(buf.actions), "step": self.env_steps}
         self.writer.write(Episode(obs=obs, actions=np.asarray(buf.actions), rewards=np.asarray(buf.rewards),
-                                  captions=buf.captions, events=buf.events, meta=meta))
+                                  captions=buf.captions, events=buf.events, meta=meta,
+                                  messages=buf.messages if any(buf.messages) else []))
         self.saved += 1

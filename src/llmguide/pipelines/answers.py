@@ -47,24 +47,31 @@ def build_answers(cfg: DictConfig, recipe: Any) -> int:
     a = cfg.answers
     gather = getattr(recipe, "answer_queries", None)
     if gather is None:
-        raise ConfigError("method", f"method '{cfg.method.name}' has no answer-table support (ELLM does)")
+        raise ConfigError("method", f"method '{cfg.method.name}' has no answer-table support (ELLM, ONI's "
+                                    "retrieval and classification do)")
     if not a.data:
         raise ConfigError("answers.data", "name the data source: a dataset folder or a collection run's directory")
     if cfg.llm.get("table"):
         raise ConfigError("llm.table", "a table is built by the LM itself: leave llm.table unset here")
-    captions, episodes = data_captions(a.data)
-    if not captions:
-        raise ConfigError("answers.data", f"{a.data} holds no captions (collect with a captioned env)")
-    queries = gather(cfg, captions)
+    from llmguide.data import EpisodeDataset
+
+    dataset = EpisodeDataset(a.data)
+    queries = gather(cfg, dataset)
+    steps = int(sum(q.weight for q in queries))
+    if not queries:
+        raise ConfigError("answers.data", f"{a.data} holds nothing method={cfg.method.name} would ask about "
+                                          "(no captions / messages: collect with a captioned env)")
     name = lm_name(cfg)
     out = Path(a.out) if a.out else Path(a.data) / f"answers-{name.replace(':', '-')}.sqlite"
     first = queries[0].payload
     meta = {"lm": name, "method": str(cfg.method.name), "env": str(cfg.env.name),
             "prompt_sha256": hashlib.sha256(_prompt_identity(cfg, recipe).encode()).hexdigest(),
-            "data": str(a.data), "data_episodes": episodes, "data_steps": len(captions),
+            "data": str(a.data), "data_episodes": len(dataset), "data_steps": steps,
             "command": "llmguide answers " + " ".join(shlex.quote(x) for x in sys.argv[2:]),
             "example_request": str(first.get("prompt") or first.get("context"))[:4000]}
-    lm = make_llm(cfg.llm, str(cfg.env.name), online=False, actions=str(cfg.env.get("actions") or "primitive"))
+    answerers = recipe.table_answerers(cfg) if hasattr(recipe, "table_answerers") else ()
+    lm = make_llm(cfg.llm, str(cfg.env.name), online=False, answerers=answerers,
+                  actions=str(cfg.env.get("actions") or "primitive"))
     try:
         summary = build_table(lm, queries, out, meta=meta, coverage=float(a.coverage),
                               max_queries=None if a.max_queries is None else int(a.max_queries),
@@ -73,7 +80,7 @@ def build_answers(cfg: DictConfig, recipe: Any) -> int:
         lm.close()
     curve = ", ".join(f"{k} of steps: {v}" for k, v in summary["coverage_curve"].items())
     print(f"answers: {out} — {summary['answered']} of {summary['queries_in_data']} distinct queries answered, "
-          f"covering {summary['coverage_of_data_steps']:.1%} of the data's {len(captions)} steps "
+          f"covering {summary['coverage_of_data_steps']:.1%} of the data's {steps} asking steps "
           f"in {summary['seconds']:.0f} s; queries needed for {curve}")
     return 0
 
@@ -81,5 +88,6 @@ def build_answers(cfg: DictConfig, recipe: Any) -> int:
 def _prompt_identity(cfg: DictConfig, recipe: Any) -> str:
     """What makes two builds ask the same prompts: the method's keys that shape a request."""
     m = cfg.method
-    keys = ("suggester", "prompt", "vocabulary", "top_k", "max_tokens", "temperature", "normalize_scores")
+    keys = ("suggester", "prompt", "vocabulary", "top_k", "max_tokens", "temperature", "normalize_scores",
+            "label_mode", "template", "goal", "canonicalize", "score_margin", "label_rate")
     return json.dumps({k: str(m.get(k)) for k in keys}, sort_keys=True)

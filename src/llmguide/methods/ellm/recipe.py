@@ -104,7 +104,13 @@ def prompt_template(m: Any) -> Any:
     return template(str(m.get("prompt") or default))
 
 
-def answer_queries(cfg: Any, captions: Any) -> list[Any]:
+def answer_queries(cfg: Any, dataset: Any) -> list[Any]:
+    """``llmguide answers``: the LM requests an ELLM run with ``cfg`` sends for the states of ``dataset`` (an
+    :class:`~llmguide.data.EpisodeDataset`): :func:`signature_queries` of every state an agent acted in."""
+    return signature_queries(cfg, [c for episode in dataset for c in episode.captions[:-1]])
+
+
+def signature_queries(cfg: Any, captions: Any) -> list[Any]:
     """The LM requests an ELLM run with ``cfg`` sends for the states whose captions are ``captions`` (one per
     step), one :class:`~llmguide.llm.table.Query` per state signature weighted by its steps."""
     from collections import Counter

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from llmguide.llm.service import gather
+from llmguide.llm.table import is_miss
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class Annotator:
         self.in_flight: dict[Hashable, Future] = {}
         self.backlog: OrderedDict[Hashable, None] = OrderedDict()
         self.counts = {"requests": 0, "duplicate_requests": 0, "skipped_duplicates": 0, "cache_reused": 0,
-                       "fallbacks": 0, "unparseable": 0, "labelled": 0}
+                       "fallbacks": 0, "unparseable": 0, "labelled": 0, "table_misses": 0}
         self._requested: set[Hashable] = set()
         self._fell_back: set[Hashable] = set()
         self._lock = threading.Lock()
@@ -166,6 +167,10 @@ class Annotator:
                 if self._is_fallback(result):
                     self.counts["fallbacks"] += 1  # back to unlabelled: asked again when seen again
                     self._fell_back.add(item)
+                    continue
+                if is_miss(result):   # not in the answer table (llm.table): no label, never asked again
+                    self.counts["table_misses"] += 1
+                    self.labels[item] = None
                     continue
                 try:
                     label = self.parse(result)

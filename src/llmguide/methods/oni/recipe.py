@@ -142,11 +142,56 @@ def lm_metrics(service: Any, module: Any) -> dict[str, float]:
     return out
 
 
+def answer_queries(cfg: Any, dataset: Any) -> list[Any]:
+    """``llmguide answers``: the label requests an ONI run (retrieval or classification) with ``cfg`` sends for the
+    messages of ``dataset`` (its ``messages``, or its captions where the caption is the message line), one
+    :class:`~llmguide.llm.table.Query` per distinct message weighted by the steps that show it."""
+    from collections import Counter
+
+    from llmguide.llm.table import Query
+    from llmguide.methods.oni.annotator import MessageAnnotator, canonicalize_message
+
+    m = cfg.method
+    if m.name not in ("oni_retrieval", "oni_classification"):
+        raise ConfigError("method", f"{m.name} asks about pairs sampled during training: no answer table yet "
+                                    "(oni_retrieval and oni_classification label single messages)")
+    key = message_key(cfg)
+    counts: Counter = Counter()
+    for episode in dataset:
+        lines = episode.messages if key == "message" else episode.captions[1:]
+        counts.update(str(x) for x in lines if x)
+    if key == "message" and not counts:
+        raise ConfigError("answers.data", "the dataset has no message line (collected before messages were "
+                                          "recorded): collect it again")
+    score_t, generate_t, _ = family_templates(str(cfg.env.name))
+    annot = MessageAnnotator(None, template=m.get("template") or (score_t if m.label_mode == "score" else generate_t),
+                             mode=m.label_mode, max_tokens=int(m.max_tokens),
+                             score_margin=float(m.get("score_margin", 1.0)),
+                             yes_rate=None if m.get("label_rate") is None else float(m.label_rate), goal=method_goal(cfg))
+    merged: Counter = Counter()
+    for message, n in counts.items():
+        merged[canonicalize_message(message) if bool(m.canonicalize) else message] += n
+    out = []
+    for message, n in merged.most_common():
+        asked = annot.asked(message)
+        if "candidates" in asked:
+            out.append(Query("score", {**asked, "normalize": False}, float(n), message))
+        else:
+            out.append(Query("generate", {**asked, **annot.generate_kwargs()}, float(n), message))
+    return out
+
+
 class ONIRecipe(Recipe):
     """ONI (and ELLM-BoW): PPO with an intrinsic reward from online, asynchronous LM labels."""
 
     agents = ("ppo",)
     env_families = ("minihack", "nethack", "crafter", "craftax")   # the families with a message line
+    answer_queries = staticmethod(answer_queries)   # llmguide answers: the requests a table must hold
+
+    @staticmethod
+    def table_answerers(cfg: Any) -> list[Any]:
+        """The ground truth ``llm=oracle`` (and its controls) answers these requests with."""
+        return [oracle_answers(cfg)]
 
     def check(self) -> None:
         super().check()
