@@ -8,6 +8,13 @@ For each backend (``embedded`` llama.cpp, ``hf`` transformers float32) it measur
   with the naive reference (one full forward per candidate), and their ratio;
 - cache: the latency of a ``CachedLM`` hit against a backend call (embedded backend).
 
+- ELLM over the open vocabulary (``--ellm``): candidates/s when scoring all 139 action strings for distinct
+  state captions with the prompt each model is used with (Gemma: ``ellm_goal_score``, completion-style; Qwen:
+  ``ellm_actions_score_listed``, chat), seconds per generated answer (Qwen: ``ellm_actions_listed``), and, with
+  ``--data`` (a collection run), the queries that cover 95 % of its steps and the time to answer them.
+
+``--backends``: ``embedded`` (Gemma 3 270M), ``qwen`` (``make qwen``), ``hf``.
+
 Wall-clock is noisy on a shared machine; the ratios compare measurements taken in the same run.
 Writes ``<out>/llm_bench.md`` and ``<out>/llm_bench.json`` and prints the table::
 
@@ -20,11 +27,14 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# benchmarks/ holds scripts named like packages (craftax.py, ray.py): keep it off the import path
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 # A GLAM-like BabyAI prompt (about 100 tokens) and its six action strings.
 CONTEXT = (
@@ -99,6 +109,61 @@ def bench_cache(lm, args: argparse.Namespace) -> dict:
             "cache_hits": stats["hits"], "cache_misses": stats["misses"]}
 
 
+ELLM_CAPTIONS = [
+    "You see grass, tree. You have nothing.", "You see grass, stone, tree, water. You have 2 wood.",
+    "You see cow, grass, tree. You have 1 sapling. You feel hungry.",
+    "You see grass, stone, table, tree. You have 1 wood pickaxe, 3 wood.",
+    "You see coal, grass, stone. You have 1 wood pickaxe, 4 stone.", "You see grass, water. You feel thirsty.",
+    "You see grass, path, stone, table, tree. You have 2 wood, 1 sapling.", "You see sand, water, zombie. You have 1 wood.",
+    "You see furnace, iron, stone, table. You have 1 stone pickaxe, 2 coal, 4 stone.",
+    "You see grass, plant, tree. You have 1 wood sword. You feel sleepy.",
+]
+
+
+def bench_ellm(name: str, lm, args: argparse.Namespace) -> dict:
+    """ELLM-open on ``lm``: candidates/s scoring the 139 action strings (the first caption warms the shared
+    prefix, as the first query of a table build does), seconds per generated answer (instruct models), and the
+    time to answer the queries that cover 95 % of ``--data``'s steps."""
+    from llmguide.envs.crafter.actions import ACTION_STRINGS
+    from llmguide.methods.ellm.prompts import template
+    from llmguide.methods.ellm.suggester import goal_request
+
+    chat = bool(getattr(lm, "chat", False))
+    score_t = template("ellm_actions_score_listed" if chat else "ellm_goal_score")
+    reqs = [goal_request("score", score_t, c, ACTION_STRINGS)[1] for c in ELLM_CAPTIONS]
+    lm.score([reqs[0]["context"]], [reqs[0]["candidates"]])
+    start = time.perf_counter()
+    for r in reqs[1:]:
+        lm.score([r["context"]], [r["candidates"]])
+    per_score = (time.perf_counter() - start) / (len(reqs) - 1)
+    out = {"backend": name, "prompt": score_t.version, "score_s_per_query": per_score,
+           "score_cands_per_s": len(ACTION_STRINGS) / per_score}
+    if chat:
+        gen_t = template("ellm_actions_listed")
+        gens = [goal_request("generate", gen_t, c, ACTION_STRINGS, max_tokens=48)[1] for c in ELLM_CAPTIONS[:5]]
+        lm.generate([gens[0]["prompt"]], max_tokens=48, stop=gens[0]["stop"])
+        start = time.perf_counter()
+        done = lm.generate([g["prompt"] for g in gens[1:]], max_tokens=48, stop=gens[0]["stop"])
+        per_gen = (time.perf_counter() - start) / (len(gens) - 1)
+        out.update({"generate_prompt": gen_t.version, "generate_s_per_query": per_gen,
+                    "generate_tokens_per_s": sum(c.completion_tokens for c in done) / (per_gen * len(done))})
+    if args.data:
+        from collections import Counter
+
+        from llmguide.llm.table import Query, coverage_curve
+        from llmguide.methods.ellm.signature import state_signature
+        from llmguide.pipelines.answers import data_captions
+
+        captions, _ = data_captions(args.data)
+        steps = Counter(state_signature(c).caption() for c in captions if c)
+        curve = coverage_curve([Query("score", {"context": k, "candidates": []}, v, k) for k, v in steps.most_common()])
+        fastest = min(per_score, out.get("generate_s_per_query", per_score))
+        out.update({"data_steps": len(captions), "queries_for_95pct": curve["95%"],
+                    "table_minutes_95pct_score": curve["95%"] * per_score / 60,
+                    "table_minutes_95pct_fastest_mode": curve["95%"] * fastest / 60})
+    return out
+
+
 def table(rows: list[dict], cache: dict) -> str:
     lines = ["| backend | gen tokens/s | score cands/s (shared prefix) | score cands/s (naive) | "
              "shared/naive speed-up | max |shared-naive| (nat) |",
@@ -117,6 +182,22 @@ def table(rows: list[dict], cache: dict) -> str:
     return "\n".join(lines)
 
 
+def ellm_table(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    lines = ["", "ELLM-open: the 139 action strings for one state caption per query (prefix kept between queries).", "",
+             "| backend | score prompt | s/query | candidates/s | generate s/query | gen tokens/s | queries for 95 % | "
+             "table min (score) | table min (fastest mode) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        def f(key, fmt, r=r):
+            return format(r[key], fmt) if key in r else "-"
+        lines.append(f"| {r['backend']} | {r['prompt']} | {r['score_s_per_query']:.2f} | {r['score_cands_per_s']:.0f} | "
+                     f"{f('generate_s_per_query', '.2f')} | {f('generate_tokens_per_s', '.1f')} | "
+                     f"{f('queries_for_95pct', 'd')} | {f('table_minutes_95pct_score', '.0f')} | "
+                     f"{f('table_minutes_95pct_fastest_mode', '.0f')} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/bench_llm")
@@ -124,38 +205,49 @@ def main() -> None:
     parser.add_argument("--contexts", type=int, default=2, help="contexts per scoring call (6 candidates each)")
     parser.add_argument("--gen-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ellm", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time ELLM-open scoring and generation (139 action strings)")
+    parser.add_argument("--data", default=None, help="a collection run: estimate the 95 %% answer-table build time")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    rows, cache = [], {}
+    rows, cache, ellm_rows = [], {}, []
     for name in args.backends.split(","):
         start = time.perf_counter()
         if name == "embedded":
             from llmguide.llm.embedded import EmbeddedLM
 
             lm = EmbeddedLM()
+        elif name == "qwen":
+            from llmguide.llm.embedded import EmbeddedLM
+
+            lm = EmbeddedLM(model="qwen2.5-coder-1.5b-instruct-q4_k_m", n_ctx=4096, n_threads=os.cpu_count() or 2)
         elif name == "hf":
             from llmguide.llm.hf import HFLM
 
             lm = HFLM()
         else:
-            raise SystemExit(f"unknown backend {name!r} (embedded, hf)")
+            raise SystemExit(f"unknown backend {name!r} (embedded, qwen, hf)")
         load_s = time.perf_counter() - start
         row = bench_backend(name, lm, args)
         row["load_s"] = load_s
         rows.append(row)
         if name == "embedded":
             cache = bench_cache(lm, args)
+        if args.ellm and name in ("embedded", "qwen"):
+            ellm_rows.append(bench_ellm(name, lm, args))
+            print(json.dumps(ellm_rows[-1]), flush=True)
         lm.close()
         print(json.dumps(row), flush=True)
 
     text = (f"# LM backends on this machine ({os.cpu_count()} CPUs, shared)\n\n"
             f"Context ~100 tokens, {len(CANDIDATES)} candidates x {args.contexts} contexts per scoring call, "
             f"median of {args.repeats}; generation {args.gen_tokens} tokens x {len(PROMPTS)} prompts.\n\n"
-            + table(rows, cache) + "\n")
+            + table(rows, cache) + "\n" + ellm_table(ellm_rows))
     (out / "llm_bench.md").write_text(text)
-    (out / "llm_bench.json").write_text(json.dumps({"backends": rows, "cache": cache}, indent=2))
+    (out / "llm_bench.json").write_text(json.dumps({"backends": rows, "cache": cache, "ellm_open": ellm_rows},
+                                                   indent=2))
     print(text)
 
 

@@ -253,19 +253,122 @@ def oni_probe(args, arms: list[str]) -> dict:
     return results
 
 
+# --- BK-Code: programs -----------------------------------------------------------------------------------
+# arm -> label overrides; "told": the LM is told the mission of env.task, as the oracle is (method.tell_task)
+BK_ARMS = {
+    "oracle": ["llm=oracle"],
+    "qwen-told": ["llm=qwen", "method.tell_task=true"],
+    "qwen-agnostic": ["llm=qwen", "method.tell_task=false"],
+    "gemma-told": ["llm=embedded", "method.tell_task=true"],
+}
+BK_CODE = ["method.code.iterations=3", "method.code.fix_retries=2", "method.code.max_tokens=384"]
+
+
+def bk_probe(args, arms: list[str], seeds: list[int]) -> dict:
+    """Label runs of BK-Code per arm and seed (``llmguide label``, kept and reused), then each valid program's
+    values on ``--n`` dataset states against the oracle program's (Spearman)."""
+    import subprocess
+
+    import numpy as np
+
+    from llmguide.data import EpisodeDataset
+    from llmguide.methods.bk.code import sample_states
+    from llmguide.pipelines import load_config
+
+    base = [f"env={args.env_id}", f"env.task={args.task}", "method=bk_code", f"method.data={args.data}",
+            "progress=false", *BK_CODE, *(["agent.image_encoder=flat"] if args.env_id == "babyai" else [])]
+    runs = Path(args.out) / "bk_runs" / str(args.task)
+    cli = [sys.executable, "-c", "import runpy, sys; sys.path.pop(0); "
+           "runpy.run_module('llmguide.cli', run_name='__main__', alter_sys=True)"]
+    manifests: dict[str, dict] = {}
+    for arm in ["oracle", *[a for a in arms if a != "oracle"]]:
+        for seed in seeds if arm != "oracle" else [0]:
+            name = f"labels-{arm}-s{seed}"
+            manifest = runs / name / "bk" / "manifest.json"
+            if not manifest.exists():
+                print(f"lm_knowledge: bk_code {arm} seed {seed} ...", file=sys.stderr, flush=True)
+                started = time.monotonic()
+                subprocess.call([*cli, "label", *base, *BK_ARMS[arm], f"seed={seed}", f"run.dir={runs}",
+                                 f"run.name={name}", "run.overwrite=true"])
+                if manifest.exists():
+                    data = json.loads(manifest.read_text())
+                    data["seconds"] = time.monotonic() - started
+                    manifest.write_text(json.dumps(data, indent=1))
+            if manifest.exists():
+                manifests[name] = json.loads(manifest.read_text())
+    cfg = load_config(base)
+    episodes = EpisodeDataset(args.data).episodes()
+    states = sample_states(episodes, args.n, np.random.default_rng(args.seed))
+    from llmguide.methods.bk.inputs import make_sandbox
+
+    sandbox = make_sandbox(cfg, runs / "scratch")
+
+    def values(name: str) -> np.ndarray | None:
+        final = runs / name / "bk" / "final.py"
+        if not final.exists():
+            return None
+        res = sandbox.evaluate(final.read_text(), "potential", list(states))
+        return np.asarray(res.values, dtype=float) if res.ok and not res.item_errors else None
+
+    oracle = values("labels-oracle-s0")
+    out: dict = {}
+    for arm in arms:
+        rows = []
+        for seed in seeds if arm != "oracle" else [0]:
+            name = f"labels-{arm}-s{seed}"
+            m = manifests.get(name)
+            if m is None:
+                rows.append({"seed": seed, "ran": False})
+                continue
+            summary = m.get("summary", {})
+            v = values(name)
+            rho = None
+            if v is not None and oracle is not None and np.std(v) > 0 and np.std(oracle) > 0:
+                from scipy.stats import spearmanr
+
+                rho = float(spearmanr(v, oracle).statistic)
+            rows.append({"seed": seed, "ran": True, "valid": m.get("failed") is None,
+                         "valid_steps": summary.get("valid_steps", 0), "steps": summary.get("steps", 0),
+                         "first_attempt_valid": summary.get("first_attempt_valid", 0),
+                         "told_mission": m.get("told_mission") or m.get("oracle_mission"),
+                         "spearman_vs_oracle": rho, "distinct_values": None if v is None else int(len(set(v.round(6)))),
+                         "seconds": m.get("seconds")})
+        ran = [r for r in rows if r.get("ran")]
+        rhos = [r["spearman_vs_oracle"] for r in ran if r.get("spearman_vs_oracle") is not None]
+        out[arm] = {"runs": rows, "validity_rate": sum(r["valid"] for r in ran) / len(ran) if ran else None,
+                    "valid_step_rate": (sum(r["valid_steps"] for r in ran) / max(1, sum(r["steps"] for r in ran)))
+                    if ran else None,
+                    "mean_spearman_vs_oracle": float(np.mean(rhos)) if rhos else None}
+    out["setup"] = {"data": str(args.data), "env": args.env_id, "task": args.task, "states": len(states),
+                    "seeds": seeds, "code": BK_CODE}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="a dataset folder or collection run dir with captions")
-    p.add_argument("--env-id", "--task", dest="env_id", default="craftax", help="env family of the data (craftax|crafter)")
+    p.add_argument("--env-id", dest="env_id", default="craftax", help="env family of the data (craftax|crafter|babyai)")
+    p.add_argument("--task", default=None, help="bk_code: the env.task the programs are for")
     p.add_argument("--n", type=int, default=200, help="distinct state signatures sampled")
     p.add_argument("--top-k", type=int, default=5)
-    p.add_argument("--seed", "--seeds", dest="seed", type=int, default=0, help="sampling and tie-break seed")
-    p.add_argument("--method", choices=["ellm", "oni"], default="ellm",
-                   help="ellm: goal picks over state signatures; oni: helpful labels of messages")
+    p.add_argument("--seed", type=int, default=0, help="sampling and tie-break seed")
+    p.add_argument("--seeds", type=int, default=3, help="bk_code: label runs per LM arm (seeds 0..N-1)")
+    p.add_argument("--method", choices=["ellm", "oni", "bk_code"], default="ellm",
+                   help="ellm: goal picks over state signatures; oni: helpful labels of messages; bk_code: programs")
     p.add_argument("--arms", default=None, help=f"comma-separated; ellm: {list(ARMS)}; oni: {list(ONI_ARMS)}")
     p.add_argument("--steps", type=int, default=None, help="use only the first STEPS captions of the data")
     p.add_argument("--out", default="benchmarks/results/lm_knowledge")
     args = p.parse_args(argv)
+    if args.method == "bk_code":
+        if not args.task:
+            p.error("--method bk_code needs --task (the env.task the programs are for)")
+        arms = [a for a in (args.arms or ",".join(BK_ARMS)).split(",") if a]
+        path = Path(args.out) / f"bk_code-{args.task}.json"
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        result = bk_probe(args, arms, list(range(args.seeds)))
+        path.write_text(json.dumps(result, indent=1, sort_keys=True))
+        print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "runs"} for k, v in result.items()}, indent=1))
+        return 0
     if args.method == "oni":
         arms = [a for a in (args.arms or ",".join(ONI_ARMS)).split(",") if a]
         if [a for a in arms if a not in ONI_ARMS]:

@@ -259,9 +259,9 @@ def test_goal_template_example_names_no_babyai_target_and_echoes_are_dropped(tmp
 
     from llmguide.envs import make_env
     from llmguide.envs.babyai.tasks import PAPER_TASKS
-    from llmguide.llm.prompts import load_template
     from llmguide.methods.bk.babyai import mission_target
     from llmguide.methods.bk.goal import example_goals
+    from llmguide.methods.bk.prompts import template as load_template
 
     template = load_template("bk_goal")
     assert template.number >= 3

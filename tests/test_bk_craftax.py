@@ -11,10 +11,10 @@ import pytest
 from llmguide.envs.crafter.env import CrafterText
 from llmguide.envs.crafter.rules import ITEMS, SEMANTIC_NAMES, CrafterOracle
 from llmguide.llm.oracle import OracleLM
-from llmguide.llm.prompts import load_template
 from llmguide.methods import bk
 from llmguide.methods.bk.crafter import _rules, oracle_goals, oracle_program, task_progress, window_progress
 from llmguide.methods.bk.oracle import BKOracleAnswers
+from llmguide.methods.bk.prompts import template as load_template
 from llmguide.sandbox import Sandbox, SandboxLimits
 
 pytest.importorskip("craftax")

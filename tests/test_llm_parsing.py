@@ -99,18 +99,29 @@ def test_stats_dict_and_rate_and_log_flood_control(caplog):
 
 SHIPPED = {"ellm_goals": ["caption"], "ellm_goal_score": ["caption"], "ellm_actions_listed": ["vocabulary", "caption"],
            "ellm_actions_zeroshot": ["vocabulary", "caption"],
-           "ellm_actions_score_listed": ["vocabulary", "caption"], "oni_label": ["message"], "motif_pref": ["a", "b"]}
+           "ellm_actions_score_listed": ["vocabulary", "caption"], "oni_label": ["message"], "motif_pref": ["a", "b"],
+           "bk_code_write": ["obs_description", "caption_examples", "env_notes"],
+           "bk_code_write_task": ["mission", "obs_description", "caption_examples", "env_notes"]}
 
 
 def _shipped(name):
-    from llmguide.llm.prompts import list_templates, load_template
+    """A method's prompt from its own package (the kernel ships none)."""
+    from llmguide.llm.prompts import list_templates
+    from llmguide.methods.bk import prompts as bk_prompts
     from llmguide.methods.ellm import prompts as ellm_prompts
+    from llmguide.methods.oni import prompts as oni_prompts
 
-    if name.startswith("ellm"):   # ELLM's prompts live in its package
-        assert name in ellm_prompts.names()
-        return ellm_prompts.template(name)
-    assert name in list_templates()
-    return load_template(name)
+    package = {"ellm": ellm_prompts, "bk": bk_prompts}.get(name.split("_")[0], oni_prompts)
+    assert name in list_templates(package.PROMPTS)
+    return package.template(name)
+
+
+def test_the_kernel_ships_no_method_prompt():
+    from pathlib import Path
+
+    import llmguide.llm as kernel
+
+    assert not list(Path(kernel.__file__).parent.rglob("*.txt"))
 
 
 @pytest.mark.parametrize("name,fields", SHIPPED.items())
@@ -157,21 +168,23 @@ def test_listed_prompt_examples_use_only_valid_actions():
 
 
 def test_oni_label_prompt_ends_with_open_tag_and_completion_parses():
-    from llmguide.llm.prompts import load_template
-
-    assert load_template("oni_label").render(message="You find a gold piece.").rstrip().endswith("<answer>")
+    assert _shipped("oni_label").render(message="You find a gold piece.").rstrip().endswith("<answer>")
     assert parse_tag("yes</answer>\n\nMessage: ...", "answer", ["yes", "no"]) == "yes"
 
 
 def test_template_errors_are_clear(tmp_path):
     from llmguide.llm.prompts import PromptTemplateError, load_template, parse_template
 
-    tpl = load_template("motif_pref")
+    tpl = _shipped("motif_pref")
     with pytest.raises(PromptTemplateError, match=r"missing field\(s\) \['b'\]"):
         tpl.render(a="x")
     with pytest.raises(PromptTemplateError, match=r"unknown field\(s\) \['c'\]"):
         tpl.render(a="x", b="y", c="z")
-    with pytest.raises(PromptTemplateError, match="no prompt template 'nope'"):
+    from llmguide.methods.oni.prompts import template as oni_template
+
+    with pytest.raises(PromptTemplateError, match="no prompt template 'nope'; available: .*oni_label"):
+        oni_template("nope")
+    with pytest.raises(PromptTemplateError, match="give a .txt file's path"):
         load_template("nope")
     with pytest.raises(PromptTemplateError, match="version: N"):
         parse_template("bad", "no header\n${x}")

@@ -1,4 +1,5 @@
-"""Versioned prompt templates stored as files in ``llmguide/llm/prompts/*.txt``.
+"""Versioned prompt templates stored as files: each method keeps its own in ``methods/<name>/prompts/*.txt``
+and loads them with ``load_template(name, folder)`` (the kernel ships none).
 
 File format::
 
@@ -13,8 +14,8 @@ wording changes and old cached answers stop being reused.
 
 Conventions kept by the shipped templates:
 
-- ``ellm_goals`` / ``ellm_goal_score``: the state caption is the rest of the **last line that starts
-  with ``Caption:``** (the oracle backend reads it there).
+- ELLM's prompts: the state caption is the rest of the **last line that starts with ``Caption:``** (the
+  oracle backend reads it there).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from pathlib import Path
 
 from llmguide.core.errors import LLMGuideError
 
-PROMPTS_DIR = Path(__file__).with_name("prompts")
 _HEADER = re.compile(r"^#\s*([A-Za-z_][\w-]*)\s*:\s*(.*?)\s*$")
 
 
@@ -100,9 +100,9 @@ def parse_template(name: str, text: str, path: Path | None = None) -> PromptTemp
     return PromptTemplate(name=name, number=number, body=body, path=path, header=header)
 
 
-def list_templates() -> list[str]:
-    """Names of the shipped templates."""
-    return sorted(p.stem for p in PROMPTS_DIR.glob("*.txt"))
+def list_templates(folder: str | Path) -> list[str]:
+    """Names of the templates in ``folder`` (a method's ``prompts/``)."""
+    return sorted(p.stem for p in Path(folder).glob("*.txt"))
 
 
 @lru_cache(maxsize=128)
@@ -110,11 +110,13 @@ def _load(path: Path, mtime: float) -> PromptTemplate:
     return parse_template(path.stem, path.read_text(encoding="utf-8"), path)
 
 
-def load_template(name: str | Path) -> PromptTemplate:
-    """Load a shipped template by name (``"ellm_goals"``) or any template file by path."""
+def load_template(name: str | Path, folder: str | Path | None = None) -> PromptTemplate:
+    """Load the template ``name`` of ``folder`` (``"ellm_goals"`` in ELLM's ``prompts/``), or any template file
+    by path (a ``.txt`` file of your own)."""
     path = Path(name)
-    if path.suffix != ".txt" or not path.exists():
-        path = PROMPTS_DIR / f"{name}.txt"
+    if (path.suffix != ".txt" or not path.exists()) and folder is not None:
+        path = Path(folder) / f"{name}.txt"
     if not path.exists():
-        raise PromptTemplateError(f"no prompt template '{name}'; available: {list_templates()}")
+        where = f"; available: {list_templates(folder)}" if folder is not None else " (give a .txt file's path)"
+        raise PromptTemplateError(f"no prompt template '{name}'{where}")
     return _load(path.resolve(), path.stat().st_mtime)

@@ -24,7 +24,7 @@ import numpy as np
 from llmguide.core.rundir import atomic_write_text
 from llmguide.data import Episode
 from llmguide.llm.base import LanguageModel
-from llmguide.llm.prompts import load_template
+from llmguide.methods.bk.prompts import template as bk_template
 from llmguide.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
@@ -151,19 +151,24 @@ PROMPT_SAMPLES = 16   # states shown with their values in the improve prompt (al
 
 def write_potential_code(lm: LanguageModel, states: Sequence[tuple[dict, str]], sandbox: Sandbox,
                          out_dir: str | Path, env_notes: str = "", iterations: int = 3, fix_retries: int = 2,
-                         max_tokens: int = 512, temperature: float = 0.5, seed: int = 0) -> CodeResult:
+                         max_tokens: int = 512, temperature: float = 0.5, seed: int = 0,
+                         mission: str | None = None) -> CodeResult:
     """BK-Code's loop: write → run on ``states`` in the sandbox → fix (with the error) → improve.
 
     Ends after ``iterations × (1 + fix_retries)`` LM calls at most.  Every step (answer, code,
     error, values) goes to ``out_dir/steps.jsonl`` and ``code-<i>-<j>.py``; the last program that
     valid is ``final.py``; if none was, ``ok=False`` (``code`` is :data:`ZERO_PROGRAM`, never used).
+    ``mission``: the agent's task, told in the write prompt (``bk_code_write_task``); None: the paper's
+    task-agnostic prompt (``bk_code_write``).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    write_t, fix_t, improve_t = (load_template(n) for n in ("bk_code_write", "bk_code_fix", "bk_code_improve"))
+    write_t, fix_t, improve_t = (bk_template(n) for n in ("bk_code_write_task" if mission else "bk_code_write",
+                                                               "bk_code_fix", "bk_code_improve"))
+    told = {"mission": mission} if mission else {}
     obs_text = describe_obs(states[0][0]) if states else "(no states)"
     examples = "\n".join(f"- {c!r}" for _, c in list(states)[:3])
-    prompt = write_t.render(obs_description=obs_text, caption_examples=examples, env_notes=env_notes)
+    prompt = write_t.render(obs_description=obs_text, caption_examples=examples, env_notes=env_notes, **told)
     version = write_t.version
     result = CodeResult(code=ZERO_PROGRAM, ok=False)
     log_file = open(out / "steps.jsonl", "a", encoding="utf-8")  # noqa: SIM115
@@ -209,7 +214,8 @@ def write_potential_code(lm: LanguageModel, states: Sequence[tuple[dict, str]], 
                                       obs_description=obs_text)
                 version = fix_t.version
             else:  # every attempt of this iteration failed: start over from the write prompt
-                prompt = write_t.render(obs_description=obs_text, caption_examples=examples, env_notes=env_notes)
+                prompt = write_t.render(obs_description=obs_text, caption_examples=examples, env_notes=env_notes,
+                                        **told)
                 version = write_t.version
     finally:
         log_file.close()

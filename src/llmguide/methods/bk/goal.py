@@ -18,9 +18,9 @@ from llmguide.core.rundir import atomic_write_text
 from llmguide.data import Episode
 from llmguide.llm.base import LanguageModel
 from llmguide.llm.parsing import ParseStats, parse_bullets
-from llmguide.llm.prompts import load_template
 from llmguide.methods.bk.common import action_name, transition_text
 from llmguide.methods.bk.pref import sample_segment, segment_text
+from llmguide.methods.bk.prompts import template as bk_template
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def build_goal_library(lm: LanguageModel, episodes: Sequence[Episode], out_dir: 
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    template = load_template("bk_goal")
+    template = bk_template("bk_goal")
     rng = np.random.default_rng(seed)
     stats = ParseStats()
     goals: list[str] = []

@@ -6,7 +6,9 @@ library (BK-Goal) — writes its transcript, ``bk/failed.json`` and a manifest w
 raises :class:`llmguide.methods.bk.common.LabelingFailed`; ``train`` refuses such a directory.
 
 With ``llm=oracle`` the same loop runs; the oracle answers from ground truth and is told the
-mission of ``env.task`` (the LM arms are not: BK's knowledge is task-agnostic).
+mission of ``env.task``.  The LM arms are not (the paper's BK is task-agnostic), unless
+``method.tell_task=true`` (BK-Code): then the write prompt names the same mission, so an LM arm is told
+what the oracle is told and the comparison isolates the knowledge.
 """
 
 from __future__ import annotations
@@ -41,14 +43,15 @@ def task_mission(cfg: DictConfig, task: str | None = None) -> str:
         env.close()
 
 
-def _label_code(cfg, bk, lm, episodes, out, rng) -> tuple[dict[str, Any], list[str], str | None]:
+def _label_code(cfg, bk, lm, episodes, out, rng, mission: str | None = None
+                ) -> tuple[dict[str, Any], list[str], str | None]:
     k = cfg.method.code
     states = bk.sample_states(episodes, int(positive(cfg, "code.sample_states")), rng)
     notes = bk.env_notes(str(cfg.env.name))
     res = bk.write_potential_code(lm, states, make_sandbox(cfg, out / "scratch"), out, env_notes=notes,
                                   iterations=int(positive(cfg, "code.iterations")),
                                   fix_retries=int(k.fix_retries), max_tokens=int(k.max_tokens),
-                                  temperature=float(k.temperature), seed=int(cfg.seed))
+                                  temperature=float(k.temperature), seed=int(cfg.seed), mission=mission)
     failure = None if res.ok else (f"no valid program in {res.lm_calls} LM calls "
                                    f"({res.summary['iterations']} iterations; see steps.jsonl)")
     return dict(res.summary), list(res.summary["prompt_versions"]), failure
@@ -114,7 +117,9 @@ def label(cfg: DictConfig) -> int:
     names = action_names(cfg)
     rng = np.random.default_rng(int(cfg.seed))
     knows = str(cfg.llm.backend) in GROUND_TRUTH_BACKENDS   # the oracle and its controls
-    oracle_mission = task_mission(cfg, cfg.llm.get("target")) if knows else None   # the LM arms never see it
+    oracle_mission = task_mission(cfg, cfg.llm.get("target")) if knows else None
+    # an LM arm sees the mission only with method.tell_task=true (the paper's BK is task-agnostic)
+    told_mission = task_mission(cfg) if not knows and bool(cfg.method.get("tell_task", False)) else None
     answerers = [] if oracle_mission is None else [BKOracleAnswers(get_oracle(str(cfg.env.name)), oracle_mission)]
     lm = make_run_lm(cfg, answerers, online=False)
     with open_run(cfg) as run:
@@ -122,7 +127,7 @@ def label(cfg: DictConfig) -> int:
         out.mkdir(parents=True, exist_ok=True)
         try:
             if variant == "bk_code":
-                summary, versions, failure = _label_code(cfg, bk, lm, episodes, out, rng)
+                summary, versions, failure = _label_code(cfg, bk, lm, episodes, out, rng, told_mission)
             elif variant == "bk_pref":
                 summary, versions, failure = _label_pref(cfg, bk, lm, episodes, out, names)
             else:
@@ -132,7 +137,7 @@ def label(cfg: DictConfig) -> int:
         manifest = {"method": variant, "data": [str(r) for r in dataset.roots], "episodes": len(episodes),
                     "data_hash": data_hash(dataset), "llm": {"backend": str(cfg.llm.backend),
                                                               "model": getattr(lm, "model_id", "?")},
-                    "oracle_mission": oracle_mission,
+                    "oracle_mission": oracle_mission, "told_mission": told_mission,
                     "prompt_versions": versions, "seed": int(cfg.seed), "env": str(cfg.env.name),
                     "action_names": names, "summary": summary, "failed": failure}
         run.write_json("bk/manifest.json", manifest)

@@ -20,8 +20,8 @@ from llmguide.core.rundir import atomic_torch_save, atomic_write_text, safe_torc
 from llmguide.data import Episode
 from llmguide.llm.base import LanguageModel
 from llmguide.llm.parsing import ParseStats, parse_preference
-from llmguide.llm.prompts import load_template
 from llmguide.methods.bk.common import flat_features, window_text
+from llmguide.methods.bk.prompts import template as bk_template
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def label_preferences(lm: LanguageModel, episodes: Sequence[Episode], num_pairs:
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    template = load_template("bk_pref")
+    template = bk_template("bk_pref")
     rng = np.random.default_rng(seed)
     stats = ParseStats()
     counts = {"A": 0, "B": 0, "=": 0, "unparsed": 0, "lm_error": 0}

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmguide.llm.prompts import PromptTemplate, load_template
+from llmguide.llm.prompts import PromptTemplate, list_templates, load_template
 
 PROMPTS = Path(__file__).parent
 
 
 def names() -> list[str]:
-    return sorted(p.stem for p in PROMPTS.glob("*.txt"))
+    return list_templates(PROMPTS)
 
 
 def template(name: str) -> PromptTemplate:
     """ELLM's prompt ``name`` (or a template file of your own, by path)."""
-    path = PROMPTS / f"{name}.txt"
-    return load_template(path if path.exists() else name)
+    return load_template(name, PROMPTS)

@@ -1,16 +1,21 @@
-"""ONI's and Motif's labelling prompts for Crafter and Craftax-Classic (their message line,
-:mod:`llmguide.envs.crafter.messages`), beside the NetHack ones shipped in ``llmguide/llm/prompts``.
+"""ONI's and Motif's labelling prompts: the NetHack ones as files in this folder (``oni_label*``,
+``motif_pref*``), and those for Crafter and Craftax-Classic (their message line,
+:mod:`llmguide.envs.crafter.messages`) below.
 
 They follow the NetHack templates' conventions (a ``Message:`` line; ``A:`` / ``B:`` lines; ``Good:`` for score
 mode, ``<answer>`` for generate mode) so the oracle and the knowledge controls answer them unchanged, and give
 ONI's task-agnostic goal (make progress in the game), never the task; each has a ``*_goal`` variant whose
 ``Goal:`` line carries ``method.goal`` when one is set.  :func:`template` looks a name up here first, then in
-the shipped templates.
+this folder's files.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from llmguide.llm.prompts import PromptTemplate, load_template, parse_template
+
+PROMPTS = Path(__file__).parent
 
 _PROGRESS = ("make progress in the game: gather resources (wood, stone, coal, iron, diamonds), place a table and a "
              "furnace, craft tools, eat, drink, sleep and survive.")
@@ -91,10 +96,10 @@ FAMILY_TEMPLATES = {"crafter": ("crafter_label_short", "crafter_label", "crafter
 
 
 def template(name: str | PromptTemplate) -> PromptTemplate:
-    """The template ``name``: ONI's own (:data:`TEMPLATES`) or a shipped one (:func:`load_template`)."""
+    """The template ``name``: ONI's Crafter ones (:data:`TEMPLATES`), a file of this folder, or a file by path."""
     if isinstance(name, PromptTemplate):
         return name
-    return TEMPLATES[name] if name in TEMPLATES else load_template(name)
+    return TEMPLATES[name] if name in TEMPLATES else load_template(name, PROMPTS)
 
 
 def has_template(name: str) -> bool:
