@@ -66,13 +66,17 @@ ONI_ARMS = {
 }
 
 
+LM_THREADS: list[str] = []   # --lm-threads: llm.n_threads of the real LMs
+
+
 def arm_config(arm: str, env: str, top_k: int):
     from llmguide.pipelines import load_config
 
     llm, mode, prompt, normalize = ARMS[arm]
     return load_config([f"env={env}", "env.actions=text", "method=ellm", "method.vocabulary=actions",
                         f"method.suggester={mode}", f"method.prompt={prompt}", f"method.normalize_scores={normalize}",
-                        f"method.top_k={top_k}", f"llm={llm}", "llm.cache.enabled=false", "progress=false"])
+                        f"method.top_k={top_k}", f"llm={llm}", "llm.cache.enabled=false", "progress=false",
+                        *(LM_THREADS if llm in ("embedded", "qwen") else [])])
 
 
 def sample_signatures(captions: list[str], n: int, seed: int) -> tuple[list[str], Counter]:
@@ -177,7 +181,7 @@ def oni_config(arm: str, env: str):
 
     llm, mode = ONI_ARMS[arm]
     return load_config([f"env={env}", "method=oni_retrieval", f"method.label_mode={mode}", f"llm={llm}",
-                        "llm.cache.enabled=false", "progress=false"])
+                        "llm.cache.enabled=false", "progress=false", *(LM_THREADS if llm in ("embedded", "qwen") else [])])
 
 
 def roc_auc(scores, truth) -> float | None:
@@ -358,7 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", default=None, help=f"comma-separated; ellm: {list(ARMS)}; oni: {list(ONI_ARMS)}")
     p.add_argument("--steps", type=int, default=None, help="use only the first STEPS captions of the data")
     p.add_argument("--out", default="benchmarks/results/lm_knowledge")
+    p.add_argument("--lm-threads", type=int, default=None,
+                   help="llama.cpp threads (default: every core; 1 on a box shared with other jobs: spinning threads "
+                        "of an oversubscribed llama.cpp slow it down several times)")
     args = p.parse_args(argv)
+    if args.lm_threads:
+        LM_THREADS[:] = [f"llm.n_threads={args.lm_threads}"]
     if args.method == "bk_code":
         if not args.task:
             p.error("--method bk_code needs --task (the env.task the programs are for)")

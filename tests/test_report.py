@@ -117,8 +117,9 @@ def test_report_handles_single_seed_and_broken_runs(tmp_path):
 
 
 def test_report_with_no_usable_metrics_still_writes_a_report(tmp_path):
-    run = tmp_path / "nothing"
+    run = tmp_path / "nothing"   # a run killed before its first metric: config.yaml only
     run.mkdir()
+    (run / "config.yaml").write_text("method: {name: none}\n")
     text = write_report([str(run)]).read_text()
     assert "No episodic returns in any run." in text and "no metrics.jsonl" in text
 

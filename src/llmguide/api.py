@@ -115,7 +115,7 @@ def load_policy(run_dir: str | Path, overrides: Sequence[str] = ()) -> Policy:
 
     cfg = load_run_config(run_dir, list(overrides))
     recipe = recipe_class(cfg)(cfg)
-    run = reopen_run(run_dir)
+    run = reopen_run(run_dir, lock=False)   # reads only: a run still training may hold the lock
     try:
         state = run.load_checkpoint()
     finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from llmguide.core.config import GROUPS, group_options
-from llmguide.core.errors import ConfigError, LLMGuideError
+from llmguide.core.errors import ConfigError, Interrupted, LLMGuideError, StorageError, UsageError
 from llmguide.pipelines import load_config
 
 VERBS = {
@@ -184,6 +184,9 @@ def list_catalog(what: str | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; errors are one line ``llmguide: ...`` on stderr, never a traceback: exit 2 for a user
+    error (:class:`UsageError`: a bad config, a run directory in use, a folder with no run), 130 for Ctrl-C /
+    SIGTERM, 1 for any other error of llmguide or of the file system (no space, read-only, a wrong path)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         text = _option_help(argv)
@@ -234,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             from llmguide.llm.cache_cli import cache_command
 
             return cache_command(args.action, args.file, args.path) or 0
-    except ConfigError as err:
+    except UsageError as err:
         print(f"llmguide: {err}", file=sys.stderr)
         return 2
     except ValueError as err:   # a layer's own check of a key ("env.task: unknown BabyAI task ..."): a user error
@@ -245,8 +248,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmguide: {ConfigError(key, text[len(key):].lstrip(': ') if text.startswith(key + ':') else text)}",
               file=sys.stderr)
         return 2
+    except Interrupted as err:
+        print(f"llmguide: {err}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("llmguide: interrupted", file=sys.stderr)
+        return 130
     except (LLMGuideError, FileExistsError, FileNotFoundError) as err:
         print(f"llmguide: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:      # the file system refused: no space, read-only, a path under a file ...
+        if not StorageError.explains(err):
+            raise
+        print(f"llmguide: {StorageError(err)}", file=sys.stderr)
         return 1
     return 0
 

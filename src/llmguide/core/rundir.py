@@ -7,6 +7,7 @@ Layout of ``runs/<name>/``::
     tb/                TensorBoard events
     checkpoints/       ckpt_<step>.pt (written atomically) and latest.pt
     report.md, *.png   written by ``llmguide report``
+    .lock              names the pid of the one process writing the run (:class:`RunLock`)
 
 Checkpoints load with ``torch.load(weights_only=True)`` (:func:`safe_torch_load`): tensors, numpy
 arrays, scalars and dtypes, and plain Python values — a crafted file in a downloaded run folder
@@ -14,17 +15,27 @@ cannot run code.  Saving refuses a state that such loading would refuse.  Resume
 (:meth:`RunDir.resume_state`) survives ordinary damage: a checkpoint that does not load is skipped
 for the newest one that does (logged with the reason), a torn last line of ``metrics.jsonl`` is
 dropped, and the metrics are cut to the resumed step (all of them when there is no checkpoint).
+
+One writer per run: :class:`RunDir` holds an advisory lock (``flock``) on ``.lock`` while it is open,
+so a second ``train`` (``collect``, ``eval`` ...) of the same run stops with the holder's pid.  Writes
+never leave a half-written file (atomic replace; a metrics line the disk refuses is cut back), and a
+write the file system refuses (no space, read-only) is a :class:`~llmguide.core.errors.StorageError`
+naming the file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import json
 import logging
 import math
 import os
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -35,7 +46,7 @@ import yaml
 from omegaconf import DictConfig
 
 from llmguide.core.config import redact
-from llmguide.core.errors import LLMGuideError
+from llmguide.core.errors import LLMGuideError, StorageError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -44,20 +55,38 @@ class CheckpointError(LLMGuideError):
     """A checkpoint cannot be written safely, or a run's checkpoints exist but none of them loads."""
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+class RunInUseError(UsageError):
+    """Another process holds the run directory's lock."""
+
+
+@contextlib.contextmanager
+def storage_errors(path: str | Path) -> Iterator[None]:
+    """Within: an ``OSError`` that :class:`StorageError` explains (no space, read-only ...) becomes one naming
+    ``path`` (a failed ``write`` or ``fsync`` names no file of its own)."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        yield
+    except OSError as err:
+        if StorageError.explains(err):
+            raise StorageError(err, path) from None
         raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``: the file is the old
+    one or the new one, never part of one (a refused write: :class:`StorageError` naming ``path``)."""
+    path = Path(path)
+    with storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -103,35 +132,120 @@ def default_run_name(cfg: DictConfig) -> str:
     return f"{cfg.method.name}-{cfg.env.name}-s{cfg.seed}-{stamp}"
 
 
-class RunDir:
-    """One run's folder. Create with :meth:`open`; use as a context manager to close writers."""
+class RunLock:
+    """One writer per run directory: an advisory ``flock`` on ``<run>/.lock``, which names the holder's pid.
 
-    def __init__(self, path: str | Path, cfg: DictConfig | None = None, tensorboard: bool = True):
+    The kernel drops the lock when its holder dies, so a killed run never blocks the next one; the file
+    still names the killed pid, and the process that takes the lock over says so (one line)."""
+
+    FILE = ".lock"
+
+    def __init__(self, run_path: str | Path):
+        self.path = Path(run_path) / self.FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        """Take the lock, or raise :class:`RunInUseError` naming the pid that holds it."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self._holder(fd, wait=1.0)
+            os.close(fd)
+            raise RunInUseError(f"{self.path.parent} is in use by another llmguide process (pid {holder or '?'}): "
+                                "wait for it to end or stop it, or choose another run.name") from None
+        try:
+            previous = self._holder(fd)
+            if previous is not None and previous != os.getpid():
+                gone = "is no longer running" if not _alive(previous) else "no longer holds it"
+                print(f"llmguide: {self.path.parent}: taking over the lock left by pid {previous}, which {gone}",
+                      file=sys.stderr, flush=True)
+            with storage_errors(self.path):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Clear the holder's pid (a clean end leaves no stale name) and drop the lock."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)
+        os.close(self._fd)
+        self._fd = None
+
+    @staticmethod
+    def _holder(fd: int, wait: float = 0.0) -> int | None:
+        """The pid the lock file names (a new holder writes it just after locking: wait up to ``wait`` s)."""
+        deadline = time.monotonic() + wait
+        while True:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            if text.isdigit() or time.monotonic() >= deadline:
+                return int(text) if text.isdigit() else None
+            time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # it exists, as another user's process
+        pass
+    return True
+
+
+class RunDir:
+    """One run's folder. Create with :meth:`open`; use as a context manager to close writers.
+
+    While open it holds the run's :class:`RunLock` (``lock=False``: a reader that writes nothing)."""
+
+    def __init__(self, path: str | Path, cfg: DictConfig | None = None, tensorboard: bool = True,
+                 lock: RunLock | bool = True):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.checkpoint_dir = self.path / "checkpoints"
-        self._metrics_file = open(self.path / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-        self._tb = None
-        self._tensorboard = tensorboard
-        self.sinks: list[Any] = []   # extra loggers: sink(step, metrics) and sink.close() (e.g. W&B)
-        if cfg is not None:
-            self.write_config(cfg)
+        self.lock = lock if isinstance(lock, RunLock) else RunLock(self.path).acquire() if lock else None
+        try:
+            self.checkpoint_dir = self.path / "checkpoints"
+            self._metrics_file = open(self.path / "metrics.jsonl", "ab", buffering=0)  # noqa: SIM115
+            self._tb = None
+            self._tensorboard = tensorboard
+            self.sinks: list[Any] = []   # extra loggers: sink(step, metrics) and sink.close() (e.g. W&B)
+            if cfg is not None:
+                self.write_config(cfg)
+        except BaseException:
+            if self.lock is not None:
+                self.lock.release()
+            raise
 
     @classmethod
-    def open(cls, cfg: DictConfig) -> RunDir:
-        """Open (or, with ``run.resume=true``, reopen) the run folder named by the config."""
+    def open(cls, cfg: DictConfig, write_config: bool = True) -> RunDir:
+        """Open (or, with ``run.resume=true``, reopen) the run folder named by the config, its lock taken
+        first; ``write_config=False``: the caller writes ``config.yaml`` later (a resume, once its
+        checkpoint has loaded)."""
         name = cfg.run.name or default_run_name(cfg)
         path = Path(cfg.run.dir) / name
-        if path.exists() and not cfg.run.resume and (path / "metrics.jsonl").exists():
-            if any(path.glob("checkpoints/*.pt")) or (path / "metrics.jsonl").stat().st_size > 0:
-                if not cfg.run.overwrite:
-                    raise FileExistsError(
-                        f"run directory {path} already holds a run; pass run.resume=true to continue it, "
-                        "run.overwrite=true to start over, or another run.name"
-                    )
-                for f in [path / "metrics.jsonl", *path.glob("checkpoints/*.pt"), *path.glob("tb/*")]:
-                    f.unlink()
-        return cls(path, cfg)
+        path.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(path).acquire()
+        try:
+            if not cfg.run.resume and (path / "metrics.jsonl").exists():
+                if any(path.glob("checkpoints/*.pt")) or (path / "metrics.jsonl").stat().st_size > 0:
+                    if not cfg.run.overwrite:
+                        raise FileExistsError(
+                            f"run directory {path} already holds a run; pass run.resume=true to continue it, "
+                            "run.overwrite=true to start over, or another run.name"
+                        )
+                    for f in [path / "metrics.jsonl", *path.glob("checkpoints/*.pt"), *path.glob("tb/*")]:
+                        f.unlink()
+            return cls(path, cfg if write_config else None, lock=lock)
+        except BaseException:
+            lock.release()
+            raise
 
     # --- config -----------------------------------------------------------------------
     def write_config(self, cfg: DictConfig) -> None:
@@ -152,14 +266,27 @@ class RunDir:
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         """Append one JSON line and write every numeric value to TensorBoard."""
         clean = {k: _jsonable(v) for k, v in metrics.items()}
-        self._metrics_file.write(json.dumps({"step": int(step), "time": time.time(), **clean}) + "\n")
-        self._metrics_file.flush()
+        self._append_metrics(json.dumps({"step": int(step), "time": time.time(), **clean}) + "\n")
         if self.tb is not None:
             for key, value in clean.items():
                 if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
                     self.tb.add_scalar(key, value, int(step))
         for sink in self.sinks:
             sink(int(step), clean)
+
+    def _append_metrics(self, line: str) -> None:
+        """Append ``line`` whole to metrics.jsonl: when the disk refuses part of it, the file is cut back to
+        where it was and a :class:`StorageError` names it."""
+        fd, data = self._metrics_file.fileno(), line.encode("utf-8")
+        start = os.fstat(fd).st_size
+        with storage_errors(self.path / "metrics.jsonl"):
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                raise
 
     def write_json(self, name: str, obj: Any) -> None:
         atomic_write_text(self.path / name, json.dumps(obj, indent=2, default=_jsonable))
@@ -213,16 +340,25 @@ class RunDir:
 
     def resume_state(self) -> dict[str, Any] | None:
         """For ``run.resume=true``: the newest checkpoint that loads (see :meth:`load_checkpoint`),
-        with metrics.jsonl cut to its step; None (and every metric row dropped: the run starts
-        over from step 0) when there is no checkpoint."""
+        with metrics.jsonl cut to its step (:meth:`cut_metrics_to`)."""
         state = self.load_checkpoint()
+        self.cut_metrics_to(state)
+        return state
+
+    def cut_metrics_to(self, state: dict[str, Any] | None) -> None:
+        """A resume from ``state`` (a loaded checkpoint): metrics.jsonl cut to its step; every metric row
+        dropped when None (the run starts over from step 0)."""
         if state is None:
             log.warning("run.resume=true but %s has no checkpoint: starting from step 0", self.path)
             self.truncate_metrics_after(None)
         else:
             log.info("resuming %s from step %d", self.path, state["step"])
             self.truncate_metrics_after(state["step"])
-        return state
+
+    def checkpoint_step(self) -> int | None:
+        """The step of the newest ``ckpt_<step>.pt`` (None when there is none)."""
+        steps = [int(p.stem[5:]) for p in self.checkpoint_dir.glob("ckpt_*.pt") if p.stem[5:].isdigit()]
+        return max(steps, default=None)
 
     def truncate_metrics_after(self, step: int | None) -> None:
         """Drop metric lines logged after ``step`` (every line when None), and lines that do not
@@ -234,23 +370,28 @@ class RunDir:
         for line in text.splitlines():
             if not line.strip():
                 continue
-            row_step = _row_step(line)
-            if row_step is None:
+            record = _record(line)
+            if record is None:
                 torn += 1
-            elif step is not None and row_step <= step:
+            elif step is not None and record["step"] <= step:
                 kept.append(line)
         if torn:
             log.warning("%s: dropped %d line(s) that do not parse (a write cut off by a kill)", path, torn)
         atomic_write_text(path, "".join(ln + "\n" for ln in kept))
-        self._metrics_file = open(path, "a", encoding="utf-8")  # noqa: SIM115
+        self._metrics_file = open(path, "ab", buffering=0)  # noqa: SIM115
 
     def close(self) -> None:
-        for sink in self.sinks:
-            sink.close()
-        self.sinks = []
-        self._metrics_file.close()
-        if self._tb is not None:
-            self._tb.close()
+        """Close the writers and release the run's lock."""
+        try:
+            for sink in self.sinks:
+                sink.close()
+            self.sinks = []
+            self._metrics_file.close()
+            if self._tb is not None:
+                self._tb.close()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
 
     def __enter__(self) -> RunDir:
         return self
@@ -260,24 +401,34 @@ class RunDir:
 
 
 def read_metrics(run_path: str | Path) -> list[dict[str, Any]]:
-    """All records of a run's metrics.jsonl (a torn last line from a kill is skipped)."""
-    records = []
-    for line in (Path(run_path) / "metrics.jsonl").read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+    """All records of a run's metrics.jsonl (lines that are not records are skipped: see :func:`scan_metrics`)."""
+    return scan_metrics(run_path)[0]
 
 
-def _row_step(line: str) -> float | None:
-    """The step of one metrics.jsonl line, or None if the line is not a record."""
+def scan_metrics(run_path: str | Path) -> tuple[list[dict[str, Any]], int]:
+    """The records of a run's metrics.jsonl (JSON objects with a finite numeric ``step``) and how many
+    non-empty lines were not records and were skipped (a torn last line from a kill, a hand-edited row)."""
+    records, skipped = [], 0
+    for line in (Path(run_path) / "metrics.jsonl").read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.strip():
+            record = _record(line)
+            if record is None:
+                skipped += 1
+            else:
+                records.append(record)
+    return records, skipped
+
+
+def _record(line: str) -> dict[str, Any] | None:
+    """One metrics.jsonl line as a record: a JSON object with a finite numeric ``step`` (else None)."""
     try:
         record = json.loads(line)
     except ValueError:
         return None
     step = record.get("step") if isinstance(record, dict) else None
-    return step if isinstance(step, int | float) and not isinstance(step, bool) else None
+    if not isinstance(step, int | float) or isinstance(step, bool) or not math.isfinite(step):
+        return None
+    return record
 
 
 def _load_error(err: BaseException) -> str:

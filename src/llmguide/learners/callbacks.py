@@ -9,6 +9,7 @@ A learner's ``learn(total_steps, callback=...)`` calls, on a :class:`Callback` (
   the update's metrics; periodic work (checkpoints, evaluation, LM statistics) happens here;
 * ``on_training_end()`` once.
 
+:class:`StopCallback` ends training early when the user asks (Ctrl-C, SIGTERM: :mod:`llmguide.core.stopping`).
 ``progress_stats()`` feeds the progress bar (e.g. LM calls and hit rate).  The learner owns its
 loop and its state; callbacks read ``agent.global_step`` and call ``agent.state_dict()``, never
 set learner attributes.
@@ -150,3 +151,25 @@ class MetricsCallback(Periodic):
             return {}
         values = self.source()
         return {short: values.get(key, 0) for short, key in self.progress.items()}
+
+
+class TrainingStopped(Exception):
+    """Raised by :class:`StopCallback` at a rollout end once a stop was requested: the learner leaves ``learn``
+    at that boundary (its state is the one a checkpoint there would hold)."""
+
+
+class StopCallback(Callback):
+    """Stops training at the next step boundary once ``request.requested`` (a
+    :class:`~llmguide.core.stopping.StopRequest`): ``on_step`` returns False, so a learner ends its rollout and
+    update; the rollout end raises :class:`TrainingStopped` (also stopping a learner that ignores ``on_step``).
+    Put it last, so the other callbacks see that rollout end first."""
+
+    def __init__(self, request: Any):
+        self.request = request
+
+    def on_step(self, step: Any) -> bool:
+        return not self.request.requested
+
+    def on_rollout_end(self, metrics: dict[str, Any]) -> None:
+        if self.request.requested:
+            raise TrainingStopped

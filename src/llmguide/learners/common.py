@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from llmguide.core.errors import LLMGuideError
 from llmguide.rewards.base import RewardModule, TransitionBatch
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,35 @@ def mix_rewards(
         metrics[f"charts/intrinsic_reward/{module.name}"] = float(r.mean())
         total += coef * r
     return total, metrics
+
+
+class NonFiniteError(LLMGuideError):
+    """Training diverged: a loss or a parameter became NaN or infinite.  The learner raises it before the
+    non-finite value reaches a checkpoint, so the run's last good checkpoint is kept."""
+
+
+DIVERGED_FIX = "a smaller agent.lr or agent.max_grad_norm may help"
+
+
+def check_loss(step: int, total: torch.Tensor, parts: dict[str, torch.Tensor]) -> None:
+    """Before ``total.backward()``: raise :class:`NonFiniteError` when ``total`` is not finite, naming the first
+    of its ``parts`` that is not (one host sync; learners sync for their metrics anyway)."""
+    if bool(torch.isfinite(total)):
+        return
+    name, value = next(((k, v) for k, v in parts.items() if not bool(torch.isfinite(v).all())),
+                       ("the total loss", total))
+    raise NonFiniteError(f"training diverged at step {step}: {name} is {float(value.detach().float().sum())}; "
+                         f"stopped before the update ({DIVERGED_FIX})")
+
+
+def check_parameters(step: int, module: torch.nn.Module) -> None:
+    """After an update: raise :class:`NonFiniteError` when a parameter of ``module`` is not finite, naming it."""
+    flags = torch.stack([torch.isfinite(p).all() for p in module.parameters()])
+    if bool(flags.all()):
+        return
+    name = [n for n, _ in module.named_parameters()][int((~flags).nonzero()[0])]
+    raise NonFiniteError(f"training diverged at step {step}: parameter {name} is not finite after the update "
+                         f"({DIVERGED_FIX})")
 
 
 def crossed(step: int, previous: int, every: int) -> bool:

@@ -34,6 +34,8 @@ from llmguide.learners.callbacks import Callback, as_callback
 from llmguide.learners.common import (
     EpisodeTracker,
     agent_config,
+    check_loss,
+    check_parameters,
     crossed,
     load_modules_state,
     mix_rewards,
@@ -269,6 +271,7 @@ class DQN:
         target = double_dqn_targets(self.q_net, self.target_net, batch)
         q = self.q_net(batch["obs"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
         loss = F.smooth_l1_loss(q, target)
+        check_loss(self.global_step, loss, {"losses/td_loss": loss})
         self.optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(self.q_net.parameters(), self.max_grad_norm)
@@ -349,6 +352,7 @@ class DQN:
             if self.global_step >= self.learning_starts and self.replay.size >= self.batch_size:
                 for _ in range(n_updates):
                     train_metrics = self.train_step()
+                check_parameters(self.global_step, self.q_net)
             if crossed(self.global_step, chunk_start, self.target_update_every):
                 self.target_net.load_state_dict(self.q_net.state_dict())
 

@@ -11,6 +11,9 @@ next episode's first one and the finished transition's true next observation is
 bootstrapped as in SB3: its reward gets ``gamma * V(final_obs)``, so a time limit is not treated as
 a terminal state; a terminated one is not.
 
+A non-finite loss or parameter stops training (:class:`~llmguide.learners.common.NonFiniteError`, naming the
+step and the loss) before it reaches a checkpoint.
+
 Per step the reward modules ``watch`` the transition and the callbacks see ``on_step``; after each
 update the callbacks see ``on_rollout_end`` (checkpoints, evaluation, LM statistics: see
 :mod:`llmguide.learners.callbacks`).
@@ -35,6 +38,8 @@ from llmguide.learners.callbacks import Callback, as_callback
 from llmguide.learners.common import (
     EpisodeTracker,
     agent_config,
+    check_loss,
+    check_parameters,
     load_modules_state,
     mix_rewards,
     modules_state,
@@ -340,12 +345,16 @@ class PPO:
                 if self.policy_penalty is not None:
                     penalty = self.policy_penalty(mb_obs)
                     loss = loss + penalty
+                check_loss(self.global_step, loss, {
+                    "losses/policy_loss": pg_loss, "losses/value_loss": v_loss, "losses/entropy": entropy_loss,
+                    **({"losses/policy_penalty": penalty} if self.policy_penalty is not None else {})})
                 self.optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(net.parameters(), self.max_grad_norm)
                 self.optimizer.step()
             if self.target_kl is not None and approx_kl > float(self.target_kl):
                 break
+        check_parameters(self.global_step, net)
         y_pred, y_true = values[..., 0].reshape(-1), returns[..., 0].reshape(-1)
         var_y = np.var(y_true)
         explained_var = float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)

@@ -6,30 +6,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig
 
+from llmguide.core.config import load_saved_config
 from llmguide.core.errors import ConfigError
 from llmguide.pipelines.runner import Recipe, eval_summary, evaluate_agent, reopen_run
 
 
 def load_run_config(run_dir: str | Path, overrides: list[str] = ()) -> DictConfig:
-    """A run's saved ``config.yaml`` with ``key=value`` overrides of existing keys applied."""
+    """A run's saved ``config.yaml`` with ``key=value`` overrides applied, validated like the command line
+    (:func:`~llmguide.core.config.load_saved_config`: a hand-edited file with a bad key or value is a
+    ConfigError naming it)."""
+    from llmguide.pipelines import register_rules
+
     path = Path(run_dir) / "config.yaml"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
-    cfg = OmegaConf.create(yaml.safe_load(path.read_text()))
-    OmegaConf.set_struct(cfg, True)
     for o in overrides:
         if "=" not in o:
             raise ConfigError(o, "an override must look like key=value (e.g. eval.episodes=20)")
-        try:
-            cfg.merge_with(OmegaConf.from_dotlist([o]))
-        except OmegaConfBaseException as err:
-            raise ConfigError(o.split("=", 1)[0], f"unknown key or bad value ({str(err).splitlines()[0]})") from None
-    OmegaConf.set_struct(cfg, False)
-    return cfg
+    return load_saved_config(path, overrides, providers=[register_rules])
 
 
 def evaluate_run(run_dir: str, overrides: list[str], recipe_for: Callable[[DictConfig], Recipe]) -> int:

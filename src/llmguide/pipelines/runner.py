@@ -8,6 +8,12 @@ evaluation every ``eval.every``, the recipe's metrics every ``log_every``) → f
 ``recipe.evaluate`` into ``eval.json`` → ``report.md``.  Every method writes the same artefacts:
 ``config.yaml``, ``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``eval.json``, ``report.md``.
 
+A run holds its directory's lock throughout (:class:`~llmguide.core.rundir.RunLock`).  A resumed run
+writes ``config.yaml`` only once its checkpoint has loaded into the agent.  Ctrl-C or SIGTERM stops
+training at the next step boundary: a checkpoint and the metrics are saved and :class:`Interrupted` says
+how to resume (a second Ctrl-C stops at once).  A non-finite loss or parameter stops the run
+(:class:`~llmguide.learners.common.NonFiniteError`) with its last good checkpoint kept.
+
 Offline steps (``collect``, ``label``) open their run directory with :func:`open_run`; ``llmguide eval``
 is :mod:`llmguide.pipelines.evaluate`.
 """
@@ -15,6 +21,7 @@ is :mod:`llmguide.pipelines.evaluate`.
 from __future__ import annotations
 
 import logging
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -26,10 +33,19 @@ from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
-from llmguide.core.errors import ConfigError
+from llmguide.core.errors import ConfigError, Interrupted, UsageError
 from llmguide.core.rundir import RunDir
 from llmguide.core.seeding import seed_everything
-from llmguide.learners.callbacks import Callback, CheckpointCallback, EvalCallback, MetricsCallback
+from llmguide.core.stopping import stop_requests
+from llmguide.learners.callbacks import (
+    Callback,
+    CheckpointCallback,
+    EvalCallback,
+    MetricsCallback,
+    StopCallback,
+    TrainingStopped,
+)
+from llmguide.learners.common import NonFiniteError
 from llmguide.llm.service_metrics import check_answered_fraction
 
 log = logging.getLogger(__name__)
@@ -147,18 +163,20 @@ class Recipe:
 
 
 @contextmanager
-def open_run(cfg: DictConfig) -> Iterator[RunDir]:
-    """The run directory named by ``cfg.run`` (config written; refuses to overwrite a finished run)."""
+def open_run(cfg: DictConfig, write_config: bool = True) -> Iterator[RunDir]:
+    """The run directory named by ``cfg.run``, locked (config written unless ``write_config=False``; refuses
+    to overwrite a finished run)."""
     from llmguide.core.wandb_logger import attach_wandb
 
-    with RunDir.open(cfg) as run:
+    with RunDir.open(cfg, write_config=write_config) as run:
         attach_wandb(cfg, run)
         yield run
 
 
-def reopen_run(run_dir: str | Path) -> RunDir:
-    """A finished run's directory, to add an evaluation (config kept, no TensorBoard writer)."""
-    return RunDir(run_dir, tensorboard=False)
+def reopen_run(run_dir: str | Path, lock: bool = True) -> RunDir:
+    """A finished run's directory, to add an evaluation (config kept, no TensorBoard writer); ``lock=False``
+    to only read it (e.g. a checkpoint of a run still training)."""
+    return RunDir(run_dir, tensorboard=False, lock=lock)
 
 
 def make_run_envs(cfg: DictConfig) -> Any:
@@ -196,7 +214,7 @@ def run_training(cfg: DictConfig, recipe: Recipe) -> TrainResult:
     recipe.check()
     start = time.perf_counter()
     seed_everything(int(cfg.seed), bool(cfg.deterministic))
-    with open_run(cfg) as run:
+    with open_run(cfg, write_config=not cfg.run.resume) as run:
         wait = _family_wait(cfg)
         if wait:
             print(f"env={cfg.env.name}: {wait}", file=sys.stderr, flush=True)
@@ -205,20 +223,15 @@ def run_training(cfg: DictConfig, recipe: Recipe) -> TrainResult:
         try:
             parts = recipe.build(envs, run)
             agent = recipe.make_agent(parts, run)
-            state = run.resume_state() if cfg.run.resume else None   # the newest checkpoint that loads
-            if state is not None:
-                agent.load_state_dict(state["agent"])
-                log.info("resumed %s at step %d", run.path, agent.global_step)
+            if cfg.run.resume:
+                resume_agent(cfg, recipe, agent, run)
             else:
                 recipe.prepare(agent, run)
             if recipe.learns():
-                agent.learn(int(cfg.total_steps), callback=_callbacks(cfg, recipe, parts, run, envs),
-                            progress=bool(cfg.progress))
+                learn(cfg, agent, _callbacks(cfg, recipe, parts, run, envs), parts, run)
             recipe.finish(parts, run)
             run.save_checkpoint({"agent": agent.state_dict()}, int(agent.global_step))
-            final = parts.metrics() if parts.metrics is not None else {}
-            if final:
-                run.log(int(agent.global_step), final)
+            final = _log_final_metrics(parts, agent, run)
         finally:
             if parts is not None:
                 parts.close()
@@ -226,13 +239,72 @@ def run_training(cfg: DictConfig, recipe: Recipe) -> TrainResult:
         results = evaluate_agent(recipe, agent, int(cfg.eval.episodes), bool(cfg.eval.greedy),
                                  progress=bool(cfg.progress))
         run.write_json("eval.json", {"step": int(agent.global_step), **results})
-        run_path = run.path
-    result = TrainResult(Path(run_path), int(agent.global_step), results, write_report(run_path),
-                         time.perf_counter() - start)
+        result = TrainResult(run.path, int(agent.global_step), results, write_report(run.path),
+                             time.perf_counter() - start)
     print(summary_line(result), flush=True)
     # llm.require_fraction: a run whose LM answered too few of its requests fails, with every file written
     check_answered_fraction(final, cfg.llm.get("require_fraction"))
     return result
+
+
+def resume_agent(cfg: DictConfig, recipe: Recipe, agent: Any, run: RunDir) -> None:
+    """``run.resume=true``: the newest checkpoint that loads into ``agent`` (none: ``recipe.prepare``, from step
+    0), then metrics.jsonl cut to its step and ``config.yaml`` written: a resume that fails changes no file."""
+    state = run.load_checkpoint()
+    if state is None:
+        recipe.prepare(agent, run)
+    else:
+        try:
+            agent.load_state_dict(state["agent"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as err:   # another network, agent or module
+            detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+            raise UsageError(f"the checkpoint in {run.checkpoint_dir} does not fit this run's agent ({detail}); "
+                             f"resume with the settings it was trained with ({run.path / 'config.yaml'})") from None
+        log.info("resumed %s at step %d", run.path, agent.global_step)
+    run.cut_metrics_to(state)
+    run.write_config(cfg)
+
+
+def learn(cfg: DictConfig, agent: Any, callbacks: list[Callback], parts: Parts, run: RunDir) -> None:
+    """``agent.learn`` to ``total_steps``.  Ctrl-C / SIGTERM: stop at the next step boundary, save a checkpoint
+    and the metrics, raise :class:`Interrupted` (how to resume); a second one stops at once.  A non-finite loss
+    or parameter: :class:`NonFiniteError` naming the last good checkpoint."""
+    with stop_requests() as stop:
+        try:
+            agent.learn(int(cfg.total_steps), callback=[*callbacks, StopCallback(stop)], progress=bool(cfg.progress))
+        except TrainingStopped:
+            pass
+        except KeyboardInterrupt:
+            raise Interrupted(f"stopped at once at step {agent.global_step}; {_kept(run)}; resume with: "
+                              f"{resume_command(run)}") from None
+        except NonFiniteError as err:
+            raise NonFiniteError(f"{err}; {_kept(run, 'good ')}") from None
+        if stop.requested:
+            run.save_checkpoint({"agent": agent.state_dict()}, int(agent.global_step))
+            _log_final_metrics(parts, agent, run)
+            raise Interrupted(f"{stop.signal}: stopped at step {agent.global_step}, checkpoint and metrics saved; "
+                              f"resume with: {resume_command(run)}")
+
+
+def resume_command(run: RunDir) -> str:
+    """The command that continues this run (the rest of its config comes from its ``config.yaml``)."""
+    return shlex.join(["llmguide", "train", f"run.dir={run.path.parent}", f"run.name={run.path.name}",
+                       "run.resume=true"])
+
+
+def _kept(run: RunDir, good: str = "") -> str:
+    """``the last checkpoint (step N) is kept in DIR``, or that there is none."""
+    step = run.checkpoint_step()
+    return f"the last {good}checkpoint (step {step}) is kept in {run.path}" if step is not None else \
+        f"no checkpoint was saved in {run.path}"
+
+
+def _log_final_metrics(parts: Parts, agent: Any, run: RunDir) -> dict[str, Any]:
+    """The recipe's metrics at the end of training, logged at the agent's step; returned."""
+    final = parts.metrics() if parts.metrics is not None else {}
+    if final:
+        run.log(int(agent.global_step), final)
+    return final
 
 
 def _family_wait(cfg: DictConfig) -> str | None:

@@ -11,15 +11,18 @@ freed under a running worker crashes the process).
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from llmguide.core.config import non_negative, positive, register_rule
-from llmguide.core.errors import ConfigError
+from llmguide.core.config import cfg_get, non_negative, positive, register_rule
+from llmguide.core.errors import ConfigError, StorageError, file_ancestor
 from llmguide.llm.base import LanguageModel
+from llmguide.llm.cache import default_cache_path
 from llmguide.llm.factory import GROUND_TRUTH_BACKENDS, make_llm
 from llmguide.llm.service import LLMService
 
@@ -33,8 +36,21 @@ for _key, _rule in {"llm.require_fraction": lambda v: None if v is None or 0.0 <
     register_rule(_key, _rule)
 
 
+def check_cache_path(llm_cfg: DictConfig) -> None:
+    """With the LM cache on: its file (``llm.cache.path``, else the default) must not be a folder nor sit under
+    a file (:class:`StorageError` naming the path, before the LM loads)."""
+    if not cfg_get(cfg_get(llm_cfg, "cache"), "enabled", False):
+        return
+    path = Path(cfg_get(llm_cfg.cache, "path") or default_cache_path()).expanduser()
+    if path.is_dir():
+        raise StorageError(OSError(errno.EISDIR, "is a folder"), path, key="llm.cache.path")
+    if file_ancestor(path) is not None:
+        raise StorageError(OSError(errno.ENOTDIR, "sits under a file"), path, key="llm.cache.path")
+
+
 def make_run_lm(cfg: DictConfig, answerers: Sequence[Any] = (), online: bool = True) -> LanguageModel:
     """The run's LM: backend + cache, or the shared Ray actor's client with ``llm.actor=true``."""
+    check_cache_path(cfg.llm)
     if bool(cfg.llm.get("actor", False)):
         if answerers and str(cfg.llm.backend) in GROUND_TRUTH_BACKENDS:
             raise ConfigError("llm.actor", "the oracle's method answers (BK, ONI) run in the learner process; "

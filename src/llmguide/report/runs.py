@@ -1,6 +1,8 @@
 """Reading run directories (``config.yaml``, ``metrics.jsonl``, ``eval.json``) and grouping them into arms.
 
-A problem with a run's files is a note on the :class:`Run`, never an exception (except a missing folder).
+A problem with a run's files is a note on the :class:`Run`, never an exception (except a missing folder, and a
+folder that holds no run: neither ``config.yaml`` nor ``metrics.jsonl``).  Lines of ``metrics.jsonl`` that are not
+records (JSON objects with a numeric step) are skipped, and the note says how many.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from llmguide.core.rundir import read_metrics
+from llmguide.core.errors import UsageError
+from llmguide.core.rundir import scan_metrics
 
 RETURN_KEYS = ("charts/episodic_return", "episodic_return")
 SUCCESS_KEY = "charts/success"
@@ -53,6 +56,7 @@ def load_run(path: str | Path) -> Run:
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"run directory not found: {path}")
+    check_holds_run(path)
     cfg: dict[str, Any] = {}
     notes = []
     if (path / "config.yaml").exists():
@@ -65,9 +69,12 @@ def load_run(path: str | Path) -> Run:
     method = (cfg.get("method") or {}).get("name") or path.name
     run = Run(path, str(method), (cfg.get("env") or {}).get("name"), cfg.get("seed"), notes=notes)
     if (path / "metrics.jsonl").exists():
-        run.records = read_metrics(path)
+        run.records, skipped = scan_metrics(path)
+        if skipped:
+            notes.append(f"metrics.jsonl: skipped {skipped} line(s) that are not records (a JSON object with a "
+                         "numeric step)")
         if not run.records:
-            notes.append("metrics.jsonl is empty")
+            notes.append("metrics.jsonl is empty" if not skipped else "metrics.jsonl holds no records")
     else:
         notes.append("no metrics.jsonl")
     if (path / "eval.json").exists():
@@ -78,6 +85,20 @@ def load_run(path: str | Path) -> Run:
         except json.JSONDecodeError:
             notes.append("eval.json unreadable")
     return run
+
+
+RUN_FILES = ("config.yaml", "metrics.jsonl")
+
+
+def check_holds_run(path: Path) -> None:
+    """A folder with neither of :data:`RUN_FILES` is no run: a :class:`UsageError` saying so (and where its runs
+    are, when its subfolders hold some), before anything is written."""
+    if any((path / name).is_file() for name in RUN_FILES):
+        return
+    inside = sorted(p for p in path.iterdir() if p.is_dir() and any((p / n).is_file() for n in RUN_FILES))
+    hint = (f"; its subfolders hold {len(inside)} run(s), e.g. {inside[0]}: give those" if inside
+            else "; give a run directory (runs/<name>)")
+    raise UsageError(f"{path} holds no run (no {' or '.join(RUN_FILES)}){hint}")
 
 
 def group_runs(runs: list[Run], group_by: str | Mapping[str, str] = "method") -> dict[str, list[Run]]:
