@@ -97,15 +97,16 @@ def build_arm(arm: str, args, captions: list[str], steps: Counter) -> tuple[Path
     from llmguide.pipelines.answers import lm_name
 
     cfg = arm_config(arm, args.env_id, args.top_k)
-    # the probe samples uniformly; each query keeps its signature's steps in the data as its weight
-    queries = [Query(q.kind, q.payload, float(steps[q.label]), q.label) for q in answer_queries(cfg, captions)]
+    # the probe samples uniformly and answers in the sample's (random) order, so --max-queries keeps a uniform
+    # subset; the data's weights enter the *_weighted measures only
+    queries = [Query(q.kind, q.payload, 1.0, q.label) for q in answer_queries(cfg, captions)]
     out = Path(args.out) / "tables" / f"{arm}.sqlite"
     lm = make_llm(cfg.llm, args.env_id, online=False, actions="text")
     started = time.monotonic()
     try:
         build_table(lm, queries, out, meta={"lm": lm_name(cfg), "method": "ellm", "arm": arm,
                                             "prompt_sha256": ARMS[arm][2] + f"/norm={ARMS[arm][3]}"},
-                    batch=1 if ARMS[arm][1] == "generate" else 4, progress=True)
+                    batch=1 if ARMS[arm][1] == "generate" else 4, progress=True, max_queries=args.max_queries)
     finally:
         lm.close()
     return out, time.monotonic() - started
@@ -292,7 +293,8 @@ def bk_probe(args, arms: list[str], seeds: list[int]) -> dict:
             if not manifest.exists():
                 print(f"lm_knowledge: bk_code {arm} seed {seed} ...", file=sys.stderr, flush=True)
                 started = time.monotonic()
-                subprocess.call([*cli, "label", *base, *BK_ARMS[arm], f"seed={seed}", f"run.dir={runs}",
+                threads = LM_THREADS if arm != "oracle" else []
+                subprocess.call([*cli, "label", *base, *BK_ARMS[arm], *threads, f"seed={seed}", f"run.dir={runs}",
                                  f"run.name={name}", "run.overwrite=true"])
                 if manifest.exists():
                     data = json.loads(manifest.read_text())
@@ -361,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="ellm: goal picks over state signatures; oni: helpful labels of messages; bk_code: programs")
     p.add_argument("--arms", default=None, help=f"comma-separated; ellm: {list(ARMS)}; oni: {list(ONI_ARMS)}")
     p.add_argument("--steps", type=int, default=None, help="use only the first STEPS captions of the data")
+    p.add_argument("--max-queries", type=int, default=None,
+                   help="ellm: answer at most this many of the sampled states per arm (the rest are not measured)")
     p.add_argument("--out", default="benchmarks/results/lm_knowledge")
     p.add_argument("--lm-threads", type=int, default=None,
                    help="llama.cpp threads (default: every core; 1 on a box shared with other jobs: spinning threads "

@@ -10,6 +10,9 @@ from typing import Any
 from tqdm import tqdm
 
 
+SHARES = ("answered", "table")   # progress keys that are shares of 1
+
+
 class Progress:
     """A tqdm bar whose postfix shows steps/s, recent episode return/length and LM statistics."""
 
@@ -35,8 +38,9 @@ class Progress:
 
     def update(self, steps: int, lm_stats: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
                **extra: Any) -> None:
-        """Advance by ``steps``; ``lm_stats`` (or a function giving it, called only when the bar is shown)
-        may hold ``calls`` and ``hit_rate``."""
+        """Advance by ``steps``; ``lm_stats`` (or a function giving it, called only when the bar is shown) holds
+        the LM's short progress keys (``LM_PROGRESS``: ``calls``, ``answered``, ``fallbacks``, with an answer table
+        ``table``); shares (``answered``, ``table``) are shown as percentages."""
         self.step += steps
         if self.bar.disable:
             return
@@ -46,9 +50,9 @@ class Progress:
         if self.returns:
             post["ep_ret"] = f"{sum(self.returns) / len(self.returns):.2f}"
             post["ep_len"] = f"{sum(self.lengths) / len(self.lengths):.0f}"
-        if lm_stats:
-            post["lm_calls"] = lm_stats.get("calls", 0)
-            post["hit"] = f"{lm_stats.get('hit_rate', 0.0):.0%}"
+        for key, value in (lm_stats or {}).items():
+            post[f"lm_{key}"] = f"{float(value):.0%}" if key in SHARES else (int(value) if float(value).is_integer()
+                                                                              else f"{float(value):.3g}")
         post.update(extra)
         self.bar.set_postfix(post, refresh=False)
         self.bar.update(steps)

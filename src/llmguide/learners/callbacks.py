@@ -150,7 +150,7 @@ class MetricsCallback(Periodic):
         if not self.progress:
             return {}
         values = self.source()
-        return {short: values.get(key, 0) for short, key in self.progress.items()}
+        return {short: values[key] for short, key in self.progress.items() if key in values}
 
 
 class TrainingStopped(Exception):

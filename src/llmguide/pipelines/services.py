@@ -27,7 +27,8 @@ from llmguide.llm.factory import GROUND_TRUTH_BACKENDS, make_llm
 from llmguide.llm.service import LLMService
 
 # what the progress bar shows of a run's LM: calls sent, the fraction of requests answered, fallbacks
-LM_PROGRESS = {"calls": "lm/calls", "answered": "lm/answered_fraction", "fallbacks": "lm/fallbacks"}
+LM_PROGRESS = {"calls": "lm/calls", "answered": "lm/answered_fraction", "fallbacks": "lm/fallbacks",
+               "table": "lm/table_coverage"}   # what the progress bar shows of the LM (table: with llm.table only)
 
 for _key, _rule in {"llm.require_fraction": lambda v: None if v is None or 0.0 <= v <= 1.0 else f"must be in [0, 1] or null, got {v!r}",
                     "llm.service.max_batch": positive, "llm.service.max_queue": positive,
