@@ -250,7 +250,9 @@ def test_answers_verb_builds_a_table_from_a_collection_and_a_run_reads_only_it(t
     rows = [json.loads(line) for line in (run / "t" / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in rows if "lm/table_coverage" in r][-1]
     assert 0 < last["lm/table_coverage"] <= 1 and last["lm/table_hits"] > 0
-    assert "LM: loading" not in capfd.readouterr().err   # llm=embedded was never loaded: the table answered
+    out = capfd.readouterr()
+    assert "LM: loading" not in out.err   # llm=embedded was never loaded: the table answered
+    assert "answer table covered" in out.out and "WARNING" not in out.out   # the summary line says so
 
 
 def test_oni_labels_come_from_a_table_built_over_the_collected_message_line(tmp_path):
@@ -283,3 +285,13 @@ def test_oni_labels_come_from_a_table_built_over_the_collected_message_line(tmp_
         annot.poll()
         assert annot.get(known) in (0.0, 1.0) and annot.get(unknown) is None
         assert annot.counts["table_misses"] == 1 and annot.submit([unknown]) == 0   # not asked again
+
+
+def test_a_run_whose_lm_answered_little_says_so_in_its_summary_line():
+    from llmguide.pipelines.runner import lm_summary
+
+    assert lm_summary({}) == "" and lm_summary({"lm/requests": 0.0}) == ""   # no LM asked: nothing to say
+    dead = lm_summary({"lm/requests": 294.0, "lm/deduplicated": 0.0, "lm/completed": 0.0, "lm/fresh_fraction": 0.0})
+    assert "LM answered 0 of 294 requests (0%)" in dead and "WARNING" in dead
+    fine = lm_summary({"lm/requests": 12.0, "lm/deduplicated": 2.0, "lm/completed": 10.0, "lm/table_coverage": 0.93})
+    assert "10 of 10" in fine and "covered 93% of the steps" in fine and "WARNING" not in fine

@@ -201,6 +201,7 @@ class TrainResult:
     eval: dict[str, Any]
     report: Path | None
     seconds: float
+    lm: dict[str, Any] = field(default_factory=dict)   # the final lm/* metrics (no LM: empty)
 
 
 def train(cfg: DictConfig, recipe: Recipe) -> int:
@@ -240,7 +241,7 @@ def run_training(cfg: DictConfig, recipe: Recipe) -> TrainResult:
                                  progress=bool(cfg.progress))
         run.write_json("eval.json", {"step": int(agent.global_step), **results})
         result = TrainResult(run.path, int(agent.global_step), results, write_report(run.path),
-                             time.perf_counter() - start)
+                             time.perf_counter() - start, {k: v for k, v in final.items() if k.startswith("lm/")})
     print(summary_line(result), flush=True)
     # llm.require_fraction: a run whose LM answered too few of its requests fails, with every file written
     check_answered_fraction(final, cfg.llm.get("require_fraction"))
@@ -333,7 +334,27 @@ def eval_summary(results: dict[str, Any]) -> str:
 def summary_line(result: TrainResult) -> str:
     report = f"; report {result.report}" if result.report else ""
     return (f"train: {result.path} — {result.step} steps in {result.seconds:.0f} s; final eval "
-            f"{eval_summary(result.eval)}{report}")
+            f"{eval_summary(result.eval)}{lm_summary(result.lm)}{report}")
+
+
+LOW_ANSWERED = 0.5   # below this share of its requests answered, the summary line says the LM arm is not fair
+
+
+def lm_summary(lm: dict[str, Any]) -> str:
+    """``; LM answered 3 of 290 requests (1 %) ...`` for a run that asked an LM (empty otherwise): a run whose LM
+    answered little must not look like a normal run.  With an answer table, its coverage of the run's steps."""
+    asked = float(lm.get("lm/requests", 0)) - float(lm.get("lm/deduplicated", 0))
+    if asked <= 0:
+        return ""
+    done = float(lm.get("lm/completed", 0))
+    text = f"; LM answered {done:.0f} of {asked:.0f} requests ({done / asked:.0%})"
+    if "lm/table_coverage" in lm:
+        text += f", answer table covered {float(lm['lm/table_coverage']):.0%} of the steps"
+    elif "lm/fresh_fraction" in lm:
+        text += f", {float(lm['lm/fresh_fraction']):.0%} of steps acted on a fresh answer"
+    if done / asked < LOW_ANSWERED:
+        text += " — WARNING: too few answers for a fair LM arm (lm_stats.json; an answer table: llmguide answers)"
+    return text
 
 
 @contextmanager
