@@ -97,3 +97,15 @@ def _any_env_config(method: str):
         except ConfigError:
             continue
     raise AssertionError(f"method={method} loads on no env")
+
+
+def test_a_key_that_takes_auto_or_a_number_takes_a_number_on_a_fresh_command_line():
+    """``llm.n_threads=1`` was refused ("expected str") by a fresh ``llmguide`` process: the types were checked
+    before the LM layer had said that ``llm.n_threads`` takes ``auto`` or a number."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "llmguide.cli", "train", "--print-config", "llm.n_threads=1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "n_threads: 1" in out.stdout

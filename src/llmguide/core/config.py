@@ -145,12 +145,14 @@ def load_config(overrides: Sequence[str] = (), providers: Providers = ()) -> Dic
 
 
 def _validated(cfg: DictConfig, base: DictConfig, providers: Providers) -> DictConfig:
-    """``cfg`` checked: the types of the shipped config ``base``, then every layer's value rules."""
-    _check_types(cfg, base, "")
+    """``cfg`` checked: the types of the shipped config ``base``, then every layer's value rules.  The types
+    are checked after the providers registered the layers' rules: a key whose rule takes another type than its
+    shipped value (``llm.n_threads: auto`` or a number) is known only then."""
     for provider in providers:
         provider(cfg)
     for provider in list(RULE_PROVIDERS):   # read after the providers ran: importing a layer may add some
         provider(cfg)
+    _check_types(cfg, base, "")
     validate(cfg)
     OmegaConf.set_readonly(cfg, False)
     return cfg
