@@ -428,6 +428,21 @@ def main(argv: list[str] | None = None) -> int:
                             "vocabulary": 139}
         results_path.write_text(json.dumps(results, indent=1, sort_keys=True))
         write_markdown(results, Path(args.out) / "knowledge.md")
+    # every arm again on the states all of them answered (arms capped by --max-queries answered fewer)
+    from llmguide.llm.table import AnswerTable
+
+    tables = {a: Path(args.out) / "tables" / f"{a}.sqlite" for a in ARMS if a in results}
+    answered = {}
+    for arm, path in tables.items():
+        if path.exists():
+            table = AnswerTable(path)
+            answered[arm] = {row[1] for row in table.rows()} & set(sigs)
+            table.close()
+    common = sorted(set.intersection(*answered.values())) if answered else []
+    results["common"] = {"states": len(common), "arms": sorted(answered),
+                         **{arm: measure(arm, tables[arm], common, feasible, steps, args) for arm in answered}}
+    results_path.write_text(json.dumps(results, indent=1, sort_keys=True))
+    write_markdown(results, Path(args.out) / "knowledge.md")
     print((Path(args.out) / "knowledge.md").read_text())
     return 0
 
@@ -442,13 +457,19 @@ def write_markdown(results: dict, path: Path) -> None:
              f"(mean {setup.get('mean_feasible', 0):.2f} per state). Weighted: by the signature's steps in the data.",
              "", "| arm | states | precision | any feasible | recall | achievement share | invalid | picks/state | "
              "precision (weighted) | any feasible (weighted) | s/state |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for arm in ARMS:
-        r = results.get(arm)
-        if not r:
-            continue
-        lines.append(f"| {arm} | {r['states']} | {r['precision']:.3f} | {r['any_feasible']:.3f} | {r['recall']:.3f} | "
-                     f"{r['achievement_share']:.3f} | {r['invalid']:.3f} | {r['picks_per_state']:.2f} | "
-                     f"{r['precision_weighted']:.3f} | {r['any_feasible_weighted']:.3f} | {r['seconds_per_state']:.2f} |")
+    def row(arm: str, r: dict) -> str:
+        return (f"| {arm} | {r['states']} | {r['precision']:.3f} | {r['any_feasible']:.3f} | {r['recall']:.3f} | "
+                f"{r['achievement_share']:.3f} | {r['invalid']:.3f} | {r['picks_per_state']:.2f} | "
+                f"{r['precision_weighted']:.3f} | {r['any_feasible_weighted']:.3f} | "
+                f"{r.get('seconds_per_state', float('nan')):.2f} |")
+
+    header = lines[-2:]
+    lines += [row(arm, results[arm]) for arm in ARMS if results.get(arm)]
+    common = results.get("common")
+    if common and common.get("states"):
+        lines += ["", f"The same measures on the {common['states']} states every arm answered (paired):", "", *header]
+        lines += [row(arm, {**common[arm], "seconds_per_state": results[arm].get("seconds_per_state", float("nan"))})
+                  for arm in ARMS if arm in common]
     path.write_text("\n".join(lines) + "\n")
 
 

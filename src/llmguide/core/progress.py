@@ -9,7 +9,6 @@ from typing import Any
 
 from tqdm import tqdm
 
-
 SHARES = ("answered", "table")   # progress keys that are shares of 1
 
 
