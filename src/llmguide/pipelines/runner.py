@@ -316,7 +316,9 @@ def _family_wait(cfg: DictConfig) -> str | None:
 
 
 def _num(x: Any) -> str:
-    """A value as printed on the console: 3 significant digits."""
+    """A value as printed on the console: 3 significant digits; float noise (|x| < 1e-9) is 0."""
+    if isinstance(x, float) and abs(x) < 1e-9:
+        return "0"
     return f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
