@@ -286,20 +286,3 @@ def test_oni_labels_come_from_a_table_built_over_the_collected_message_line(tmp_
         assert annot.get(known) in (0.0, 1.0) and annot.get(unknown) is None
         assert annot.counts["table_misses"] == 1 and annot.submit([unknown]) == 0   # not asked again
 
-
-def test_a_run_whose_lm_answered_little_says_so_in_its_summary_line():
-    from llmguide.pipelines.runner import lm_summary
-
-    assert lm_summary({}) == "" and lm_summary({"lm/requests": 0.0}) == ""   # no LM asked: nothing to say
-    dead = lm_summary({"lm/requests": 294.0, "lm/deduplicated": 0.0, "lm/completed": 0.0, "lm/fresh_fraction": 0.0})
-    assert "LM answered 0 of 294 requests (0%)" in dead and "WARNING" in dead
-    fine = lm_summary({"lm/requests": 12.0, "lm/deduplicated": 2.0, "lm/completed": 10.0, "lm/table_coverage": 0.93})
-    assert "10 of 10" in fine and "covered 93% of the steps" in fine and "WARNING" not in fine
-
-
-def test_the_summary_prints_float_noise_as_zero():
-    """A Crafter summary printed ``± 9.93e-17`` for episodes with equal returns."""
-    from llmguide.pipelines.runner import eval_summary
-
-    text = eval_summary({"episodes": 5, "return_mean": 1.0, "return_std": 9.93e-17, "greedy": True})
-    assert text == "return 1 ± 0 over 5 greedy episodes"
