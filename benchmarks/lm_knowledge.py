@@ -290,7 +290,7 @@ def bk_probe(args, arms: list[str], seeds: list[int]) -> dict:
         for seed in seeds if arm != "oracle" else [0]:
             name = f"labels-{arm}-s{seed}"
             manifest = runs / name / "bk" / "manifest.json"
-            if not manifest.exists():
+            if not manifest.exists() and not args.measure_only:
                 print(f"lm_knowledge: bk_code {arm} seed {seed} ...", file=sys.stderr, flush=True)
                 started = time.monotonic()
                 threads = LM_THREADS if arm != "oracle" else []
@@ -363,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="ellm: goal picks over state signatures; oni: helpful labels of messages; bk_code: programs")
     p.add_argument("--arms", default=None, help=f"comma-separated; ellm: {list(ARMS)}; oni: {list(ONI_ARMS)}")
     p.add_argument("--steps", type=int, default=None, help="use only the first STEPS captions of the data")
+    p.add_argument("--measure-only", action="store_true",
+                   help="bk_code: measure the label runs that exist, start none")
     p.add_argument("--max-queries", type=int, default=None,
                    help="ellm: answer at most this many of the sampled states per arm (the rest are not measured)")
     p.add_argument("--out", default="benchmarks/results/lm_knowledge")
