@@ -126,7 +126,7 @@ def bench_ellm(name: str, lm, args: argparse.Namespace) -> dict:
     time to answer the queries that cover 95 % of ``--data``'s steps."""
     from llmguide.envs.crafter.actions import ACTION_STRINGS
     from llmguide.methods.ellm.prompts import template
-    from llmguide.methods.ellm.suggester import goal_request
+    from llmguide.methods.ellm.signature import goal_request
 
     chat = bool(getattr(lm, "chat", False))
     score_t = template("ellm_actions_score_listed" if chat else "ellm_goal_score")

@@ -203,9 +203,8 @@ def oni_probe(args, arms: list[str]) -> dict:
     from llmguide.data import EpisodeDataset
     from llmguide.envs import get_oracle
     from llmguide.llm.factory import make_llm
-    from llmguide.llm.parsing import ParseStats
+    from llmguide.llm.parsing import ParseStats, parse_label
     from llmguide.llm.table import AnswerTable, build_table
-    from llmguide.methods.oni.annotator import parse_label
     from llmguide.methods.oni.recipe import answer_queries, oracle_answers
     from llmguide.pipelines.answers import lm_name
 

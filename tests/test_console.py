@@ -68,7 +68,7 @@ def test_the_first_jax_compile_is_announced(tmp_path, monkeypatch, capsys):
 
 
 def test_a_run_whose_lm_answered_little_says_so_in_its_summary_line():
-    from llmguide.pipelines.runner import lm_summary
+    from llmguide.pipelines.summary import lm_summary
 
     assert lm_summary({}) == "" and lm_summary({"lm/requests": 0.0}) == ""   # no LM asked: nothing to say
     dead = lm_summary({"lm/requests": 294.0, "lm/deduplicated": 0.0, "lm/completed": 0.0, "lm/fresh_fraction": 0.0})
@@ -79,7 +79,7 @@ def test_a_run_whose_lm_answered_little_says_so_in_its_summary_line():
 
 def test_the_summary_prints_float_noise_as_zero():
     """A Crafter summary printed ``± 9.93e-17`` for episodes with equal returns."""
-    from llmguide.pipelines.runner import eval_summary
+    from llmguide.pipelines.summary import eval_summary
 
     text = eval_summary({"episodes": 5, "return_mean": 1.0, "return_std": 9.93e-17, "greedy": True})
     assert text == "return 1 ± 0 over 5 greedy episodes"

@@ -25,7 +25,7 @@ def test_qwen_is_prompted_as_a_chat_model_and_suggests_a_feasible_first_step(qwe
     from llmguide.envs.crafter.actions import ACTION_STRINGS
     from llmguide.llm.parsing import parse_bullets
     from llmguide.methods.ellm.prompts import template
-    from llmguide.methods.ellm.suggester import goal_request
+    from llmguide.methods.ellm.signature import goal_request
 
     assert qwen.chat and qwen.format_prompt("hi").endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     caption = "You see grass, tree. You have nothing."

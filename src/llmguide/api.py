@@ -109,8 +109,7 @@ def load_run(run_dir: str | Path) -> Run:
 
 def load_policy(run_dir: str | Path, overrides: Sequence[str] = ()) -> Policy:
     """The trained agent of a run directory (its newest checkpoint that loads), ready to act."""
-    from llmguide.pipelines import recipe_class
-    from llmguide.pipelines.evaluate import load_run_config
+    from llmguide.pipelines import load_run_config, recipe_class
     from llmguide.pipelines.runner import reopen_run
 
     cfg = load_run_config(run_dir, list(overrides))

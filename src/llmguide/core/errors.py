@@ -7,7 +7,9 @@ other :class:`LLMGuideError` 1.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -81,3 +83,15 @@ def file_ancestor(path: str | Path) -> Path | None:
         if parent.exists():
             return None if parent.is_dir() else parent
     return None
+
+
+@contextlib.contextmanager
+def storage_errors(path: str | Path) -> Iterator[None]:
+    """Within: an ``OSError`` that :class:`StorageError` explains (no space, read-only ...) becomes one naming
+    ``path`` (a failed ``write`` or ``fsync`` names no file of its own)."""
+    try:
+        yield
+    except OSError as err:
+        if StorageError.explains(err):
+            raise StorageError(err, path) from None
+        raise

@@ -26,16 +26,13 @@ naming the file.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
 import json
 import logging
 import math
 import os
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -46,29 +43,14 @@ import yaml
 from omegaconf import DictConfig
 
 from llmguide.core.config import redact
-from llmguide.core.errors import LLMGuideError, StorageError, UsageError
+from llmguide.core.errors import LLMGuideError, storage_errors
+from llmguide.core.runlock import RunInUseError, RunLock  # noqa: F401 - RunInUseError: part of this module's API
 
 log = logging.getLogger(__name__)
 
 
 class CheckpointError(LLMGuideError):
     """A checkpoint cannot be written safely, or a run's checkpoints exist but none of them loads."""
-
-
-class RunInUseError(UsageError):
-    """Another process holds the run directory's lock."""
-
-
-@contextlib.contextmanager
-def storage_errors(path: str | Path) -> Iterator[None]:
-    """Within: an ``OSError`` that :class:`StorageError` explains (no space, read-only ...) becomes one naming
-    ``path`` (a failed ``write`` or ``fsync`` names no file of its own)."""
-    try:
-        yield
-    except OSError as err:
-        if StorageError.explains(err):
-            raise StorageError(err, path) from None
-        raise
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -130,74 +112,6 @@ def unsafe_globals(data: bytes) -> list[str]:
 def default_run_name(cfg: DictConfig) -> str:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"{cfg.method.name}-{cfg.env.name}-s{cfg.seed}-{stamp}"
-
-
-class RunLock:
-    """One writer per run directory: an advisory ``flock`` on ``<run>/.lock``, which names the holder's pid.
-
-    The kernel drops the lock when its holder dies, so a killed run never blocks the next one; the file
-    still names the killed pid, and the process that takes the lock over says so (one line)."""
-
-    FILE = ".lock"
-
-    def __init__(self, run_path: str | Path):
-        self.path = Path(run_path) / self.FILE
-        self._fd: int | None = None
-
-    def acquire(self) -> RunLock:
-        """Take the lock, or raise :class:`RunInUseError` naming the pid that holds it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = self._holder(fd, wait=1.0)
-            os.close(fd)
-            raise RunInUseError(f"{self.path.parent} is in use by another llmguide process (pid {holder or '?'}): "
-                                "wait for it to end or stop it, or choose another run.name") from None
-        try:
-            previous = self._holder(fd)
-            if previous is not None and previous != os.getpid():
-                gone = "is no longer running" if not _alive(previous) else "no longer holds it"
-                print(f"llmguide: {self.path.parent}: taking over the lock left by pid {previous}, which {gone}",
-                      file=sys.stderr, flush=True)
-            with storage_errors(self.path):
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
-        return self
-
-    def release(self) -> None:
-        """Clear the holder's pid (a clean end leaves no stale name) and drop the lock."""
-        if self._fd is None:
-            return
-        with contextlib.suppress(OSError):
-            os.ftruncate(self._fd, 0)
-        os.close(self._fd)
-        self._fd = None
-
-    @staticmethod
-    def _holder(fd: int, wait: float = 0.0) -> int | None:
-        """The pid the lock file names (a new holder writes it just after locking: wait up to ``wait`` s)."""
-        deadline = time.monotonic() + wait
-        while True:
-            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            if text.isdigit() or time.monotonic() >= deadline:
-                return int(text) if text.isdigit() else None
-            time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:   # it exists, as another user's process
-        pass
-    return True
 
 
 class RunDir:

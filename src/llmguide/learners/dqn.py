@@ -1,16 +1,15 @@
 """Dueling double DQN with n-step returns and goal conditioning (ELLM's agent), in plain PyTorch.
 
-Loop: ε-greedy actions on N vector envs for ``chunk_steps`` steps → intrinsic rewards from the
-reward modules on that chunk (then the modules train on it) → n-step transitions into an
-in-memory replay → one gradient step per ``train_every`` env steps (Huber loss on the double-DQN
-target) → hard target copy every ``target_update_every`` env steps.
+Loop: ε-greedy actions on N vector envs for ``chunk_steps`` steps → intrinsic rewards from the reward modules
+on that chunk (then the modules train on it) → n-step transitions into an in-memory replay → one gradient step
+per ``train_every`` env steps (Huber loss on the double-DQN target) → hard target copy every
+``target_update_every`` env steps.
 
-Goal conditioning: the goal embedding is the observation key ``goal`` — put there by a wrapper,
-or, with ``goal_dim > 0``, taken from ``goal_provider()`` (one (N, goal_dim) row per env) in
-``learn`` and from the explicit ``goal_emb`` argument of :meth:`DQN.act`.
+Goal conditioning: the goal embedding is the observation key ``goal`` (put there by a wrapper), or, with
+``goal_dim > 0``, ``goal_provider()`` (one (N, goal_dim) row per env) in ``learn`` and ``goal_emb`` in :meth:`DQN.act`.
 
 Unlike PPO, truncation *is* bootstrapped here: an n-step window ends at any episode end, but the
-target drops the bootstrap term only on termination.
+target drops the bootstrap term only on termination.  A non-finite loss or parameter stops training.
 """
 
 from __future__ import annotations
@@ -30,12 +29,11 @@ from torch import nn
 from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
 from llmguide.envs.vector import split_infos
+from llmguide.learners import common
 from llmguide.learners.callbacks import Callback, as_callback
 from llmguide.learners.common import (
     EpisodeTracker,
     agent_config,
-    check_loss,
-    check_parameters,
     crossed,
     load_modules_state,
     mix_rewards,
@@ -271,7 +269,7 @@ class DQN:
         target = double_dqn_targets(self.q_net, self.target_net, batch)
         q = self.q_net(batch["obs"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
         loss = F.smooth_l1_loss(q, target)
-        check_loss(self.global_step, loss, {"losses/td_loss": loss})
+        common.check_loss(self.global_step, loss, {"losses/td_loss": loss})
         self.optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(self.q_net.parameters(), self.max_grad_norm)
@@ -352,7 +350,7 @@ class DQN:
             if self.global_step >= self.learning_starts and self.replay.size >= self.batch_size:
                 for _ in range(n_updates):
                     train_metrics = self.train_step()
-                check_parameters(self.global_step, self.q_net)
+                common.check_parameters(self.global_step, self.q_net)
             if crossed(self.global_step, chunk_start, self.target_update_every):
                 self.target_net.load_state_dict(self.q_net.state_dict())
 

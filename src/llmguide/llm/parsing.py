@@ -199,3 +199,19 @@ def parse_preference(text: str | None, stats: ParseStats | None = None) -> str |
         return None
     stats.record_ok("preference")
     return result
+
+
+def parse_label(text: str, tag: str = "answer", choices: tuple[str, str] = ("yes", "no"),
+                stats: Any = None) -> float | None:
+    """1.0 / 0.0 from the answer inside its tag (a choice mentioned elsewhere does not count); else None.
+
+    The label prompt ends with the opening tag, so the completion may start right with the answer
+    (``"yes</answer>"``); the generation is stopped at the closing tag, which is put back here.
+    """
+    text = text or ""
+    if f"</{tag}>" not in text and f"<{tag}>" not in text:
+        text = f"{text}</{tag}>"
+    answer = parse_tag(text, tag, list(choices), stats)
+    if answer is None:
+        return None
+    return 1.0 if answer == choices[0] else 0.0

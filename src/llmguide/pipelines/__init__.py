@@ -13,12 +13,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from llmguide.core.config import load_config as core_load_config
 from llmguide.core.errors import ConfigError
+from llmguide.core.saved_config import load_run_config as core_load_config
 
 RECIPES: dict[str, str] = {
     "standard": "llmguide.pipelines.standard:StandardRecipe",
@@ -119,4 +120,18 @@ def evaluate_run(run_dir: str, overrides: list[str]) -> Any:
     """``llmguide eval RUN_DIR``: evaluate the run's latest checkpoint with its method's recipe."""
     from llmguide.pipelines.evaluate import evaluate_run as evaluate
 
-    return evaluate(run_dir, overrides, lambda cfg: recipe_class(cfg)(cfg))
+    return evaluate(run_dir, load_run_config(run_dir, overrides), lambda cfg: recipe_class(cfg)(cfg))
+
+
+def load_run_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
+    """A run's saved ``config.yaml`` with ``key=value`` overrides applied, validated like the command line
+    (:func:`~llmguide.core.saved_config.load_saved_config`: a hand-edited file with a bad key or value is a
+    ConfigError naming it)."""
+    from llmguide.core.config import check_overrides
+    from llmguide.core.saved_config import load_saved_config
+
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
+    check_overrides(overrides, "eval.episodes=20")
+    return load_saved_config(path, overrides, providers=[register_rules])

@@ -8,29 +8,13 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from llmguide.core.config import load_saved_config
-from llmguide.core.errors import ConfigError
-from llmguide.pipelines.runner import Recipe, eval_summary, evaluate_agent, reopen_run
+from llmguide.pipelines.runner import Recipe, evaluate_agent, reopen_run
+from llmguide.pipelines.summary import eval_summary
 
 
-def load_run_config(run_dir: str | Path, overrides: list[str] = ()) -> DictConfig:
-    """A run's saved ``config.yaml`` with ``key=value`` overrides applied, validated like the command line
-    (:func:`~llmguide.core.config.load_saved_config`: a hand-edited file with a bad key or value is a
-    ConfigError naming it)."""
-    from llmguide.pipelines import register_rules
-
-    path = Path(run_dir) / "config.yaml"
-    if not path.exists():
-        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
-    for o in overrides:
-        if "=" not in o:
-            raise ConfigError(o, "an override must look like key=value (e.g. eval.episodes=20)")
-    return load_saved_config(path, overrides, providers=[register_rules])
-
-
-def evaluate_run(run_dir: str, overrides: list[str], recipe_for: Callable[[DictConfig], Recipe]) -> int:
-    """``llmguide eval RUN_DIR [key=value ...]``: greedy and sampled episodes of the latest checkpoint."""
-    cfg = load_run_config(run_dir, overrides)
+def evaluate_run(run_dir: str, cfg: DictConfig, recipe_for: Callable[[DictConfig], Recipe]) -> int:
+    """``llmguide eval RUN_DIR [key=value ...]``: greedy and sampled episodes of the latest checkpoint, with the
+    run's config ``cfg`` (:func:`llmguide.pipelines.load_run_config`)."""
     recipe = recipe_for(cfg)
     run = reopen_run(run_dir)
     try:

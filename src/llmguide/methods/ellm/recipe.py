@@ -117,8 +117,7 @@ def signature_queries(cfg: Any, captions: Any) -> list[Any]:
 
     from llmguide.envs import get_oracle
     from llmguide.llm.table import Query
-    from llmguide.methods.ellm.signature import state_signature
-    from llmguide.methods.ellm.suggester import goal_request
+    from llmguide.methods.ellm.signature import goal_request, state_signature
 
     m = cfg.method
     if str(m.suggester) not in ("generate", "score"):

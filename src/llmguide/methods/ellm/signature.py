@@ -1,10 +1,12 @@
 """ELLM's state signature: what of a caption makes a new LM request (two states with the same signature
-get the same prompt, rendered from :meth:`StateSignature.caption`)."""
+get the same prompt, rendered from :meth:`StateSignature.caption`), and that request (:func:`goal_request`)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # --- state signature -----------------------------------------------------------------------
 # What enters the signature, per env family (the prompt is rendered from ``StateSignature.caption()``,
@@ -87,3 +89,17 @@ def state_signature(caption: str, count_cap: int = COUNT_CAP) -> StateSignature:
 
 
 # --- suggestion statistics -----------------------------------------------------------------
+
+
+def goal_request(mode: str, template: Any, caption: str, vocabulary: Sequence[str], *, max_tokens: int = 48,
+                 temperature: float = 0.0, normalize: bool = False) -> tuple[str, dict[str, Any]]:
+    """(kind, payload) of the LM request for a state whose signature caption is ``caption``: the generate
+    prompt, or the score context with the vocabulary as candidates.  Exactly what the service, the cache and
+    an answer table see."""
+    fields = {"caption": caption, "vocabulary": ", ".join(vocabulary)}
+    text = template.render(**{k: v for k, v in fields.items() if k in template.fields})
+    if mode == "generate":
+        return "generate", {"prompt": text, "max_tokens": max_tokens, "temperature": temperature, "stop": ["\n\n"]}
+    context = text
+    sep = "" if context.endswith((" ", "\n")) else " "
+    return "score", {"context": context, "candidates": [sep + g for g in vocabulary], "normalize": normalize}

@@ -30,7 +30,7 @@ import numpy as np
 
 from llmguide.llm.oracle import MISS_SCORE
 from llmguide.llm.table import is_miss
-from llmguide.methods.ellm.signature import StateSignature, state_signature
+from llmguide.methods.ellm.signature import StateSignature, goal_request, state_signature
 from llmguide.methods.ellm.warm_start import cached_answers, record_seen
 
 log = logging.getLogger(__name__)
@@ -381,20 +381,6 @@ class GoalSuggester:
             canonical = self.grade_map(goal)
             grade = "impossible" if canonical is None else self.oracle.grade(canonical, info)
             self.stats.grades[grade if grade in GRADES else "impossible"] += 1
-
-
-def goal_request(mode: str, template: Any, caption: str, vocabulary: Sequence[str], *, max_tokens: int = 48,
-                 temperature: float = 0.0, normalize: bool = False) -> tuple[str, dict[str, Any]]:
-    """(kind, payload) of the LM request for a state whose signature caption is ``caption``: the generate
-    prompt, or the score context with the vocabulary as candidates.  Exactly what the service, the cache and
-    an answer table see."""
-    fields = {"caption": caption, "vocabulary": ", ".join(vocabulary)}
-    text = template.render(**{k: v for k, v in fields.items() if k in template.fields})
-    if mode == "generate":
-        return "generate", {"prompt": text, "max_tokens": max_tokens, "temperature": temperature, "stop": ["\n\n"]}
-    context = text
-    sep = "" if context.endswith((" ", "\n")) else " "
-    return "score", {"context": context, "candidates": [sep + g for g in vocabulary], "normalize": normalize}
 
 
 def top_order(scores: np.ndarray, seed: int, key: str) -> np.ndarray:

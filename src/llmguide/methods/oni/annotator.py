@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from llmguide.llm.parsing import parse_label
 from llmguide.llm.service import gather
 from llmguide.llm.table import is_miss
 
@@ -319,24 +320,6 @@ def _goal_template(name: str, goal: str | None) -> Any:
     except PromptTemplateError:
         raise ValueError(f"template {template.version} has no ${{goal}} field and no '{template.name}_goal' "
                          "variant: the goal would not reach the labeller") from None
-
-
-def parse_label(text: str, tag: str = "answer", choices: tuple[str, str] = ("yes", "no"),
-                stats: Any = None) -> float | None:
-    """1.0 / 0.0 from the answer inside its tag (a choice mentioned elsewhere does not count); else None.
-
-    The label prompt ends with the opening tag, so the completion may start right with the answer
-    (``"yes</answer>"``); the generation is stopped at the closing tag, which is put back here.
-    """
-    from llmguide.llm.parsing import parse_tag
-
-    text = text or ""
-    if f"</{tag}>" not in text and f"<{tag}>" not in text:
-        text = f"{text}</{tag}>"
-    answer = parse_tag(text, tag, list(choices), stats)
-    if answer is None:
-        return None
-    return 1.0 if answer == choices[0] else 0.0
 
 
 class PairAnnotator(Annotator):

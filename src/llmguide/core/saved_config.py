@@ -1,0 +1,184 @@
+"""A run's saved ``config.yaml`` read back: a resumed run (``run.resume=true``) and ``llmguide eval`` compose the
+saved options and values, then the explicit overrides, and check them like the command line; a change to what
+the checkpoint was built for (the env, method, agent, network) is refused before anything is written."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from llmguide.core.config import (
+    _MISSING,
+    GROUPS,
+    REDACTED,
+    Providers,
+    _compose,
+    _translate_hydra_error,
+    _validated,
+    check_overrides,
+    did_you_mean,
+    group_options,
+    load_config,
+)
+from llmguide.core.errors import ConfigError
+
+
+def load_run_config(overrides: Sequence[str] = (), providers: Providers = ()) -> DictConfig:
+    """:func:`~llmguide.core.config.load_config`, or with ``run.resume=true`` and a ``config.yaml`` in the run
+    directory, the saved config with the overrides on top (:func:`load_saved_config`)."""
+    check_overrides(overrides)
+    saved = resumed_run_config(overrides)
+    if saved is not None:
+        return load_saved_config(saved, overrides, providers)
+    return load_config(overrides, providers)
+
+
+# what a run's checkpoint was built for: a resumed run (or ``llmguide eval``) may not change them
+RUN_IDENTITY = ("env.name", "env.id", "method.name", "agent.name", "agent.hidden", "agent.recurrent",
+                "agent.image_encoder", "agent.two_value_heads")
+
+
+def _key(override: str) -> str:
+    """The dotted key of one ``key=value`` override (``+`` and ``~`` prefixes dropped)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def resumed_run_config(overrides: Sequence[str]) -> Path | None:
+    """``<run.dir>/<run.name>/config.yaml`` when ``overrides`` resume a run (``run.resume=true``) that saved one."""
+    try:
+        run = _compose([o for o in overrides if _key(o).startswith("run.")]).run
+    except (HydraException, OmegaConfBaseException):
+        return None                          # the full composition names the bad key
+    path = Path(str(run.dir)) / str(run.name) / "config.yaml" if run.resume and run.name else None
+    return path if path is not None and path.is_file() else None
+
+
+def read_saved_config(path: Path) -> dict:
+    """A run's ``config.yaml`` as a dict, secrets that were redacted left out (ConfigError if it does not parse)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ConfigError(str(path), f"does not parse ({str(err).splitlines()[0]}); fix or restore the file") from None
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), f"holds {type(data).__name__}, not a mapping of keys; fix or restore the file")
+
+    def keep(node: Any) -> Any:
+        return {k: keep(v) for k, v in node.items() if v != REDACTED} if isinstance(node, dict) else node
+
+    return keep(data)
+
+
+def load_saved_config(path: Path, overrides: Sequence[str] = (), providers: Providers = ()) -> DictConfig:
+    """The config a run saved (``path``: its ``config.yaml``) with ``overrides`` on top, validated like the
+    command line: the run's ``env``, ``method``, ``agent`` and ``llm`` options are composed, the file's
+    values merged over them (an unknown key, a wrong type or a bad value is a ConfigError naming the key
+    and the file), then each override.  An override may not change :data:`RUN_IDENTITY` (what the
+    checkpoint was built for); ``llm=OPTION`` replaces the saved LM."""
+    saved = read_saved_config(path)
+    given = {_key(o): o for o in overrides}
+    run_options = _saved_choices(saved, overrides)
+    options = [*run_options, *(o for o in overrides if _key(o) in GROUPS)]
+    base = _compose_saved_options(run_options, options, path)
+    try:
+        cli = _compose([*options, *overrides])
+    except (HydraException, OmegaConfBaseException) as err:
+        raise _translate_hydra_error(err, overrides) from None
+    _check_identity(OmegaConf.create(saved), cli, given, path)
+    cfg = _merge_saved(base, saved, path, options)
+    for key in given:
+        if key == "llm":                     # another LM: its option's keys, not the saved LM's
+            cfg.llm = cli.llm
+        elif key not in GROUPS:              # (env, method, agent: the saved ones, or refused above)
+            _set(cfg, key, OmegaConf.select(cli, key, default=_MISSING))
+    try:
+        return _validated(cfg, base, providers)
+    except ConfigError as err:
+        if err.key in given:
+            raise
+        raise ConfigError(err.key, f"{err.message} (in {path})") from None
+
+
+def _saved_choices(saved: dict, overrides: Sequence[str]) -> list[str]:
+    """``group=option`` of the saved ``env``, ``method``, ``agent`` (their ``name``) and ``llm`` (:func:`_llm_option`)
+    that the overrides do not choose."""
+    chosen = {_key(o) for o in overrides}
+    options = {group: saved[group].get("name") for group in ("env", "method", "agent")
+               if isinstance(saved.get(group), dict)}
+    options["llm"] = _llm_option(saved.get("llm"))
+    return [f"{group}={option}" for group, option in options.items() if option and group not in chosen]
+
+
+def _llm_option(llm: Any) -> str | None:
+    """The ``llm`` option a saved LM block comes from: the one with its ``backend``, and its ``model`` when
+    several share the backend (``embedded``, ``qwen``)."""
+    import yaml
+
+    from llmguide.core.config_help import option_file
+
+    if not isinstance(llm, dict):
+        return None
+    matches = []
+    for option in group_options("llm"):
+        shipped = yaml.safe_load(option_file("llm", option).read_text()) or {}
+        if shipped.get("backend") == llm.get("backend"):
+            matches.append((shipped.get("model") != llm.get("model"), option))
+    return min(matches)[1] if matches else None
+
+
+def _compose_saved_options(run_options: Sequence[str], options: Sequence[str], path: Path) -> DictConfig:
+    """The shipped config of ``options`` (what the saved values are checked against); ``run_options``, those
+    read from the file at ``path``, must name options that exist."""
+    for option in run_options:
+        group, name = option.split("=", 1)
+        if name not in group_options(group):
+            raise ConfigError(group, f"{name!r} ({path}) is no {group} option; choose one of {group_options(group)}")
+    try:
+        return _compose(options)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise _translate_hydra_error(err, options) from None
+
+
+def _check_identity(saved: DictConfig, cli: DictConfig, given: dict[str, str], path: Path) -> None:
+    """Refuse an override that changes what the run's checkpoint was built for (:data:`RUN_IDENTITY`)."""
+    for key in RUN_IDENTITY:
+        group, _, leaf = key.partition(".")
+        if key not in given and not (leaf == "name" and group in given):
+            continue
+        old, new = OmegaConf.select(saved, key, default=None), OmegaConf.select(cli, key, default=None)
+        if old != new:
+            shown = group if leaf == "name" else key
+            raise ConfigError(shown, f"the run in {path.parent} was trained with {shown}={old}, not {new}: leave "
+                                     f"{shown} out to continue it, or start a new run (another run.name)")
+
+
+def _merge_saved(base: DictConfig, saved: dict, path: Path, options: Sequence[str]) -> DictConfig:
+    """``saved`` merged over ``base``; a key the shipped config does not have is a ConfigError naming it."""
+    try:
+        cfg = OmegaConf.merge(base, saved)
+    except OmegaConfBaseException as err:
+        key = str(getattr(err, "full_key", "") or path.name)
+        detail = f"unknown key{did_you_mean(key, options)}" if "not in struct" in str(err) else str(err).splitlines()[0]
+        raise ConfigError(key, f"{detail} (in {path}); fix the file") from None
+    assert isinstance(cfg, DictConfig)
+    return cfg
+
+
+def _set(cfg: DictConfig, key: str, value: Any) -> None:
+    """``cfg.<key> = value`` for a dotted key (``_MISSING``: the key is deleted, as ``~key`` does)."""
+    if value is not _MISSING:
+        OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+        return
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    if isinstance(node, DictConfig):
+        with open_dict(node):
+            node.pop(leaf, None)
+
+
