@@ -1,0 +1,3 @@
+import numpy as np
+def potential(obs, caption):
+    image = np.asarray(obs["
