@@ -14,6 +14,7 @@ from llmguide.core.config import (
     in_range,
     non_negative,
     one_of,
+    plain_dict,
     positive,
     register_rule,
 )
@@ -145,12 +146,6 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
     raise ConfigError("llm.backend", f"unknown backend {backend!r}; choose one of {list(BACKENDS)}")
 
 
-def _plain(llm_cfg: Any) -> dict[str, Any]:
-    from omegaconf import DictConfig, OmegaConf
-
-    return OmegaConf.to_container(llm_cfg, resolve=True) if isinstance(llm_cfg, DictConfig) else dict(llm_cfg)
-
-
 def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str | None = None,
              online: bool = False, answerers: Sequence[Any] = (), actions: str = "primitive") -> LanguageModel:
     """Backend from ``llm_cfg`` (the ``llm`` config group), wrapped in the persistent cache when enabled.
@@ -165,7 +160,7 @@ def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str 
 
         live = None
         if cfg_get(llm_cfg, "table_online", False):
-            live = make_llm({**_plain(llm_cfg), "table": None}, env_family, template_version, online, answerers,
+            live = make_llm({**plain_dict(llm_cfg), "table": None}, env_family, template_version, online, answerers,
                             actions)
         return open_table_lm(table, online=live)
     backend = make_backend(llm_cfg, env_family, online, answerers, actions)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
@@ -36,8 +35,6 @@ from typing import Any
 from llmguide.core.errors import LLMGuideError
 from llmguide.llm.base import Completion, LanguageModel, canonical_json, check_score_args
 from llmguide.llm.oracle import MISS_SCORE
-
-log = logging.getLogger(__name__)
 
 FORMAT = "llmguide-answer-table/1"
 _SCHEMA = """
@@ -170,56 +167,43 @@ class TableLM(LanguageModel):
         self.model_id = f"table:{meta.get('lm', '?')}"
         self.counts = {"table_hits": 0, "table_misses": 0, "table_online": 0}
 
-    def _lookup(self, kind: str, payload: dict[str, Any]) -> Any:
-        found = self.table.get(request_key(kind, payload))
-        if found is None or found[0] != kind:
-            return None
-        self.counts["table_hits"] += 1
-        return found[1]
+    def _answers(self, kind: str, payloads: list[dict[str, Any]], ask_online: Any, miss: Any) -> list[Any]:
+        """One answer per request ``payloads[i]``: the table's (``decode``d by the caller), else, for every request
+        not in it, ``ask_online(indices)`` with an online LM (counted) or ``miss(i)`` (a counted miss)."""
+        out: list[Any] = []
+        for payload in payloads:
+            found = self.table.get(request_key(kind, payload))
+            out.append(found[1] if found is not None and found[0] == kind else None)
+        missing = [i for i, answer in enumerate(out) if answer is None]
+        self.counts["table_hits"] += len(out) - len(missing)
+        if missing:
+            self.counts["table_online" if self.online is not None else "table_misses"] += len(missing)
+            fills = ask_online(missing) if self.online is not None else [miss(i) for i in missing]
+            for i, answer in zip(missing, fills, strict=True):
+                out[i] = answer
+        return out
 
     def generate(self, prompts: Sequence[str], *, max_tokens: int = 48, temperature: float = 0.0,
                  stop: Sequence[str] | None = None, seed: int | None = None) -> list[Completion]:
-        out: list[Completion | None] = []
-        missing = []
-        for i, prompt in enumerate(prompts):
-            hit = self._lookup("generate", {"prompt": prompt, "max_tokens": max_tokens, "temperature": temperature,
-                                            "stop": stop})
-            out.append(None if hit is None else Completion(text=hit["text"], cached=True, meta={"table": "hit"}))
-            if hit is None:
-                missing.append(i)
-        if missing and self.online is not None:
-            self.counts["table_online"] += len(missing)
-            answers = self.online.generate([prompts[i] for i in missing], max_tokens=max_tokens,
-                                           temperature=temperature, stop=stop, seed=seed)
-            for i, answer in zip(missing, answers, strict=True):
-                out[i] = answer
-        elif missing:
-            self.counts["table_misses"] += len(missing)
-            for i in missing:
-                out[i] = Completion(text="", meta={"table_miss": True})
-        return [c for c in out if c is not None]
+        payloads = [{"prompt": p, "max_tokens": max_tokens, "temperature": temperature, "stop": stop} for p in prompts]
+        answers = self._answers(
+            "generate", payloads,
+            lambda idx: self.online.generate([prompts[i] for i in idx], max_tokens=max_tokens,
+                                             temperature=temperature, stop=stop, seed=seed),
+            lambda i: Completion(text="", meta={"table_miss": True}))
+        return [Completion(text=a["text"], cached=True, meta={"table": "hit"}) if isinstance(a, dict) else a
+                for a in answers]
 
     def score(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], *,
               normalize: bool = False) -> list[list[float]]:
         check_score_args(contexts, candidates)
-        out: list[list[float] | None] = []
-        missing = []
-        for i, (context, cands) in enumerate(zip(contexts, candidates, strict=True)):
-            hit = self._lookup("score", {"context": context, "candidates": cands, "normalize": normalize})
-            out.append(hit)
-            if hit is None:
-                missing.append(i)
-        if missing and self.online is not None:
-            self.counts["table_online"] += len(missing)
-            rows = self.online.score([contexts[i] for i in missing], [candidates[i] for i in missing],
-                                     normalize=normalize)
-            for i, row in zip(missing, rows, strict=True):
-                out[i] = row
-        elif missing:
-            self.counts["table_misses"] += len(missing)
-            for i in missing:
-                out[i] = MissRow([MISS_SCORE] * len(candidates[i]))
-        return [row for row in out if row is not None]
+        payloads = [{"context": c, "candidates": cands, "normalize": normalize}
+                    for c, cands in zip(contexts, candidates, strict=True)]
+        return self._answers(
+            "score", payloads,
+            lambda idx: self.online.score([contexts[i] for i in idx], [candidates[i] for i in idx],
+                                          normalize=normalize),
+            lambda i: MissRow([MISS_SCORE] * len(candidates[i])))
 
     def io_stats(self) -> dict[str, float]:
         out = {k: float(v) for k, v in self.counts.items()}

@@ -97,20 +97,32 @@ def oracle_answers(cfg: Any) -> Any:
     return ONIOracleAnswers(get_oracle(str(cfg.env.name)), goal=goal)
 
 
+def message_annotator(m: Any, service: Any, goal: str | None, family: str | None) -> Any:
+    """The single-message labeller of ONI-retrieval / -classification (``m``: the method config): what a run asks
+    its LM through ``service``, and what ``llmguide answers`` tables (``service=None``)."""
+    from llmguide.methods.oni.annotator import MessageAnnotator
+
+    score_t, generate_t, _ = family_templates(str(family))
+    return MessageAnnotator(service, template=m.get("template") or (score_t if m.label_mode == "score" else generate_t),
+                            mode=m.label_mode, max_tokens=int(m.max_tokens),
+                            score_margin=float(m.get("score_margin", 1.0)), max_in_flight=int(m.max_in_flight),
+                            yes_rate=None if m.get("label_rate") is None else float(m.label_rate), goal=goal)
+
+
 def build_oni_module(method_cfg: Any, num_envs: int, service: Any, seed: int = 0,
                      goal: str | None = None, family: str | None = None,
                      message_key: str = "caption") -> RewardModule:
     """The reward module of an ONI method; ``service`` is the LLMService the annotator talks to, ``goal``
     the task's goal in the labelling prompt (:func:`method_goal`), ``family`` the env family (its prompts,
     :func:`family_templates`), ``message_key`` the info key of the message (:func:`message_key`)."""
-    from llmguide.methods.oni.annotator import MessageAnnotator, PairAnnotator
+    from llmguide.methods.oni.annotator import PairAnnotator
     from llmguide.methods.oni.ranking import ONIRanking
     from llmguide.methods.oni.reward import ONIClassification, ONIRetrieval
 
     m = method_cfg
     common = {"beta": float(m.beta), "count_scope": str(m.count_scope), "pending_default": float(m.pending_default),
               "canonicalize": bool(m.canonicalize), "message_key": message_key}
-    score_t, generate_t, pair_t = family_templates(str(family))
+    _, _, pair_t = family_templates(str(family))
     if m.name == "oni_ranking":
         annot = PairAnnotator(service, template=m.template or pair_t or "motif_pref", mode=m.label_mode,
                               max_tokens=int(m.max_tokens), max_in_flight=int(m.max_in_flight), goal=goal,
@@ -120,11 +132,7 @@ def build_oni_module(method_cfg: Any, num_envs: int, service: Any, seed: int = 0
                           batch_size=int(m.batch_size), steps_per_round=int(m.steps_per_round),
                           duty=float(m.duty), seed=seed,
                           clip_min=None if m.get("clip_min") is None else float(m.clip_min), **common)
-    template = m.get("template") or (score_t if m.label_mode == "score" else generate_t)
-    annot = MessageAnnotator(service, template=template, mode=m.label_mode, max_tokens=int(m.max_tokens),
-                             score_margin=float(m.get("score_margin", 1.0)), max_in_flight=int(m.max_in_flight),
-                             yes_rate=None if m.get("label_rate") is None else float(m.label_rate),
-                             goal=goal)
+    annot = message_annotator(m, service, goal, family)
     if m.name == "oni_classification":
         return ONIClassification(annot, num_envs, threshold=float(m.threshold), min_labels=int(m.min_labels),
                                  lr=float(m.lr), batch_size=int(m.batch_size),
@@ -149,7 +157,7 @@ def answer_queries(cfg: Any, dataset: Any) -> list[Any]:
     from collections import Counter
 
     from llmguide.llm.table import Query
-    from llmguide.methods.oni.annotator import MessageAnnotator, canonicalize_message
+    from llmguide.methods.oni.annotator import canonicalize_message
 
     m = cfg.method
     if m.name not in ("oni_retrieval", "oni_classification"):
@@ -163,11 +171,7 @@ def answer_queries(cfg: Any, dataset: Any) -> list[Any]:
     if key == "message" and not counts:
         raise ConfigError("answers.data", "the dataset has no message line (collected before messages were "
                                           "recorded): collect it again")
-    score_t, generate_t, _ = family_templates(str(cfg.env.name))
-    annot = MessageAnnotator(None, template=m.get("template") or (score_t if m.label_mode == "score" else generate_t),
-                             mode=m.label_mode, max_tokens=int(m.max_tokens),
-                             score_margin=float(m.get("score_margin", 1.0)),
-                             yes_rate=None if m.get("label_rate") is None else float(m.label_rate), goal=method_goal(cfg))
+    annot = message_annotator(m, None, method_goal(cfg), str(cfg.env.name))
     merged: Counter = Counter()
     for message, n in counts.items():
         merged[canonicalize_message(message) if bool(m.canonicalize) else message] += n
