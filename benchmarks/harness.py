@@ -28,11 +28,14 @@ seed s of every arm has the same initialisation, env layouts and minibatch order
 
 - ``report.md``: per-arm values with honest intervals (a range with <= 5 seeds), paired
   differences against the control arm (t-interval, p-value, Wilcoxon and sign tests from 6 seeds,
-  bootstrap from 10, the smallest detectable difference), learning curves, achievements, LM statistics;
+  bootstrap from 10, the smallest detectable difference; Holm-adjusted p-values beside the raw ones with more
+  than 3 comparisons), learning curves, achievements, LM statistics, and the code every arm ran (each run's
+  ``provenance.jsonl``: its commit, dirty or not), with a warning when the arms come from different commits;
 - ``curves.png``: the study metric over training, every arm;
 - ``result.json``: DESIGN.md's format (``task``, ``budget_steps``, ``metric``, ``higher_is_better``,
   ``arms: {name: {seeds, values, curve}}``, ``paired: {"<arm> - <control>": {mean, t_low, t_high, p, n, ...}}``)
-  plus the study's settings, the preparation steps, the failed runs and the commit;
+  plus the study's settings, the preparation steps, the failed runs, the commit at report time (``commit``) and
+  the code of every arm's runs (``commits: {arm: {commit: [seeds]}}``);
 
 and regenerates the index ``benchmarks/results/README.md``: every study variant's headline row, grouped
 by env and task, so studies of different methods on the same task sit in one table.
@@ -93,6 +96,7 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
+ROOT = HERE.parent   # runs start here: from benchmarks/, its craftax.py would shadow the craftax package
 TASK_KEYS = {"minihack": "env.id", "nethack": "env.id"}   # other env groups take env.task
 STATIC_KEYS = ("study", "variant", "env", "task")
 PLACEHOLDER = re.compile(r"(?<!\$)\{(\w+)\}")             # {prep}, {num_envs}; never ${seed}
@@ -290,7 +294,7 @@ class Plan:
             record["state"] = "dry run"
             print(f"[prep {name}] {record['command']}", flush=True)
             proc = subprocess.run([*_cli(), verb, "--print-config", *over], capture_output=True, text=True,
-                                  env=_env(self))
+                                  env=_env(self), cwd=ROOT)
             if proc.returncode != 0:
                 self.errors.append(f"prep {name}: {(proc.stderr.strip().splitlines() or ['exit ?'])[-1]}")
             return None
@@ -302,7 +306,7 @@ class Plan:
         print(f"[prep {name}] {record['command']}", flush=True)
         t0 = time.perf_counter()
         with open(log, "w") as f:
-            code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(self))
+            code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(self), cwd=ROOT)
         record.update(exit=code, seconds=round(time.perf_counter() - t0, 1), log=str(log))
         if code == 0 and marker.exists():
             record["state"] = "done"
@@ -412,7 +416,7 @@ def validate(plan: Plan) -> list[str]:
         if arm in plan.failed:
             continue
         proc = subprocess.run([*_cli(), "train", "--print-config", *plan.arm_overrides(arm), f"seed={plan.seeds[0]}"],
-                              capture_output=True, text=True, env=_env(plan))
+                              capture_output=True, text=True, env=_env(plan), cwd=ROOT)
         if proc.returncode != 0:
             errors.append(f"{arm}: {(proc.stderr.strip().splitlines() or ['exit ' + str(proc.returncode)])[-1]}")
     return errors
@@ -434,7 +438,7 @@ def _sweep(plan: Plan, arm: str, seeds: list[int], resume: bool, dry_run: bool) 
         cmd = sweep_command(plan, arm, todo, mode)
         print(f"[{arm}] llmguide " + " ".join(cmd[3:]), flush=True)
         if not dry_run:
-            subprocess.call(cmd, env=_env(plan))   # failures are found below, from the run folders
+            subprocess.call(cmd, env=_env(plan), cwd=ROOT)   # failures are found below, from the run folders
 
 
 def run_arms(plan: Plan, resume: bool, dry_run: bool) -> None:
@@ -482,6 +486,28 @@ def collect(plan: Plan) -> tuple[list[str], list[dict[str, Any]], dict[str, Any]
                                # --report-only over a seed nobody started (no folder, no log): not a failure
                                "not_run": plan.report_only and run is None and not log.exists()})
     return done, failed, cfg
+
+
+def code_of_arms(done: list[str]) -> tuple[dict[str, dict[str, list[Any]]], list[str]]:
+    """Which code trained each arm's runs (:mod:`llmguide.core.provenance`): ``{arm: {code: [seeds]}}``, and the
+    report's lines: one per arm, and a warning when the study's runs come from more than one code."""
+    from llmguide.core.provenance import run_codes
+
+    commits: dict[str, dict[str, list[Any]]] = {}
+    for run in map(Path, done):
+        cfg = yaml.safe_load((run / "config.yaml").read_text()) or {}
+        for code in run_codes(run):
+            commits.setdefault(run.parent.name, {}).setdefault(code, []).append(cfg.get("seed"))
+    codes = sorted({c for arm in commits.values() for c in arm})
+    lines = ["## Code", "", "The code each arm's runs were trained with (each run's `provenance.jsonl`: the commit "
+             "of every session, a resume included; `+dirty`: the package's tracked files differed from it; "
+             "`unrecorded`: a run from before runs recorded it).", ""]
+    lines += [f"- `{arm}`: " + "; ".join(f"`{c}` (seeds {', '.join(map(str, seeds))})" for c, seeds in by.items())
+              for arm, by in commits.items()]
+    if len(codes) > 1:
+        lines += ["", f"**Warning: this study's runs come from {len(codes)} different codes** ({', '.join(codes)}): "
+                      "an arm may differ from another by code as well as by its overrides."]
+    return commits, [*lines, ""]
 
 
 def _failed_text(f: dict[str, Any]) -> str:
@@ -543,6 +569,7 @@ def auc_section(plan: Plan, done: list[str], reps: int) -> tuple[list[str], dict
             mine = dict(zip(data["seeds"], data["values"], strict=True))
             if label != control and set(mine) & set(base):
                 summary["paired"][f"{label} - {control}"] = stats.paired(mine, base, names=(label, control)).to_json()
+        stats.add_holm(summary["paired"])
     else:
         summary["notes"].append(f"control `{control}` has no values; no paired statistics")
     lines = study_section(summary, plan.metric_name, control, plan.out)
@@ -594,7 +621,8 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
         path, summary = study_report(done, plan.out, reps, group_by="folder", control=study.control,
                                      metric=plan.metric, metric_name=plan.metric_name, title=title, intro=intro)
     details_lines, details = study.details(plan) if study.details else ([], {})
-    extra = [*details_lines, *([plan.args.notes.read_text().strip(), ""] if getattr(plan.args, "notes", None)
+    commits, code_lines = code_of_arms(done)
+    extra = [*details_lines, *code_lines, *([plan.args.notes.read_text().strip(), ""] if getattr(plan.args, "notes", None)
                                and Path(plan.args.notes).exists() else [])]
     if extra:
         path.write_text(path.read_text().rstrip("\n") + "\n\n" + "\n".join(extra) + "\n")
@@ -611,7 +639,8 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
               "higher_is_better": study.higher_is_better, "control": study.control, "arms": arms,
               "paired": summary["paired"], "seeds": plan.seeds, "common": plan.overrides, "failed": failed,
               "prepare": plan.steps_done, "details": details, "notes": summary["notes"],
-              "produced_by": "benchmarks/harness.py", "commit": _git_commit(), "command": " ".join(sys.argv)}
+              "produced_by": "benchmarks/harness.py", "commit": _git_commit(), "commits": commits,
+              "command": " ".join(sys.argv)}
     (plan.out / "result.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(f"{plan.name}/{plan.variant}: {path}")
     write_index(plan.results)

@@ -48,6 +48,12 @@ def test_tiny_study_end_to_end(harness, tmp_path, capsys):
     assert "### Paired differences against `none`" in report and "| rnd − none | 2 |" in report
     assert "## episode length" in report and "Failed runs: none." in report
     assert (out / "curves.png").read_bytes().startswith(PNG_MAGIC)
+    # provenance: every arm lists the code its runs were trained with, by seed
+    from llmguide.core.provenance import code_version, label
+
+    here = label(code_version())
+    assert result["commits"] == {"none": {here: [0, 1]}, "rnd": {here: [0, 1]}}
+    assert f"- `rnd`: `{here}` (seeds 0, 1)" in report and "Warning" not in report
     index = (results / "README.md").read_text()
     assert "## babyai · GoToLocal" in index
     assert re.search(r"^\| \[tiny/300\]\(tiny/300/report\.md\) \| harness \| 300 \| 2 \| episode length \| "
@@ -287,3 +293,25 @@ def test_label_agreement_ranks_and_compares_pairs(load_benchmark, tmp_path):
     assert result["pairs"] == 4 and result["reference_strict"] == 3
     assert result["agreement"] == 0.5 and result["agreement_where_reference_prefers"] == 2 / 3
     assert result["independent_agreement_there"] == (2 / 3) * (1 / 3) + (1 / 3) * (2 / 3)
+
+
+def test_the_report_warns_when_arms_come_from_different_code(harness, tmp_path):
+    """A run resumed under another commit lists both; arms from different commits get the report's warning."""
+    runs = []
+    for arm, sessions in (("a", [("1" * 40, False)]), ("b", [("1" * 40, False), ("2" * 40, True)])):
+        run = tmp_path / arm / "seed-0"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text("seed: 0\n")
+        (run / "provenance.jsonl").write_text("".join(
+            json.dumps({"commit": c, "dirty": d, "version": "0.1.0"}) + "\n" for c, d in sessions) + "torn{")
+        runs.append(str(run))
+    old = tmp_path / "c" / "seed-3"
+    old.mkdir(parents=True)
+    (old / "config.yaml").write_text("seed: 3\n")
+    commits, lines = harness.code_of_arms([*runs, str(old)])
+    assert commits == {"a": {"1111111111": [0]}, "b": {"1111111111": [0], "2222222222+dirty": [0]},
+                       "c": {"unrecorded": [3]}}
+    text = "\n".join(lines)
+    assert "**Warning: this study's runs come from 3 different codes**" in text
+    assert "- `b`: `1111111111` (seeds 0); `2222222222+dirty` (seeds 0)" in text
+    assert "Warning" not in "\n".join(harness.code_of_arms(runs[:1])[1])

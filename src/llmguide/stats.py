@@ -30,6 +30,7 @@ import numpy as np
 from scipy import optimize, stats
 
 RANGE_MAX_SEEDS = 5        # an interval over this many seeds or fewer is a range
+HOLM_MIN_TESTS = 4         # a report adds Holm-adjusted p-values when it makes more than 3 comparisons
 RANK_TEST_MIN_SEEDS = 6    # Wilcoxon and sign test from this many seeds
 BOOTSTRAP_MIN_SEEDS = 10   # bootstrap intervals from this many seeds
 
@@ -229,3 +230,27 @@ def paired(treatment: Mapping[Any, float], control: Mapping[Any, float], names: 
     return Paired(names[0], names[1], tuple(seeds), tuple(float(x) for x in d), mean, sd, t_low, t_high, p,
                   wilcoxon_test(d) if rank else None, sign_test(d) if rank else None, boot[0], boot[1],
                   detectable_difference(sd, n, alpha, power))
+
+
+def holm(pvalues: Mapping[Any, float | None]) -> dict[Any, float | None]:
+    """Holm-Bonferroni adjusted p-values of a family of tests: the i-th smallest of m p-values times (m - i + 1),
+    made monotone and capped at 1.  A missing or NaN p-value is no test: it stays None and does not count in m."""
+    valid = sorted(((float(p), key) for key, p in pvalues.items() if p is not None and math.isfinite(p)),
+                   key=lambda item: item[0])
+    adjusted: dict[Any, float | None] = dict.fromkeys(pvalues)
+    running, m = 0.0, len(valid)
+    for i, (p, key) in enumerate(valid):
+        running = max(running, min(1.0, (m - i) * p))
+        adjusted[key] = running
+    return adjusted
+
+
+def add_holm(paired: dict[str, dict[str, Any]]) -> bool:
+    """With more than 3 comparisons (``HOLM_MIN_TESTS``), add ``p_holm`` (Holm-adjusted over this family) to
+    each entry of a report's ``paired`` dict (``Paired.to_json()`` values); whether it did."""
+    tested = {name: d.get("p") for name, d in paired.items()}
+    if sum(p is not None and math.isfinite(p) for p in tested.values()) < HOLM_MIN_TESTS:
+        return False
+    for name, p in holm(tested).items():
+        paired[name]["p_holm"] = p
+    return True

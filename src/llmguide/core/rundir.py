@@ -7,6 +7,7 @@ Layout of ``runs/<name>/``::
     tb/                TensorBoard events
     checkpoints/       ckpt_<step>.pt (written atomically) and latest.pt
     report.md, *.png   written by ``llmguide report``
+    provenance.jsonl   the code of every session that trained it: commit, dirty, version (:mod:`~llmguide.core.provenance`)
     .lock              names the pid of the one process writing the run (:class:`RunLock`)
 
 Checkpoints load with ``torch.load(weights_only=True)`` (:func:`safe_torch_load`): tensors, numpy
@@ -156,6 +157,7 @@ class RunDir:
                         )
                     for f in [path / "metrics.jsonl", *path.glob("checkpoints/*.pt"), *path.glob("tb/*")]:
                         f.unlink()
+                    (path / "provenance.jsonl").unlink(missing_ok=True)   # the old run's code, not this one's
             return cls(path, cfg if write_config else None, lock=lock)
         except BaseException:
             lock.release()

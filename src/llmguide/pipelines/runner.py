@@ -166,10 +166,12 @@ class Recipe:
 @contextmanager
 def open_run(cfg: DictConfig, write_config: bool = True) -> Iterator[RunDir]:
     """The run directory named by ``cfg.run``, locked (config written unless ``write_config=False``; refuses
-    to overwrite a finished run)."""
+    to overwrite a finished run); the session's code is appended to its ``provenance.jsonl``."""
+    from llmguide.core import provenance
     from llmguide.core.wandb_logger import attach_wandb
 
     with RunDir.open(cfg, write_config=write_config) as run:
+        provenance.record(run.path, resumed=bool(cfg.run.resume))
         attach_wandb(cfg, run)
         yield run
 

@@ -64,7 +64,13 @@ def summarize(groups: dict[str, list[Run]], metric: str | tuple[str, ...] = RETU
                     notes.append(f"{label} shares no seed with {control}; no paired statistics")
                     continue
                 paired[f"{label} - {control}"] = stats.paired(mine, base, names=(label, control)).to_json()
+        stats.add_holm(paired)
     return {"arms": arms, "paired": paired, "notes": notes}
+
+
+HOLM_TEXT = (f" With more than {stats.HOLM_MIN_TESTS - 1} comparisons, p (Holm) adjusts the t-test p-values for "
+             "their number (Holm-Bonferroni over this table): read a single row by p (t), a claim that some arm "
+             "differs by p (Holm).")
 
 
 def _p(x: float | None) -> str:
@@ -107,16 +113,18 @@ def study_section(summary: dict[str, Any], metric_name: str, control: str | None
     lines.append("")
     if not paired:
         return lines
+    holm_column = any("p_holm" in d for d in paired.values())
     lines += [f"### Paired differences against `{control}`", "",
               "Each arm's value minus the control's value at the same seed (seeds are common random numbers: the "
               "same initialisation, env layouts and minibatch order in every arm). p (t): two-sided one-sample "
               "t-test of the differences. The interval is the min-max range of the differences with <= 5 seeds "
               "(not a CI), the Student-t 95% CI with 6-9, and also a BCa bootstrap 95% CI with >= 10; Wilcoxon "
-              "signed-rank and sign tests from 6 seeds.", "",
-              "| arm − control | n | mean Δ | interval | p (t) | Wilcoxon p | sign p | seeds + / − |",
-              "|---|---|---|---|---|---|---|---|"]
+              "signed-rank and sign tests from 6 seeds." + HOLM_TEXT * holm_column, "",
+              "| arm − control | n | mean Δ | interval | p (t) |" + " p (Holm) |" * holm_column
+              + " Wilcoxon p | sign p | seeds + / − |", "|---|---|---|---|---|" + "---|" * holm_column + "---|---|---|"]
     power = []
     for name, d in paired.items():
+        holm = f" {_p(d.get('p_holm'))} |" if holm_column else ""
         if d["interval"] == "range":
             interval = f"range [{fmt(d['interval_low'], 3)}, {fmt(d['interval_high'], 3)}]"
         elif d["interval"] == "t95":
@@ -125,7 +133,7 @@ def study_section(summary: dict[str, Any], metric_name: str, control: str | None
                 interval += f"; bootstrap 95% CI [{fmt(d['bootstrap_low'], 3)}, {fmt(d['bootstrap_high'], 3)}]"
         else:
             interval = "no interval (1 seed)"
-        lines.append(f"| {name.replace(' - ', ' − ')} | {d['n']} | {fmt(d['mean'], 3)} | {interval} | {_p(d['p'])} | "
+        lines.append(f"| {name.replace(' - ', ' − ')} | {d['n']} | {fmt(d['mean'], 3)} | {interval} | {_p(d['p'])} |{holm} "
                      f"{_p(d['wilcoxon_p'])} | {_p(d['sign_p'])} | {d['positive']} / {d['negative']} |")
         if d["n"] >= 2 and d["detectable_difference"] is not None:
             mde = d["detectable_difference"]

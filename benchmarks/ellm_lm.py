@@ -1,0 +1,133 @@
+"""ELLM with a real LM at full freshness (issue 48): what does Qwen's knowledge add over a random suggester?
+
+ELLM over the open vocabulary (all 139 action strings of Craftax-Classic's text actions: the knowledge has to pick
+the achievement actions), intrinsic-only, the same PPO and budget as ``ellm_crafter.py``'s Craftax study. Every
+LM-like arm, the oracle and random included, reads its suggestions from an **answer table** built the same way
+(``llmguide answers``) over the same data (``--data``: a collection run's dataset) and the same state signatures
+(the ``--table-queries`` most frequent ones): each arm is equally fresh, and a state whose signature is not in the
+table gets no suggestion in every arm alike (a counted miss, ``lm/table_misses``).
+
+Arms, and what each is told (every LM-like arm sees the state caption and, in its prompt, the list of valid
+actions; none is told a task: ELLM's pretraining has none):
+
+* ``ellm-oracle-open``: the requirement tree's achievable achievements (scores; ties broken at random per seed);
+* ``ellm-qwen-open``: Qwen2.5-Coder-1.5B-Instruct, generating bullets through its chat template with three worked
+  examples (``ellm_actions_listed``: the knowledge probe's best Qwen mode, precision 0.33 against 0.14 scoring);
+* ``ellm-gemma-open``: Gemma 3 270M (base) scoring every action, length-normalised (the probe's best Gemma mode);
+* ``ellm-random-open``: the knowledge control: a random 5 of the 139 per signature, a table drawn per seed;
+* ``no-reward`` (the control of ``ellm_crafter.py``) and ``rnd``: references without an LM.
+
+Value per seed: ground-truth achievements unlocked per episode over the last 10% of the budget; the report's other
+sections give per-achievement values. Headline: ``ellm-qwen-open - ellm-random-open``, paired (``--control``).
+
+    python benchmarks/ellm_lm.py --data RUN --tables DIR --table-queries 500 --seeds 10 --steps 120000
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+
+from ellm_crafter import COMMON, ELLM, OPEN
+from harness import Study, budget_name, main
+
+TABLE = "llm.table={tables}/{name}.sqlite"
+# arm -> (table name, overrides that shape its requests and name its LM)
+LM_ARMS = {
+    "ellm-oracle-open": ("oracle", ["llm=oracle", "method.prompt=ellm_actions_score_listed"]),
+    "ellm-qwen-open": ("qwen-gen3", ["llm=qwen", "method.suggester=generate", "method.prompt=ellm_actions_listed"]),
+    "ellm-gemma-open": ("gemma-score-norm", ["llm=embedded", "method.normalize_scores=true"]),
+    "ellm-random-open": ("random-s${seed}", ["llm=random", "method.prompt=ellm_actions_score_listed"]),
+}
+ARMS = {
+    "no-reward": ["method=none", "method.extrinsic_coef=0.0"],
+    **{arm: [*ELLM, *OPEN, *over, TABLE.replace("{name}", name)] for arm, (name, over) in LM_ARMS.items()},
+    "rnd": ["method=rnd", "method.extrinsic_coef=0.0"],
+}
+
+
+def flags(parser) -> None:
+    parser.add_argument("--data", required=False, default=None,
+                        help="a collection run (or its dataset/) whose state captions the tables answer")
+    parser.add_argument("--tables", default=None, help="folder of the answer tables (default <prep>/tables)")
+    parser.add_argument("--table-queries", type=int, default=500,
+                        help="answer the N most frequent state signatures of the data in every table (default 500)")
+    parser.add_argument("--lm-threads", type=int, default=1, help="llm.n_threads of the real LMs' table builds")
+
+
+def configure(args) -> None:
+    if args.variant is None:
+        args.variant = f"open-lm-{budget_name(args.steps)}"
+
+
+def prepare(plan) -> None:
+    """One table per LM-like arm (the random arm: one per seed) over the same data and signatures."""
+    a = plan.args
+    tables = Path(a.tables).resolve() if a.tables else plan.prep / "tables"
+    plan.values["tables"] = str(tables)
+    if not a.data:
+        for arm in LM_ARMS:
+            if arm in plan.arms:
+                plan.fail(arm, "no --data: a collection run whose captions the answer tables cover")
+        return
+    tables.mkdir(parents=True, exist_ok=True)
+    for arm, (name, over) in LM_ARMS.items():
+        if arm not in plan.arms:
+            continue
+        base = [*ELLM, *OPEN, *over, f"answers.data={Path(a.data).resolve()}", f"answers.max_queries={a.table_queries}",
+                "answers.coverage=1.0", *([f"llm.n_threads={a.lm_threads}"] if "llm=qwen" in over or "llm=embedded" in over
+                                          else [])]
+        names = [(name.replace("${seed}", str(s)), [f"seed={s}"]) for s in plan.seeds] if "${seed}" in name \
+            else [(name, [])]
+        for table, extra in names:
+            why = plan.step("answers", f"table-{table}", [*base, f"answers.out={tables}/{table}.sqlite", *extra],
+                            done=str(tables / f"{table}.sqlite"))
+            if why:
+                plan.fail(arm, why)
+                break
+
+
+def table_summary(path: Path) -> dict:
+    """Rows and build seconds of an answer table."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows, seconds = db.execute("SELECT COUNT(*), COALESCE(SUM(seconds), 0) FROM answers").fetchone()
+    return {"rows": int(rows), "lm_seconds": round(float(seconds), 1)}
+
+
+def details(plan):
+    """Each table's size and LM time: the arms must hold the same signatures."""
+    tables = Path(plan.values.get("tables", plan.prep / "tables"))
+    found = {p.stem: table_summary(p) for p in sorted(tables.glob("*.sqlite"))}
+    lines = ["## Answer tables", "", f"Folder `{tables}`; every arm's table answers the same "
+             f"{plan.args.table_queries} most frequent state signatures of `{plan.args.data}`.", "",
+             "| table | answers | LM seconds |", "|---|---|---|",
+             *[f"| {name} | {t['rows']} | {t['lm_seconds']} |" for name, t in found.items()], ""]
+    sizes = {t["rows"] for t in found.values()}
+    if len(sizes) > 1:
+        lines += [f"**Warning: the tables hold different numbers of answers ({sorted(sizes)}).**", ""]
+    return lines, {"tables": found}
+
+
+STUDY = Study(
+    name="ellm_{env}",
+    title="ELLM with a real LM: open vocabulary, every arm from an answer table",
+    about="ELLM's 139 text actions on Craftax-Classic, intrinsic-only, the same PPO in every arm; every LM-like arm "
+          "reads its suggestions from an answer table over the same state signatures (see Answer tables).",
+    arms=ARMS,
+    control="ellm-random-open",
+    metric="charts/achievements_per_episode",
+    metric_name="ground-truth achievements unlocked per episode (training episodes)",
+    common=COMMON,
+    env="craftax",
+    steps=120_000,
+    seeds=10,
+    jobs=1,
+    flags=flags,
+    configure=configure,
+    prepare=prepare,
+    details=details,
+)
+
+if __name__ == "__main__":
+    sys.exit(main(STUDY))
