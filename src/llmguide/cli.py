@@ -171,6 +171,9 @@ def list_catalog(what: str | None = None) -> str:
             out.append(f"  {name:<9} {fam.env_id}; {len(tasks)} tasks:")
             out.extend(textwrap.wrap(", ".join(tasks), 110, initial_indent=" " * 12, subsequent_indent=" " * 12,
                                      break_on_hyphens=False))
+            if fam.variants:
+                out.extend(textwrap.wrap("variant: " + fam.variants, 110, initial_indent=" " * 12,
+                                         subsequent_indent=" " * 14, break_on_hyphens=False))
     if what in (None, "methods"):
         out.append("methods (method=NAME): env families, status, what it is:")
         for option in group_options("method"):

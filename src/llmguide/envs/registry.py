@@ -41,7 +41,8 @@ class Family:
     ``tasks`` (``"module:attr"``, a list or a function of the family name) feeds ``llmguide list``; ``wait`` is
     what the first env step waits for, printed before training (e.g. a JAX compile).  ``expert`` is the family's
     scripted expert, a class ``(env_cfg, seed=, mode=, exclude=)`` whose ``act(obs, infos)`` plays a vector env
-    (``agent=scripted agent.policy=expert``, PTGM's ``method.collect.policy=expert``)."""
+    (``agent=scripted agent.policy=expert``, PTGM's ``method.collect.policy=expert``).  ``wrap_vector``,
+    ``fn(envs, env_cfg, seed) -> envs``, wraps every vector env of the family (e.g. Crafter's ``env.distractors``)."""
 
     make: str
     oracle: str
@@ -52,18 +53,25 @@ class Family:
     tasks: str | None = None
     wait: str | None = None
     expert: str | None = None
+    wrap_vector: str | None = None
+    variants: str = ""               # what ``llmguide list`` says of the family's variants
 
 
 _NETHACK = "llmguide.envs.nethack.env"
 _EXPERT = "llmguide.envs.crafter.expert:ExpertPolicy"
+_NOISY_TV = "llmguide.envs.crafter.distractors:wrap_vector"
+_NOISY_TV_TEXT = ("env.distractors.rate=P (a noisy TV): the do-nothing action shows a harmless new sight with "
+                  "probability P, appended to the message line; nothing else changes; ground truth calls it unhelpful")
 FAMILIES: dict[str, Family] = {
     "crafter": Family("llmguide.envs.crafter.env:make_crafter", "llmguide.envs.crafter.actions:make_oracle",
                       env_id="llmguide/Crafter-v0", tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",
-                      max_steps="llmguide.envs.crafter.rules:default_max_steps", expert=_EXPERT),
+                      max_steps="llmguide.envs.crafter.rules:default_max_steps", expert=_EXPERT,
+                      wrap_vector=_NOISY_TV, variants=_NOISY_TV_TEXT),
     "craftax": Family("llmguide.envs.craftax.env:make_craftax", "llmguide.envs.craftax.env:make_oracle",
                       make_vector="llmguide.envs.craftax.env:make_craftax_vector", env_id="llmguide/CraftaxClassic-v0",
                       tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",
                       max_steps="llmguide.envs.crafter.rules:default_max_steps", expert=_EXPERT,
+                      wrap_vector=_NOISY_TV, variants=_NOISY_TV_TEXT,
                       wait="compiling Craftax-Classic's jitted step (about 30 s the first time; a few seconds once "
                            "~/.cache/llmguide/jax holds it)"),
     "babyai": Family("llmguide.envs.babyai.env:make_babyai", "llmguide.envs.babyai.oracle:BabyAIOracle",

@@ -23,9 +23,14 @@ def make_vector_env(env_cfg: Any, num_envs: int, seed: int, mode: str = "sync") 
     Autoreset is SAME_STEP: a finished env's returned observation is already the reset one and
     the finished step's info is in ``info["final_info"]`` (see :func:`split_infos`).
     """
-    batched = family(cfg_get(env_cfg, "name")).make_vector
-    if batched is not None:
-        return load(batched)(env_cfg, num_envs, seed)
+    fam = family(cfg_get(env_cfg, "name"))
+    envs = _make_vector(fam, env_cfg, num_envs, seed, mode)
+    return load(fam.wrap_vector)(envs, env_cfg, seed) if fam.wrap_vector else envs
+
+
+def _make_vector(fam: Any, env_cfg: Any, num_envs: int, seed: int, mode: str) -> gym.vector.VectorEnv:
+    if fam.make_vector is not None:
+        return load(fam.make_vector)(env_cfg, num_envs, seed)
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     cfg = plain_dict(env_cfg)

@@ -62,7 +62,8 @@ class EpisodeTracker:
 
 
 def episode_info_metrics(info: dict) -> dict[str, Any]:
-    """``achievements/<name>`` (1 if unlocked this episode) and ``charts/success`` from a final info."""
+    """``achievements/<name>`` (1 if unlocked this episode), ``charts/success`` and ``charts/distractor_share``
+    from a final info."""
     out: dict[str, Any] = {}
     achievements = info.get("achievements")
     if isinstance(achievements, dict):
@@ -74,6 +75,8 @@ def episode_info_metrics(info: dict) -> dict[str, Any]:
         out["charts/achievements_per_episode"] = unlocked
     if "success" in info:
         out["charts/success"] = float(bool(np.asarray(info["success"]).item()))
+    if "distractor_share" in info:   # env.distractors: the episode's share of steps on the distractor action
+        out["charts/distractor_share"] = float(np.asarray(info["distractor_share"]).item())
     return out
 
 
