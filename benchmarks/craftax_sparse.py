@@ -13,7 +13,8 @@ Arms (every one the same PPO: the shared sparse task's ``harness.SPARSE_PPO``, a
 * ``oni_retrieval-oracle`` — ONI-Retrieval, labels from the requirement tree (a message is helpful when it
   reports an achievement); ``-embedded``: the embedded LM (Gemma 3 270M) labels;
 * knowledge controls: ``oni_retrieval-constant`` (every message helpful: a pure episodic message-count bonus),
-  ``oni_retrieval-shuffled`` (the oracle's labels permuted across recent messages: its rate, no relation;
+  ``oni_retrieval-shuffled`` (the oracle's labels permuted across recent messages: no relation, a rate that follows
+  the oracle's but is not matched to the oracle arm's;
   ``-window0``: across all earlier messages, a rate below the oracle's),
   ``oni_retrieval-random`` (yes at ``llm.positive_rate``); ``oni_retrieval-random-matched`` (yes at the oracle
   arm's measured rate, ``--positive-rate`` or its finished runs' mean: the shuffled control matches the oracle's
@@ -26,7 +27,8 @@ Arms (every one the same PPO: the shared sparse task's ``harness.SPARSE_PPO``, a
   reward model (prepared once, before the arms); ``motif-shuffled``: the same pairs, the oracle's preferences
   permuted across them (``llm=shuffled``, ``method.pairs_from``), its own reward model; ``motif-embedded``: the
   same pairs labelled by the embedded LM; ``motif-embedded-both``: asked both ways round (``method.both_orders``);
-* ``ellm_bow`` — the ONI paper's LM-free baseline: bag-of-words similarity of the message to the task's name;
+* ``ellm_bow`` — the ONI paper's LM-free baseline: bag-of-words similarity of the message to the task's name (it is
+  told the task; the labellers are not);
 * ``expert`` — the scripted expert playing the task (``agent=scripted``, no learning): the upper reference row, as
   BabyAI's bot.
 

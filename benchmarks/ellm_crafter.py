@@ -38,7 +38,8 @@ ELLM = ["method=ellm", "method.suggester=score", "method.match=exact", "method.e
 OPEN = ["method.vocabulary=actions"]   # the LM ranks all 139 action strings, not the 22 achievement ones
 ARMS = {  # name -> overrides (all intrinsic-only but the labelled upper reference)
     "no-reward": ["method=none", "method.extrinsic_coef=0.0"],
-    # closed vocabulary (the 22 achievement actions): any ranking pays achievements
+    # closed vocabulary (the 22 achievement actions): every suggestion is an achievement action, and the oracle's
+    # top 5 keeps the feasible goals in list order, so "sleep" (last) is cut: the comparison mostly measures wake_up
     "ellm-oracle": [*ELLM, "llm=oracle"],
     "ellm-random": [*ELLM, "llm=random"],          # a random 5 of the 22 per state signature
     "ellm-shuffled": [*ELLM, "llm=shuffled"],      # the oracle's suggestions for another state

@@ -1,6 +1,6 @@
 """Statistics for comparing arms over seeds: paired differences against a control, intervals, power.
 
-Conventions (DESIGN.md, "Reproductions"):
+Conventions (docs/design.md, "Reproductions"):
 
 - **Seeds are common random numbers.** Seed ``s`` of every arm shares the network initialisation,
   the env layouts and the minibatch order, so an arm is compared with the control seed by seed:
@@ -175,7 +175,7 @@ class Paired:
         return Interval("t95", self.t_low, self.t_high)
 
     def to_json(self) -> dict[str, Any]:
-        """DESIGN.md's ``paired`` entry (mean, t_low, t_high, p, n) plus the rest."""
+        """docs/design.md's ``paired`` entry (mean, t_low, t_high, p, n) plus the rest."""
         def num(x: float | None) -> float | None:
             return None if x is None or not math.isfinite(x) else float(x)
 

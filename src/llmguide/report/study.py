@@ -20,7 +20,7 @@ from llmguide.report.runs import FINAL_FRACTION, RETURN_KEYS, Run, final_value, 
 
 def summarize(groups: dict[str, list[Run]], metric: str | tuple[str, ...] = RETURN_KEYS, control: str | None = None,
               reps: int = 2000, points: int = 20, smooth: int | None = None) -> dict[str, Any]:
-    """Per-arm final values per seed, curves and paired statistics against ``control`` (DESIGN.md's
+    """Per-arm final values per seed, curves and paired statistics against ``control`` (docs/design.md's
     results format): ``{"arms": {label: {"seeds", "values", "curve": {"steps", "mean", "low", "high",
     "interval"}}}, "paired": {"<arm> - <control>": stats.Paired.to_json()}, "notes": [...]}``.
 

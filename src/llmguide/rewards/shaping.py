@@ -5,7 +5,7 @@ is the potential of the *true* next observation (the final observation at an epi
 reset observation that a vector env returns). It is masked out only where the episode
 *terminated* (the terminal potential counts as 0); at a truncation (time limit) ``Phi(s')`` is
 kept, because the state still has a future and the learner bootstraps there. This avoids the BK
-reference code's one-step lag and missing done-mask (see research/ellm_bk.md 2.4).
+reference code's one-step lag and missing done-mask (docs/bk.md, "Differences from the reference code").
 """
 
 from __future__ import annotations
