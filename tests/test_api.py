@@ -43,8 +43,8 @@ def test_train_returns_the_run(run):
     assert run.config["method"]["name"] == "rnd" and run.config["total_steps"] == 64
     assert run.metrics and run.metrics[-1]["step"] >= 64
     assert run.eval["episodes"] == 2 and run.eval["episode_lengths"] == [10, 10]
-    assert run.final_return == run.eval["return_mean"] and run.report == run.path / "report.md"
-    assert llmguide.load_run(run.path).eval == run.eval and "final_return" in repr(run)
+    assert run.eval_return == run.eval["return_mean"] and run.report == run.path / "report.md"
+    assert llmguide.load_run(run.path).eval == run.eval and "eval_return" in repr(run) and "train_return" in repr(run)
 
 
 def test_the_policy_acts_like_a_stable_baselines3_model(run):
@@ -56,9 +56,12 @@ def test_the_policy_acts_like_a_stable_baselines3_model(run):
     assert isinstance(action, int) and env.action_space.contains(action)
     assert policy.act(obs) == action                         # deterministic by default
     predicted, state = policy.predict(obs, deterministic=True)
-    assert predicted == action and state is None
+    assert isinstance(predicted, np.ndarray) and predicted.shape == () and predicted == action and state is None
+    assert policy.predict(obs, state="h")[1] == "h"          # SB3 hands the state back
     batch = {k: np.stack([v, v, v]) for k, v in obs.items()}
-    assert policy.predict(batch)[0].tolist() == [action] * 3
+    actions, _ = policy.predict(batch)
+    assert isinstance(actions, np.ndarray) and actions.tolist() == [action] * 3
+    env.step(predicted)                                      # an env takes SB3's action as it is
     for _ in range(5):
         obs, *_ = env.step(policy.act(obs, deterministic=False))
     env.close()

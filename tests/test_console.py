@@ -82,4 +82,4 @@ def test_the_summary_prints_float_noise_as_zero():
     from llmguide.pipelines.summary import eval_summary
 
     text = eval_summary({"episodes": 5, "return_mean": 1.0, "return_std": 9.93e-17, "greedy": True})
-    assert text == "return 1 ± 0 over 5 greedy episodes"
+    assert text == "eval return (greedy) 1 ± 0 over 5 episodes"

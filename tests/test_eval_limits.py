@@ -34,7 +34,8 @@ def test_eval_max_steps_caps_every_episode_and_prints_a_summary(tmp_path, capsys
     out = capsys.readouterr().out.strip().splitlines()
     summary = [line for line in out if line.startswith("train: ")]
     assert len(summary) == 1, out    # progress=false: still the one summary line
-    assert str(run) in summary[0] and "final eval return" in summary[0] and "over 2 greedy episodes" in summary[0]
+    assert str(run) in summary[0] and "eval return (greedy)" in summary[0] and "over 2 episodes of ≤ 7 steps" in summary[0]
+    assert "train return (last 10%)" in summary[0] and "final" not in summary[0]   # two numbers, two names
     assert f"report {run / 'report.md'}" in summary[0] and (run / "report.md").exists()
     # llmguide eval RUN_DIR takes the cap as an override; the config's own env.max_steps is left alone
     assert main(["eval", str(run), "eval.max_steps=3", "eval.episodes=1"]) == 0

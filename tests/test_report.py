@@ -160,7 +160,7 @@ def test_report_paired_statistics_against_a_control(tmp_path):
     dirs += [make_run(tmp_path, "rnd", s, FINALS["rnd"][s], table_every=4) for s in (3, 1, 0, 2)]
     out = tmp_path / "report"
     text = write_report(dirs, out=str(out), reps=300, control="none").read_text()
-    assert "## final episodic return" in text and "### Paired differences against `none`" in text
+    assert "## train return (last 10%)" in text and "### Paired differences against `none`" in text
     assert (out / "curves.png").read_bytes().startswith(PNG_MAGIC)
     sd = math.sqrt((2.5**2 + 1.5**2 + 1.5**2 + 5.5**2) / 3)   # differences' mean is 0.5
     p = t3_two_sided_p(0.5 / (sd / 2))

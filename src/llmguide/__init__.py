@@ -17,8 +17,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-__version__ = "0.1.0"
-__all__ = ["Policy", "Run", "__version__", "load_config", "load_policy", "load_run", "train"]
+from llmguide.version import __version__
+
+__all__ = ["Callback", "Policy", "Run", "__version__", "load_config", "load_policy", "load_run", "train"]
 
 # third-party noise that tells a user nothing (issue 32): pygame's pkg_resources notice (craftax, minigrid),
 # transformers' deprecation FutureWarnings about its own internals
@@ -26,11 +27,12 @@ warnings.filterwarnings("ignore", message=r"pkg_resources is deprecated", catego
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers(\.|$)")
 
 
-def train(config: Any = None, /, **overrides: Any) -> Any:
-    """Train as ``llmguide train`` would; the :class:`Run` (see :func:`llmguide.api.train`)."""
+def train(config: Any = None, /, *, callback: Any = None, **overrides: Any) -> Any:
+    """Train as ``llmguide train`` would; the :class:`Run` (see :func:`llmguide.api.train`).  ``callback``: a
+    :class:`Callback`, a list of them, or a function ``fn(agent, metrics)`` called after every update."""
     from llmguide.api import train as _train
 
-    return _train(config, **overrides)
+    return _train(config, callback=callback, **overrides)
 
 
 def load_policy(run_dir: Any, overrides: Any = ()) -> Any:
@@ -55,7 +57,7 @@ def load_config(config: Any = None, **overrides: Any) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Run", "Policy"):
+    if name in ("Run", "Policy", "Callback"):
         from llmguide import api
 
         return getattr(api, name)

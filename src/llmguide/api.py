@@ -5,34 +5,41 @@
     import llmguide
 
     run = llmguide.train(env="crafter", method="rnd", total_steps=20_000, progress=False)
-    run.path, run.final_return, run.eval["return_mean"], run.metrics[-1], run.report
+    run.train_return     # mean episodic return over the last 10 % of training (the report's train return)
+    run.eval_return      # the final evaluation's mean return (greedy; eval.json holds the rest: run.eval)
+    run.path, run.metrics[-1], run.report
     policy = llmguide.load_policy(run.path)          # or run.load_policy()
     env = policy.make_env(seed=0)
     obs, info = env.reset()
-    action, _ = policy.predict(obs, deterministic=True)   # SB3's signature; policy.act(obs) -> action
+    action, _ = policy.predict(obs, deterministic=True)   # SB3's: an np.ndarray action; policy.act(obs) -> int
     policy.evaluate(episodes=5)                      # the method's own evaluation (eval.max_steps respected)
 
 :func:`train` takes what ``llmguide train`` takes: a list of ``key=value`` overrides, a dict (``{"env":
 "crafter", "agent.lr": 1e-3}``), keyword overrides (``total_steps=...``), or a config from
 :func:`llmguide.load_config`.  A bad key raises :class:`~llmguide.core.errors.ConfigError` naming it, before
-any compute.  Everything the command line writes is written here too (``runs/<name>/``).
+any compute.  Everything the command line writes is written here too (``runs/<name>/``).  ``callback=``: a
+:class:`Callback` (SB3's hooks: ``on_step``, ``on_rollout_end`` ...), a list of them, or a function
+``fn(agent, metrics)`` called after every update (returning ``False`` stops training there, as SB3's).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from omegaconf import DictConfig
 
 from llmguide.core.errors import LLMGuideError
 
-__all__ = ["Policy", "Run", "load_config", "load_policy", "load_run", "train"]
+if TYPE_CHECKING:
+    from llmguide.learners.callbacks import Callback
+
+__all__ = ["Callback", "Policy", "Run", "load_config", "load_policy", "load_run", "train"]
 
 
 def _value(value: Any) -> str:
@@ -79,11 +86,15 @@ def load_config(config: Sequence[str] | Mapping[str, Any] | None = None, **kwarg
     return load(overrides_of(config, **kwargs))
 
 
-def train(config: Sequence[str] | Mapping[str, Any] | DictConfig | None = None, /, **kwargs: Any) -> Run:
+def train(config: Sequence[str] | Mapping[str, Any] | DictConfig | None = None, /, *,
+          callback: Callback | Sequence[Callback] | Callable[[Any, dict[str, Any]], Any] | None = None,
+          **kwargs: Any) -> Run:
     """Train as ``llmguide train`` would and return the :class:`Run` (run directory, metrics, final evaluation).
 
     ``config``: overrides (``["env=crafter", "method=rnd"]`` or ``{"env": "crafter"}``) or a loaded config;
-    ``kwargs``: more overrides (``total_steps=20_000``)."""
+    ``kwargs``: more overrides (``total_steps=20_000``); ``callback``: a :class:`Callback`, a list of them, or a
+    function ``fn(agent, metrics)`` called after every update (``False`` stops training there; the checkpoint,
+    evaluation and report follow as for a run that reached ``total_steps``)."""
     from llmguide import pipelines
     from llmguide.distributed import connect, uses_ray
 
@@ -95,8 +106,35 @@ def train(config: Sequence[str] | Mapping[str, Any] | DictConfig | None = None, 
         cfg = load_config(config, **kwargs)
     if uses_ray(cfg):
         connect(cfg.ray)
-    result = pipelines.train_run(cfg)
+    result = pipelines.train_run(cfg, callbacks=as_callbacks(callback))
     return Run(result.path)
+
+
+def as_callbacks(callback: Any) -> list[Callback]:
+    """``callback=`` of :func:`train` as a list of :class:`Callback` (TypeError naming what it got otherwise)."""
+    from llmguide.learners.callbacks import Callback, FunctionCallback
+
+    if callback is None:
+        return []
+    items = list(callback) if isinstance(callback, list | tuple) else [callback]
+    out = []
+    for item in items:
+        if isinstance(item, Callback):
+            out.append(item)
+        elif callable(item):
+            out.append(FunctionCallback(item))
+        else:
+            raise TypeError(f"callback must be an llmguide.Callback, a function fn(agent, metrics) or a list of "
+                            f"them, got {type(item).__name__}")
+    return out
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Callback":   # imported when asked for: it brings torch
+        from llmguide.learners.callbacks import Callback
+
+        return Callback
+    raise AttributeError(f"module 'llmguide.api' has no attribute {name!r}")
 
 
 def load_run(run_dir: str | Path) -> Run:
@@ -127,13 +165,16 @@ def load_policy(run_dir: str | Path, overrides: Sequence[str] = ()) -> Policy:
 @dataclass
 class Run:
     """One run directory: ``path``, ``config``, ``metrics`` (the rows of metrics.jsonl), ``eval`` (eval.json),
-    ``final_return``, ``report`` (report.md) and :meth:`load_policy`."""
+    ``train_return`` (training's last 10 %), ``eval_return`` (the evaluation's mean), ``report`` (report.md)
+    and :meth:`load_policy`."""
 
     path: Path
 
     def __repr__(self) -> str:
-        ret = self.final_return
-        return f"Run({str(self.path)!r}, final_return={ret if ret is None else round(ret, 3)})"
+        def num(x: float | None) -> float | None:
+            return x if x is None else round(x, 3)
+
+        return f"Run({str(self.path)!r}, train_return={num(self.train_return)}, eval_return={num(self.eval_return)})"
 
     @cached_property
     def config(self) -> dict[str, Any]:
@@ -164,8 +205,29 @@ class Run:
         return json.loads(file.read_text()) if file.exists() else {}
 
     @property
-    def final_return(self) -> float | None:
+    def train_return(self) -> float | None:
+        """The mean episodic return logged in the last 10 % of training's steps (the report's "train return");
+        None when no episode finished."""
+        from llmguide.report.runs import train_return
+
+        found = train_return(self.metrics)
+        return None if found is None else found[0]
+
+    @property
+    def eval_return(self) -> float | None:
+        """The final evaluation's mean return (``eval.json``'s ``return_mean``: greedy unless ``eval.greedy=false``,
+        episodes capped at ``eval.max_steps``)."""
         return self.eval.get("return_mean")
+
+    @property
+    def final_return(self) -> float | None:
+        """Deprecated: it meant the evaluation's return while the report's "final return" was training's; use
+        :attr:`eval_return` or :attr:`train_return`."""
+        import warnings
+
+        warnings.warn("Run.final_return is ambiguous and deprecated: use run.eval_return (the final evaluation) or "
+                      "run.train_return (the last 10% of training)", DeprecationWarning, stacklevel=2)
+        return self.eval_return
 
     @property
     def report(self) -> Path | None:
@@ -198,23 +260,28 @@ class Policy:
     def act(self, obs: Mapping[str, Any], deterministic: bool = True) -> Any:
         """The action for one observation (an int), or an array of actions for a batch (arrays with a leading
         batch axis)."""
+        actions = self._actions(obs, deterministic)
+        return int(actions[0]) if self._single(obs) else actions
+
+    def predict(self, obs: Mapping[str, Any], state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[np.ndarray, Any]:
+        """Stable-Baselines3's ``(action, state)``: the action as an ``np.ndarray`` (0-d for one observation,
+        ``(n,)`` for a batch), and ``state`` handed back as given (None: no recurrent state is handed out)."""
+        actions = self._actions(obs, deterministic)
+        return (actions.squeeze(axis=0) if self._single(obs) else actions), state
+
+    def _actions(self, obs: Mapping[str, Any], deterministic: bool) -> np.ndarray:
         if hasattr(self.agent, "action_strings"):
             raise LLMGuideError(f"method={self.config.method.name}'s policy acts on prompts: use "
                                 "policy.agent.act(prompts, greedy) or policy.evaluate()")
         single = self._single(obs)
         batch = {k: np.asarray(v)[None] if single else np.asarray(v) for k, v in obs.items()}
         try:
-            actions = np.asarray(self.agent.act(batch, greedy=deterministic))
+            return np.asarray(self.agent.act(batch, greedy=deterministic))
         except KeyError as err:
             raise LLMGuideError(f"this policy reads the observation key {err} that method="
                                 f"{self.config.method.name}'s wrapper adds in training (e.g. ELLM's goal): "
                                 "use policy.evaluate()") from None
-        return int(actions[0]) if single else actions
-
-    def predict(self, obs: Mapping[str, Any], state: Any = None, episode_start: Any = None,
-                deterministic: bool = True) -> tuple[Any, None]:
-        """Stable-Baselines3's signature: ``(action, None)`` (no recurrent state is handed out)."""
-        return self.act(obs, deterministic), None
 
     def evaluate(self, episodes: int = 5, deterministic: bool = True, progress: bool = False) -> dict[str, Any]:
         """The method's evaluation episodes on held-out seeds (as ``llmguide eval``), ``eval.max_steps`` applied."""

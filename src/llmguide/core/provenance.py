@@ -31,7 +31,7 @@ def _git(*args: str) -> str | None:
 def code_version() -> dict[str, Any]:
     """``{"version", "commit", "dirty"}`` of the running package: ``commit`` is the checkout's HEAD (None outside
     git), ``dirty`` whether tracked files under the package differ from it (None when unknown)."""
-    from llmguide import __version__
+    from llmguide.version import __version__
 
     commit = _git("rev-parse", "HEAD")
     status = _git("status", "--porcelain", "--untracked-files=no", "--", str(PACKAGE)) if commit else None

@@ -32,8 +32,10 @@ import json
 import logging
 import math
 import os
+import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -139,25 +141,28 @@ class RunDir:
             raise
 
     @classmethod
-    def open(cls, cfg: DictConfig, write_config: bool = True) -> RunDir:
+    def open(cls, cfg: DictConfig, write_config: bool = True, outputs: Sequence[str] = ()) -> RunDir:
         """Open (or, with ``run.resume=true``, reopen) the run folder named by the config, its lock taken
         first; ``write_config=False``: the caller writes ``config.yaml`` later (a resume, once its
-        checkpoint has loaded)."""
+        checkpoint has loaded).  A folder that already holds a run (metrics, a checkpoint, or one of the
+        ``outputs`` an offline step writes, e.g. ``dataset``) is refused unless ``run.resume=true`` (continue
+        it: add to it) or ``run.overwrite=true`` (start over: those files are removed first)."""
         name = cfg.run.name or default_run_name(cfg)
         path = Path(cfg.run.dir) / name
         path.mkdir(parents=True, exist_ok=True)
         lock = RunLock(path).acquire()
         try:
-            if not cfg.run.resume and (path / "metrics.jsonl").exists():
-                if any(path.glob("checkpoints/*.pt")) or (path / "metrics.jsonl").stat().st_size > 0:
-                    if not cfg.run.overwrite:
-                        raise FileExistsError(
-                            f"run directory {path} already holds a run; pass run.resume=true to continue it, "
-                            "run.overwrite=true to start over, or another run.name"
-                        )
-                    for f in [path / "metrics.jsonl", *path.glob("checkpoints/*.pt"), *path.glob("tb/*")]:
-                        f.unlink()
-                    (path / "provenance.jsonl").unlink(missing_ok=True)   # the old run's code, not this one's
+            if not cfg.run.resume and holds_run(path, outputs):
+                if not cfg.run.overwrite:
+                    raise FileExistsError(
+                        f"run directory {path} already holds a run; pass run.resume=true to continue it, "
+                        "run.overwrite=true to start over, or another run.name"
+                    )
+                for f in [path / "metrics.jsonl", *path.glob("checkpoints/*.pt"), *path.glob("tb/*")]:
+                    f.unlink(missing_ok=True)
+                for output in outputs:
+                    shutil.rmtree(path / output, ignore_errors=True)
+                (path / "provenance.jsonl").unlink(missing_ok=True)   # the old run's code, not this one's
             return cls(path, cfg if write_config else None, lock=lock)
         except BaseException:
             lock.release()
@@ -314,6 +319,13 @@ class RunDir:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def holds_run(path: Path, outputs: Sequence[str] = ()) -> bool:
+    """Whether ``path`` holds a run: a metric row, a checkpoint, or one of ``outputs`` (an offline step's)."""
+    metrics = path / "metrics.jsonl"
+    return ((metrics.exists() and metrics.stat().st_size > 0) or any(path.glob("checkpoints/*.pt"))
+            or any((path / output).exists() for output in outputs))
 
 
 def read_metrics(run_path: str | Path) -> list[dict[str, Any]]:

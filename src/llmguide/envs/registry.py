@@ -4,6 +4,7 @@ build an env or a family's oracle from it.  A new family is one entry here, its 
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from dataclasses import dataclass
 from importlib import import_module
@@ -42,7 +43,8 @@ class Family:
     what the first env step waits for, printed before training (e.g. a JAX compile).  ``expert`` is the family's
     scripted expert, a class ``(env_cfg, seed=, mode=, exclude=)`` whose ``act(obs, infos)`` plays a vector env
     (``agent=scripted agent.policy=expert``, PTGM's ``method.collect.policy=expert``).  ``wrap_vector``,
-    ``fn(envs, env_cfg, seed) -> envs``, wraps every vector env of the family (e.g. Crafter's ``env.distractors``)."""
+    ``fn(envs, env_cfg, seed) -> envs``, wraps every vector env of the family (e.g. Crafter's ``env.distractors``).
+    ``check_task``, ``fn(env_cfg) -> problem or None``, checks ``env.task`` when the config loads."""
 
     make: str
     oracle: str
@@ -55,10 +57,12 @@ class Family:
     expert: str | None = None
     wrap_vector: str | None = None
     variants: str = ""               # what ``llmguide list`` says of the family's variants
+    check_task: str | None = None    # "module:function(env_cfg) -> problem or None": env.task, when the config loads
 
 
 _NETHACK = "llmguide.envs.nethack.env"
 _EXPERT = "llmguide.envs.crafter.expert:ExpertPolicy"
+_CRAFTER_TASK = "llmguide.envs.crafter.rules:task_problem"
 _NOISY_TV = "llmguide.envs.crafter.distractors:wrap_vector"
 _NOISY_TV_TEXT = ("env.distractors.rate=P (a noisy TV): the do-nothing action shows a harmless new sight with "
                   "probability P, appended to the message line; nothing else changes; ground truth calls it unhelpful")
@@ -66,16 +70,17 @@ FAMILIES: dict[str, Family] = {
     "crafter": Family("llmguide.envs.crafter.env:make_crafter", "llmguide.envs.crafter.actions:make_oracle",
                       env_id="llmguide/Crafter-v0", tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",
                       max_steps="llmguide.envs.crafter.rules:default_max_steps", expert=_EXPERT,
-                      wrap_vector=_NOISY_TV, variants=_NOISY_TV_TEXT),
+                      wrap_vector=_NOISY_TV, variants=_NOISY_TV_TEXT, check_task=_CRAFTER_TASK),
     "craftax": Family("llmguide.envs.craftax.env:make_craftax", "llmguide.envs.craftax.env:make_oracle",
                       make_vector="llmguide.envs.craftax.env:make_craftax_vector", env_id="llmguide/CraftaxClassic-v0",
                       tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",
                       max_steps="llmguide.envs.crafter.rules:default_max_steps", expert=_EXPERT,
-                      wrap_vector=_NOISY_TV, variants=_NOISY_TV_TEXT,
+                      wrap_vector=_NOISY_TV, variants=_NOISY_TV_TEXT, check_task=_CRAFTER_TASK,
                       wait="compiling Craftax-Classic's jitted step (about 30 s the first time; a few seconds once "
                            "~/.cache/llmguide/jax holds it)"),
     "babyai": Family("llmguide.envs.babyai.env:make_babyai", "llmguide.envs.babyai.oracle:BabyAIOracle",
-                     env_id="llmguide/BabyAIText-v0", tasks="llmguide.envs.babyai.env:TASKS"),
+                     env_id="llmguide/BabyAIText-v0", tasks="llmguide.envs.babyai.env:TASKS",
+                     check_task="llmguide.envs.babyai.env:task_problem"),
     "minihack": Family(f"{_NETHACK}:make_nethack", "llmguide.envs.nethack.oracle:NetHackOracle",
                        env_id="llmguide/MiniHackText-v0", check_id=f"{_NETHACK}:id_problem",
                        tasks=f"{_NETHACK}:task_ids"),
@@ -124,16 +129,33 @@ def family_tasks(name: str) -> list[str]:
     return list(tasks(name) if callable(tasks) else tasks)
 
 
+def check_env_task(env_cfg: Any) -> None:
+    """``env.task`` must name one of the family's tasks: :class:`ConfigError` naming ``env.task`` otherwise,
+    when the config loads (a single run and every combination of a sweep, before any compute)."""
+    name, task = cfg_get(env_cfg, "name"), cfg_get(env_cfg, "task")
+    if name not in FAMILIES or FAMILIES[name].check_task is None or task in (None, ""):
+        return
+    problem = load(FAMILIES[name].check_task)(env_cfg)
+    if problem:
+        close = difflib.get_close_matches(str(task), family_tasks(name), n=1)
+        raise ConfigError("env.task", (f"did you mean {close[0]}? " if close else "") + problem)
+
+
 add_rule_provider(lambda cfg: check_env_id(cfg.get("env")))
+add_rule_provider(lambda cfg: check_env_task(cfg.get("env")))
 
 
 def make_env(env_cfg: Any, seed: int | None = None) -> gym.Env:
     """Build a text env from an ``env`` config (``name`` one of :data:`FAMILIES`).
 
     The env records episode statistics (``info["episode"]`` with ``r``, ``l``, ``t`` at episode
-    end) and uses ``seed`` at its first reset.
+    end) and uses ``seed`` at its first reset.  ``env.step_cap`` (set only while an evaluation applies
+    ``eval.max_steps`` to a family whose own episode limit is not known up front): episodes are truncated at
+    that many steps, never lengthened.
     """
     env = load(family(cfg_get(env_cfg, "name")).make)(env_cfg, seed)
+    if cfg_get(env_cfg, "step_cap"):
+        env = gym.wrappers.TimeLimit(env, int(cfg_get(env_cfg, "step_cap")))
     env = gym.wrappers.RecordEpisodeStatistics(env)
     return SeedOnFirstReset(env, seed)
 

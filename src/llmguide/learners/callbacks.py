@@ -48,6 +48,18 @@ class Callback:
         return {}
 
 
+class FunctionCallback(Callback):
+    """``fn(agent, metrics)`` after every update (Stable-Baselines3's function callback); returning ``False``
+    stops training at that boundary (as a stop request does: checkpoint, evaluation and report follow)."""
+
+    def __init__(self, fn: Callable[[Any, dict[str, Any]], Any]):
+        self.fn = fn
+
+    def on_rollout_end(self, metrics: dict[str, Any]) -> None:
+        if self.fn(self.agent, metrics) is False:
+            raise TrainingStopped
+
+
 class CallbackList(Callback):
     """Several callbacks in order."""
 

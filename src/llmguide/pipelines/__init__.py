@@ -86,14 +86,15 @@ def probe_lm(cfg: DictConfig) -> str | None:
     return warning
 
 
-def train_run(cfg: DictConfig) -> Any:
-    """Train the configured method (the LM probed first); the :class:`~llmguide.pipelines.runner.TrainResult`."""
+def train_run(cfg: DictConfig, callbacks: Sequence[Any] = ()) -> Any:
+    """Train the configured method (the LM probed first); the :class:`~llmguide.pipelines.summary.TrainResult`.
+    ``callbacks``: the caller's own :class:`~llmguide.learners.callbacks.Callback` objects (the Python API's)."""
     from llmguide.pipelines.runner import run_training
 
     recipe = recipe_class(cfg)(cfg)
     recipe.check_env(cfg)
     probe_lm(cfg)
-    return run_training(cfg, recipe)
+    return run_training(cfg, recipe, callbacks)
 
 
 def run(verb: str, cfg: DictConfig) -> int | None:

@@ -140,7 +140,7 @@ def explore(cfg: DictConfig, spec: Collection, on_infos: InfoHook | None = None)
         raise ConfigError("policy", f"the collector's policy must be one of {POLICIES}, got {spec.policy!r}")
     seed = int(cfg.seed)
     seed_everything(seed, bool(cfg.deterministic))
-    with open_run(_step_config(cfg, spec.run_dir)) as run:
+    with open_run(_step_config(cfg, spec.run_dir), outputs=("dataset",)) as run:
         writer = EpisodeWriter(run.path / "dataset", writer=f"{spec.writer}s{seed}-{uuid.uuid4().hex[:6]}",
                                meta={"env": str(cfg.env.name), "task": cfg.env.get("task"), "seed": seed,
                                      "collector": spec.collector, **spec.meta})

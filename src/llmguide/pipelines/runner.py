@@ -24,7 +24,7 @@ import logging
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +34,8 @@ from typing import Any
 from omegaconf import DictConfig, open_dict
 
 from llmguide.core.errors import ConfigError, Interrupted, UsageError
-from llmguide.core.rundir import RunDir
+from llmguide.core.hparams import write_config_text
+from llmguide.core.rundir import RunDir, read_metrics
 from llmguide.core.seeding import seed_everything
 from llmguide.core.stopping import stop_requests
 from llmguide.learners.callbacks import (
@@ -47,7 +48,7 @@ from llmguide.learners.callbacks import (
 )
 from llmguide.learners.common import NonFiniteError
 from llmguide.llm.service_metrics import check_answered_fraction
-from llmguide.pipelines.summary import summary_line
+from llmguide.pipelines.summary import TrainResult, summary_line
 
 log = logging.getLogger(__name__)
 
@@ -164,13 +165,15 @@ class Recipe:
 
 
 @contextmanager
-def open_run(cfg: DictConfig, write_config: bool = True) -> Iterator[RunDir]:
-    """The run directory named by ``cfg.run``, locked (config written unless ``write_config=False``; refuses
-    to overwrite a finished run); the session's code is appended to its ``provenance.jsonl``."""
+def open_run(cfg: DictConfig, write_config: bool = True, outputs: Sequence[str] = ()) -> Iterator[RunDir]:
+    """The run directory named by ``cfg.run``, locked (config written unless ``write_config=False``); a folder
+    that holds a run (metrics, checkpoints, or one of ``outputs``: what an offline step writes, e.g.
+    ``dataset``) is refused unless ``run.resume`` or ``run.overwrite`` (:meth:`RunDir.open`); the session's code
+    is appended to its ``provenance.jsonl``."""
     from llmguide.core import provenance
     from llmguide.core.wandb_logger import attach_wandb
 
-    with RunDir.open(cfg, write_config=write_config) as run:
+    with RunDir.open(cfg, write_config=write_config, outputs=outputs) as run:
         provenance.record(run.path, resumed=bool(cfg.run.resume))
         attach_wandb(cfg, run)
         yield run
@@ -195,30 +198,24 @@ def make_run_envs(cfg: DictConfig) -> Any:
     return make_vector_env(cfg.env, int(cfg.num_envs), int(cfg.seed), str(cfg.vector))
 
 
-@dataclass
-class TrainResult:
-    """What a finished training run left: its directory, last step, final evaluation and report."""
-
-    path: Path
-    step: int
-    eval: dict[str, Any]
-    report: Path | None
-    seconds: float
-    lm: dict[str, Any] = field(default_factory=dict)   # the final lm/* metrics (no LM: empty)
-
-
 def train(cfg: DictConfig, recipe: Recipe) -> int:
     """Run ``recipe`` into ``runs/<name>/``; returns 0 (:func:`run_training` returns what it wrote)."""
     run_training(cfg, recipe)
     return 0
 
 
-def run_training(cfg: DictConfig, recipe: Recipe) -> TrainResult:
-    """Run ``recipe`` into ``runs/<name>/`` and print a one-line summary (run directory, final return, report)."""
+def run_training(cfg: DictConfig, recipe: Recipe, callbacks: Sequence[Callback] = ()) -> TrainResult:
+    """Run ``recipe`` into ``runs/<name>/`` and print a one-line summary (run directory, train return, eval
+    return, report).  ``callbacks``: the caller's own :class:`~llmguide.learners.callbacks.Callback` objects,
+    called after the Runner's (checkpoints, evaluation, metrics) and before the stop request's."""
+    from llmguide.report.runs import train_return
+
     recipe.check()
     start = time.perf_counter()
     seed_everything(int(cfg.seed), bool(cfg.deterministic))
     with open_run(cfg, write_config=not cfg.run.resume) as run:
+        if not cfg.run.resume:   # a resumed run's tb/ has it already
+            write_config_text(run.tb, cfg)
         wait = _family_wait(cfg)
         if wait:
             print(f"env={cfg.env.name}: {wait}", file=sys.stderr, flush=True)
@@ -232,7 +229,7 @@ def run_training(cfg: DictConfig, recipe: Recipe) -> TrainResult:
             else:
                 recipe.prepare(agent, run)
             if recipe.learns():
-                learn(cfg, agent, _callbacks(cfg, recipe, parts, run, envs), parts, run)
+                learn(cfg, agent, [*_callbacks(cfg, recipe, parts, run, envs), *callbacks], parts, run)
             recipe.finish(parts, run)
             run.save_checkpoint({"agent": agent.state_dict()}, int(agent.global_step))
             final = _log_final_metrics(parts, agent, run)
@@ -243,8 +240,10 @@ def run_training(cfg: DictConfig, recipe: Recipe) -> TrainResult:
         results = evaluate_agent(recipe, agent, int(cfg.eval.episodes), bool(cfg.eval.greedy),
                                  progress=bool(cfg.progress))
         run.write_json("eval.json", {"step": int(agent.global_step), **results})
+        trained = train_return(read_metrics(run.path)) or (None, 0)   # the report's: last 10 % of steps
         result = TrainResult(run.path, int(agent.global_step), results, write_report(run.path),
-                             time.perf_counter() - start, {k: v for k, v in final.items() if k.startswith("lm/")})
+                             time.perf_counter() - start, {k: v for k, v in final.items() if k.startswith("lm/")},
+                             *trained)
     print(summary_line(result), flush=True)
     # llm.require_fraction: a run whose LM answered too few of its requests fails, with every file written
     check_answered_fraction(final, cfg.llm.get("require_fraction"))
@@ -320,7 +319,10 @@ def _family_wait(cfg: DictConfig) -> str | None:
 
 @contextmanager
 def _eval_episode_cap(cfg: DictConfig) -> Iterator[int | None]:
-    """``eval.max_steps``: every env an evaluation builds has ``env.max_steps`` = min(its own, the cap)."""
+    """``eval.max_steps``: every env an evaluation builds ends its episodes by then, never later than its own
+    limit: ``env.max_steps`` = min(its own, the cap) where the family's own limit is known (Crafter, Craftax),
+    else the envs are truncated at the cap (``env.step_cap``: BabyAI's levels, NetHack's tasks keep their own
+    shorter limits)."""
     cap = cfg.eval.get("max_steps") if "eval" in cfg else None
     if not cap:
         yield None
@@ -329,13 +331,17 @@ def _eval_episode_cap(cfg: DictConfig) -> Iterator[int | None]:
 
     before = cfg.env.get("max_steps")
     own = before if before is not None else default_max_steps(cfg.env)   # null: the family's own cap
+    key = "max_steps" if own is not None else "step_cap"
     with open_dict(cfg.env):
-        cfg.env.max_steps = int(cap) if own is None else min(int(own), int(cap))
+        cfg.env[key] = int(cap) if own is None else min(int(own), int(cap))
     try:
-        yield int(cfg.env.max_steps)
+        yield int(cfg.env[key])
     finally:
         with open_dict(cfg.env):
-            cfg.env.max_steps = before
+            if key == "max_steps":
+                cfg.env.max_steps = before
+            else:
+                cfg.env.pop("step_cap", None)
 
 
 def evaluate_agent(recipe: Recipe, agent: Any, episodes: int, greedy: bool, progress: bool = False) -> dict[str, Any]:

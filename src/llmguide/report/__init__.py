@@ -9,7 +9,7 @@ run's ``metrics.jsonl`` (written by :class:`llmguide.core.rundir.RunDir`):
 - ``charts/episodic_return`` (or ``episodic_return``): one record per finished episode, at the
   env step it finished. Learning curves bin these on a common step grid (mean per bin, carried
   forward over empty bins; ``smooth=N`` first takes each run's trailing mean over N episodes);
-  final return = mean over the last 10% of a run's steps; IQM and mean over seeds with an interval
+  train return (last 10%) = mean over the last 10% of a run's steps; IQM and mean over seeds with an interval
   by the rules below. With one seed there is no interval (said so). When no run finished an
   episode, the plot shows the per-update mean rewards (``charts/extrinsic_reward``,
   ``charts/intrinsic_reward``) instead.
@@ -23,7 +23,7 @@ run's ``metrics.jsonl`` (written by :class:`llmguide.core.rundir.RunDir`):
 - ``lm/<stat>``: cumulative counters or running statistics; the last logged value per run, mean over
   runs. The report shows a short table (requests, answered and fresh fractions, latency p50/p95,
   fallbacks, errors, cache hit); every ``lm/*`` value goes to ``lm_stats.json``.
-- ``eval.json`` beside the metrics: its numeric top-level values, mean over seeds.
+- ``eval.json`` beside the metrics: the evaluation's return, length, success and score, mean over seeds, and a link to each run's eval.json.
 
 Intervals over seeds follow :mod:`llmguide.stats`: with 2-5 seeds a band or interval is the min-max
 **range** over seeds (never called a CI), with 6-9 seeds a Student-t 95% CI of the mean, with >= 10 a
@@ -132,7 +132,7 @@ def study_report(run_dirs: list[str], out: str | Path | None = None, reps: int =
     summary = None
     if control is not None or metric is not None:
         summary = summarize(groups, metric or RETURN_KEYS, control, reps, smooth=smooth)
-        name = metric_name or (metric if metric else "final episodic return")
+        name = metric_name or (metric if metric else "train return (last 10%)")
         lines += study_section(summary, name, control, out_dir, smooth=smooth)
         notes += summary["notes"]
     table, more = returns_table(groups, reps)
@@ -143,7 +143,7 @@ def study_report(run_dirs: list[str], out: str | Path | None = None, reps: int =
     lines += section
     notes += more
     lines += lm_section(groups, out_dir)
-    lines += eval_table(groups)
+    lines += eval_table(groups, out_dir)
     if notes:
         lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     path = out_dir / "report.md"

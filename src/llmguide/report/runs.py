@@ -153,6 +153,17 @@ def final_value(steps: np.ndarray, values: np.ndarray) -> float:
     return float(values[steps >= steps.max() * (1 - FINAL_FRACTION)].mean())
 
 
+def train_return(records: list[dict[str, Any]]) -> tuple[float, int] | None:
+    """A run's train return, ``(value, episodes)``: the mean episodic return logged in the last
+    ``FINAL_FRACTION`` of its steps (what the report calls "train return (last 10%)") and how many episodes
+    that averages; None when no episode finished."""
+    steps, values = episode_returns(Run(Path("."), "", None, None, records=records))
+    if not len(steps):
+        return None
+    last = steps >= steps.max() * (1 - FINAL_FRACTION)
+    return float(values[last].mean()), int(last.sum())
+
+
 def lm_stats(run: Run) -> dict[str, float]:
     """The last logged value of every ``lm/*`` key (without the prefix)."""
     last: dict[str, float] = {}

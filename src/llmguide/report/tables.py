@@ -1,7 +1,7 @@
-"""The report's Markdown tables: final returns, Crafter achievements (with their bar chart), LM statistics
+"""The report's Markdown tables: train returns (last 10 %), Crafter achievements (with their bar chart), LM statistics
 (a short table; every ``lm/*`` value in ``lm_stats.json``), ``eval.json`` values and the success rate.
 
-Per-run values first, then over seeds: a final return is the mean over the last 10% of a run's steps; an
+Per-run values first, then over seeds: a train return is the mean over the last 10% of a run's steps; an
 achievement's success rate is the mean over a run's episode records (a missing achievement counts as 0),
 the Crafter score exp(mean_i ln(1 + s_i)) - 1 per run, mean ± std over seeds; an ``lm/*`` value is the
 last one a run logged, mean over its arm's runs.
@@ -42,9 +42,10 @@ CRAFTER_ACHIEVEMENTS = [
 LM_FILE = "lm_stats.json"
 
 
-# --- final returns -------------------------------------------------------------------------------------
+# --- train returns -------------------------------------------------------------------------------------
 def returns_table(groups: dict[str, list[Run]], reps: int) -> tuple[list[str], list[str]]:
-    """Final return per arm: IQM and mean over seeds with the interval of :mod:`llmguide.stats`' rules."""
+    """Train return (last 10 %) per arm: IQM and mean over seeds with the interval of :mod:`llmguide.stats`'
+    rules."""
     rows, notes = [], []
     for label, runs in groups.items():
         items = []
@@ -73,9 +74,10 @@ def returns_table(groups: dict[str, list[Run]], reps: int) -> tuple[list[str], l
                         f"{fmt(finals.mean())}, {stats.value_interval(finals).format()} |")
     if not rows:
         return ["No episodic returns in any run.", ""], notes
-    return [f"Final return = mean episodic return over the last {int(FINAL_FRACTION * 100)}% of each run's steps; "
-            f"IQM and mean over seeds. {INTERVAL_RULE}", "",
-            "| method | seeds | episodes | final return IQM | final return mean |",
+    return [f"Train return (last {int(FINAL_FRACTION * 100)}%) = mean episodic return over the last "
+            f"{int(FINAL_FRACTION * 100)}% of each run's training steps; IQM and mean over seeds. {INTERVAL_RULE}", "",
+            f"| method | seeds | episodes | train return (last {int(FINAL_FRACTION * 100)}%) IQM | "
+            f"train return (last {int(FINAL_FRACTION * 100)}%) mean |",
             "|---|---|---|---|---|", *rows, ""], notes
 
 
@@ -249,21 +251,41 @@ def lm_section(groups: dict[str, list[Run]], out: Path) -> list[str]:
     return lines + [""]
 
 
-# --- eval.json, success ----------------------------------------------------------------------------------
-def eval_table(groups: dict[str, list[Run]]) -> list[str]:
-    """``## Evaluation (eval.json)``: each numeric value, mean over runs. ``[]`` without eval.json."""
-    per_label = {label: [r.eval for r in runs if r.eval] for label, runs in groups.items()}
-    keys = sorted({k for runs in per_label.values() for s in runs for k in s})
+# --- evaluation, success ----------------------------------------------------------------------------------
+EVAL_COLUMNS = (("return_mean", "eval return"), ("length_mean", "length"), ("success_rate", "success"),
+                ("crafter_score", "score (%)"))   # the rest of eval.json is linked, not tabled
+
+
+def eval_table(groups: dict[str, list[Run]], out_dir: Path | None = None) -> list[str]:
+    """``## Evaluation``: each arm's mean over runs of the evaluation's return, length, success and (Crafter)
+    score, and a link to each run's ``eval.json`` (relative to ``out_dir``) for the rest.  ``[]`` without it."""
+    per_label = {label: [r for r in runs if r.eval] for label, runs in groups.items()}
+    keys = [(k, name) for k, name in EVAL_COLUMNS if any(k in r.eval for rs in per_label.values() for r in rs)]
     if not keys:
         return []
     rows = []
     for label, runs in per_label.items():
         if runs:
             rows.append(f"| {label} | {len(runs)} | " + " | ".join(
-                fmt(float(np.mean([s[k] for s in runs if k in s])), 3) if any(k in s for s in runs) else "–"
-                for k in keys) + " |")
-    return ["## Evaluation (eval.json)", "", "Numeric values of each run's eval.json, mean over runs.", "",
-            "| method | runs | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys), *rows, ""]
+                fmt(float(np.mean([r.eval[k] for r in runs if k in r.eval])), 2)
+                if any(k in r.eval for r in runs) else "–" for k, _ in keys) + " |")
+    runs = [r for rs in per_label.values() for r in rs]
+    links = ", ".join(f"[{r.path.name}]({_relative(r.path / 'eval.json', out_dir)})" for r in runs[:12])
+    more = f" and {len(runs) - 12} more" if len(runs) > 12 else ""
+    return ["## Evaluation", "", "The final evaluation of each run (greedy unless eval.greedy=false), mean over "
+            f"runs; every other value in its eval.json: {links}{more}.", "",
+            "| method | runs | " + " | ".join(name for _, name in keys) + " |", "|---|---|" + "---|" * len(keys),
+            *rows, ""]
+
+
+def _relative(path: Path, out_dir: Path | None) -> str:
+    """``path`` as a link from a report in ``out_dir`` (absolute when no relative path exists)."""
+    import os
+
+    try:
+        return Path(os.path.relpath(path.resolve(), (out_dir or Path.cwd()).resolve())).as_posix()
+    except ValueError:   # another drive
+        return path.resolve().as_posix()
 
 
 def success_line(groups: dict[str, list[Run]]) -> list[str]:

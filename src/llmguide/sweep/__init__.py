@@ -2,7 +2,8 @@
 
 Every combination of the comma-separated values (and Hydra sweep functions such as ``range(0,3)``)
 is one run, in its own process, ``sweep.jobs`` at a time, each in ``<run.dir>/<sweep name>/<key-value_...>``.
-Every combination's config is composed and validated before the first run starts.  A failed run is
+Every combination is checked as a single ``llmguide train`` checks its config (keys, values, ``env.task``,
+``env.id``, method × env, the method's own checks) before the first run starts.  A failed run is
 started again up to ``sweep.retries`` times (resumed from its last checkpoint if it wrote one, else from
 scratch), then reported (and makes the exit code 1), never dropped silently.  At the end the finished
 runs are aggregated into ``<run.dir>/<sweep name>/report/`` (arms: the swept values other than the seed;
@@ -15,12 +16,14 @@ cluster of ``ray.address`` instead of ``sweep.jobs`` local processes (:mod:`llmg
 
 from __future__ import annotations
 
+import copy
 import itertools
 import sys
 from datetime import datetime
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig
 
 from llmguide.pipelines import load_config
 from llmguide.sweep.local import run_locally
@@ -45,17 +48,33 @@ def _name(combo: list[str], swept: set[str]) -> str:
     return "_".join(parts).replace("/", "_").replace(",", "_") or "run"
 
 
+def check_combination(args: list[str], combo: list[str], swept: set[str]) -> DictConfig:
+    """The checks a single ``llmguide train`` makes before any compute, on one combination: its config (keys,
+    values, ``env.task``, ``env.id``, the method's env families) and the method's own checks (agent, inputs
+    such as a pretrained run or labels); its config.  A failure names the combination's swept values."""
+    from llmguide.core.errors import ConfigError
+    from llmguide.pipelines import recipe_class
+
+    try:
+        cfg = load_config(args)
+        recipe_class(cfg)(copy.deepcopy(cfg)).check()   # a recipe's check may fill in defaults: on a copy
+    except ConfigError as err:
+        where = " ".join(o for o in combo if o.split("=", 1)[0] in swept)
+        raise ConfigError(err.key, f"{err.message} (sweep combination {where}; no run was started)") from None
+    return cfg
+
+
 def run_sweep(overrides: list[str]) -> int:
     """Run every combination; returns 0 when all succeeded."""
     combos, swept = expand(overrides)
-    first = load_config(combos[0])
+    first = check_combination(combos[0], combos[0], swept)
     sweep_name = str(first.run.name or f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     root = Path(str(first.run.dir)).resolve() / sweep_name
     jobs, arms = [], {}
     for combo in combos:
         name = _name(combo, swept)
         args = [o for o in combo if not o.startswith("run.name=")] + [f"run.name={name}", f"run.dir={root}"]
-        load_config(args)  # a bad combination fails here, before any run starts
+        check_combination(args, combo, swept)   # a bad combination fails here, before any run starts
         jobs.append((name, args))
         arms[name] = " ".join(o for o in combo if o.split("=", 1)[0] in swept - {"seed"})
     retries = int(first.sweep.retries)

@@ -38,7 +38,7 @@ from minigrid.envs.babyai.core.verifier import (
 )
 
 from llmguide.core.config import cfg_get
-from llmguide.envs.babyai.tasks import PAPER_TASKS, build_bk_level
+from llmguide.envs.babyai.tasks import PAPER_TASKS, build_bk_level, parse_task
 
 ACTION_STRINGS = ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
 HELD_OUT = ("yellow box", "red key", "red door", "green ball", "grey door")
@@ -150,14 +150,29 @@ def _build_levels(task: str, max_steps: int | None, room_size: int | None = None
         return [LocalLevel(f, split=split, **kwargs) for f in families]
     env_id = STOCK_TASKS.get(task, task)
     if not env_id.startswith("BabyAI-") or env_id not in gym.registry:
-        raise ValueError(f"env.task: unknown BabyAI task {task!r}; choose one of {TASKS}, "
-                         "GoToLocal-<Color><Ball|Key|Box>-S<N>, Pretraining-S<N> or a registered BabyAI-*-v0 id")
+        raise ValueError(f"env.task: {task_problem({'task': task})}")
     if room_size:
         kwargs["room_size"] = int(room_size)
     try:
         return [gym.make(env_id, **kwargs).unwrapped]
     except TypeError as err:
         raise ValueError(f"env.task={task!r} does not take the options {sorted(kwargs)}: {err}") from err
+
+
+def task_problem(env_cfg: Any) -> str | None:
+    """Why ``env.task`` names no BabyAI task (None when it names one), without building its level: checked
+    when the config loads, so a sweep's typo fails before its first run."""
+    task = str(cfg_get(env_cfg, "task", "GoToLocal"))
+    try:
+        if task in CUSTOM_TASKS or parse_task(task) is not None:
+            return None
+    except ValueError as err:   # a BK task name with an unknown colour
+        return str(err).removeprefix("env.task: ")
+    env_id = STOCK_TASKS.get(task, task)
+    if env_id.startswith("BabyAI-") and env_id in gym.registry:
+        return None
+    return (f"unknown BabyAI task {task!r}; choose one of {TASKS}, GoToLocal-<Color><Ball|Key|Box>-S<N>, "
+            "Pretraining-S<N> or a registered BabyAI-*-v0 id")
 
 
 # --- description ---------------------------------------------------------------------------

@@ -69,6 +69,16 @@ def task_name(task: str | None) -> str | None:
     return name
 
 
+def task_problem(env_cfg: Any) -> str | None:
+    """Why ``env.task`` names no Crafter achievement (None when it names one or is null): checked when the config
+    loads, so a sweep's typo fails before its first run."""
+    try:
+        task_name(env_cfg.get("task") if env_cfg is not None else None)
+    except ValueError as err:
+        return str(err).removeprefix("env.task: ")
+    return None
+
+
 def make_task(task: str | None, max_steps: int | None = None) -> tuple[Task | None, int]:
     """The :class:`Task` of ``env.task`` (None without one) and the episode cap: ``max_steps`` when given, else
     :data:`TASK_MAX_STEPS` with a task and :data:`EPISODE_STEPS` without."""

@@ -122,7 +122,7 @@ def label(cfg: DictConfig) -> int:
     told_mission = task_mission(cfg) if not knows and bool(cfg.method.get("tell_task", False)) else None
     answerers = [] if oracle_mission is None else [BKOracleAnswers(get_oracle(str(cfg.env.name)), oracle_mission)]
     lm = make_run_lm(cfg, answerers, online=False)
-    with open_run(cfg) as run:
+    with open_run(cfg, outputs=("bk",)) as run:
         out = run.path / "bk"
         out.mkdir(parents=True, exist_ok=True)
         try:

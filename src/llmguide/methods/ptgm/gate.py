@@ -172,5 +172,15 @@ def check_pretrained(manifest: dict[str, Any], run: Path, gate: Any) -> None:
     failed = result.get("failed") or manifest.get("failed")
     if failed and enforced(gate):
         raise ConfigError("method.pretrained", f"{run} failed PTGM's BC gate ({failed}): its low level barely "
-                          "follows goals, so options over them cannot help; pretrain on better data "
-                          "(method.collect.policy=expert) or pass method.lowlevel.gate.enforce=false")
+                          f"follows goals, so options over them cannot help; pretrain on better data "
+                          f"({better_data(str(manifest.get('env') or ''))}) or pass "
+                          "method.lowlevel.gate.enforce=false")
+
+
+def better_data(env: str) -> str:
+    """How to collect data whose actions follow their goals on ``env``: BabyAI's collector is always the bot
+    (it ignores ``method.collect.policy``), Crafter's and Craftax's can be the scripted expert."""
+    if env == "babyai":
+        return ("more bot episodes over more missions: method.collect.episodes, method.collect.tasks; "
+                "or more BC epochs: method.lowlevel.epochs")
+    return "the scripted expert: method.collect.policy=expert"

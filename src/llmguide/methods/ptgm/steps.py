@@ -56,7 +56,7 @@ def collect(cfg: DictConfig) -> int:
     seed = int(cfg.seed)
     seed_everything(seed)
     tasks = [str(t) for t in c.tasks]
-    with open_run(cfg) as run:
+    with open_run(cfg, outputs=("dataset",)) as run:
         writer = EpisodeWriter(run.path / "dataset", writer=f"bot-s{seed}",
                                meta={"env": "babyai", "collector": "BabyAIBot", "seed": seed})
         envs = [BabyAIText(task=t) for t in tasks]
@@ -160,7 +160,7 @@ def codebook(cfg: DictConfig) -> int:
     c, seed = cfg.method.codebook, _codebook_seed(cfg)
     seed_everything(seed)
     data = goal_data(cfg)
-    with open_run(cfg) as run:
+    with open_run(cfg, outputs=("ptgm",)) as run:
         out = run.path / "ptgm"
         out.mkdir(parents=True, exist_ok=True)
         book = fit_codebook(data["goal"], int(c.k), seed, pca=int(c.pca), n_init=int(c.n_init),
@@ -199,7 +199,7 @@ def pretrain(cfg: DictConfig) -> int:
 
     from llmguide.core.rundir import atomic_torch_save
     from llmguide.envs import make_env
-    from llmguide.methods.ptgm.gate import bc_gate, enforced, gate_line
+    from llmguide.methods.ptgm.gate import bc_gate, better_data, enforced, gate_line
     from llmguide.methods.ptgm.goals import GoalCodebook
     from llmguide.methods.ptgm.models import GoalPrior, make_lowlevel, train_lowlevel, train_prior, val_split
     from llmguide.methods.ptgm.options import lowlevel_space
@@ -215,7 +215,7 @@ def pretrain(cfg: DictConfig) -> int:
     env_space, n_actions = probe.observation_space, int(probe.action_space.n)
     probe.close()
     sdim = int(data["state"].shape[1])
-    with open_run(cfg) as run:
+    with open_run(cfg, outputs=("ptgm",)) as run:
         out = run.path / "ptgm"
         out.mkdir(parents=True, exist_ok=True)
         for name in ("codebook.npz", "codebook_random.npz", "codebook.json"):
@@ -252,6 +252,6 @@ def pretrain(cfg: DictConfig) -> int:
               f"{ {k: summary[f'prior_{k}']['history'][-1] for k in books} } -> {out}")
         if failed:
             raise ConfigError("method.lowlevel.gate", f"{run.path}: the low level fails PTGM's BC gate ({gate['failed']}); "
-                              "its data barely tie actions to goals: collect better data (e.g. method.collect."
-                              "policy=expert), train it longer, or keep it with method.lowlevel.gate.enforce=false")
+                              f"its data barely tie actions to goals: collect better data ({better_data(str(cfg.env.name))}), "
+                              "train it longer, or keep it with method.lowlevel.gate.enforce=false")
     return 0
