@@ -95,8 +95,69 @@ def table_summary(path: Path) -> dict:
     return {"rows": int(rows), "lm_seconds": round(float(seconds), 1)}
 
 
+def achievement_values(plan) -> dict[str, dict[str, dict[int, float]]]:
+    """``{measure: {arm: {seed: value}}}`` over each finished run's last 10 %: every ``achievements/<name>`` (the
+    share of episodes unlocking it) and ``without wake_up`` (achievements per episode less wake_up, which every
+    agent that sleeps unlocks)."""
+    from harness import run_state, seed_runs
+    from llmguide.report.runs import final_value, load_run, metric_series
+
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    for arm in plan.arms:
+        for seed, path in seed_runs(plan, arm).items():
+            if seed not in plan.seeds or run_state(path, plan) != "done":
+                continue
+            run = load_run(path)
+            keys = sorted({k for rec in run.records for k in rec if k.startswith("achievements/")})
+            for key in [*keys, "charts/achievements_per_episode"]:
+                steps, values = metric_series(run, key)
+                if len(steps):
+                    out.setdefault(key.removeprefix("achievements/"), {}).setdefault(arm, {})[seed] = \
+                        final_value(steps, values)
+            total, wake = out.get("charts/achievements_per_episode", {}), out.get("wake_up", {})
+            if seed in total.get(arm, {}):
+                out.setdefault("without wake_up", {}).setdefault(arm, {})[seed] = \
+                    total[arm][seed] - wake.get(arm, {}).get(seed, 0.0)
+    out.pop("charts/achievements_per_episode", None)
+    return out
+
+
+def achievement_section(plan) -> tuple[list[str], dict]:
+    """Paired differences of every arm against the control, per achievement and without wake_up."""
+    from llmguide import stats
+
+    control, found = plan.args.control, achievement_values(plan)
+    lines = [f"## Per achievement: paired differences against `{control}`", "",
+             "Each cell: the arm's mean over seeds of the share of training episodes (last 10 % of the budget) "
+             "unlocking the achievement, and its paired difference Δ against the control with p (t-test). "
+             "`without wake_up`: achievements per episode less wake_up.", ""]
+    arms = [a for a in plan.arms if a != control]
+    lines += ["| measure | " + control + " | " + " | ".join(arms) + " |", "|---" * (len(arms) + 2) + "|"]
+    data: dict = {}
+    measures = ["without wake_up", *sorted(m for m in found if m != "without wake_up")]
+    for measure in measures:
+        by_arm = found.get(measure, {})
+        base = by_arm.get(control, {})
+        if not base:
+            continue
+        cells = [f"{sum(base.values()) / len(base):.3f}"]
+        for arm in arms:
+            mine = by_arm.get(arm, {})
+            if not set(mine) & set(base):
+                cells.append("–")
+                continue
+            d = stats.paired(mine, base, names=(arm, control)).to_json()
+            data.setdefault(measure, {})[f"{arm} - {control}"] = d
+            p = d["p"]
+            cells.append(f"{sum(mine.values()) / len(mine):.3f} (Δ {d['mean']:+.3f}, p "
+                         + ("n/a" if p is None else "< 0.001" if p < 0.001 else f"{p:.2f}") + ")")
+        lines.append(f"| {measure} | " + " | ".join(cells) + " |")
+    return [*lines, ""], data
+
+
 def details(plan):
-    """Each table's size and LM time: the arms must hold the same signatures."""
+    """Each table's size and LM time (the arms must hold the same signatures); per-achievement differences."""
+    ach_lines, ach = achievement_section(plan)
     tables = Path(plan.values.get("tables", plan.prep / "tables"))
     found = {p.stem: table_summary(p) for p in sorted(tables.glob("*.sqlite"))}
     lines = ["## Answer tables", "", f"Folder `{tables}`; every arm's table answers the same "
@@ -106,7 +167,7 @@ def details(plan):
     sizes = {t["rows"] for t in found.values()}
     if len(sizes) > 1:
         lines += [f"**Warning: the tables hold different numbers of answers ({sorted(sizes)}).**", ""]
-    return lines, {"tables": found}
+    return [*lines, *ach_lines], {"tables": found, "per_achievement": ach}
 
 
 STUDY = Study(

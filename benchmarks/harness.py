@@ -32,7 +32,7 @@ seed s of every arm has the same initialisation, env layouts and minibatch order
   than 3 comparisons), learning curves, achievements, LM statistics, and the code every arm ran (each run's
   ``provenance.jsonl``: its commit, dirty or not), with a warning when the arms come from different commits;
 - ``curves.png``: the study metric over training, every arm;
-- ``result.json``: DESIGN.md's format (``task``, ``budget_steps``, ``metric``, ``higher_is_better``,
+- ``result.json``: docs/design.md's format (``task``, ``budget_steps``, ``metric``, ``higher_is_better``,
   ``arms: {name: {seeds, values, curve}}``, ``paired: {"<arm> - <control>": {mean, t_low, t_high, p, n, ...}}``)
   plus the study's settings, the preparation steps, the failed runs, the commit at report time (``commit``) and
   the code of every arm's runs (``commits: {arm: {commit: [seeds]}}``);
@@ -510,6 +510,14 @@ def code_of_arms(done: list[str]) -> tuple[dict[str, dict[str, list[Any]]], list
     return commits, [*lines, ""]
 
 
+def relative_paths(plan: Plan, text: str) -> str:
+    """``text`` with the machine's folders named relative to the study's: a run as ``<arm>/seed-0`` (relative
+    to ``--runs``), the preparation folder as ``<prep>`` and the runs folder as ``<runs>``."""
+    for folder, name in ((plan.prep, "<prep>"), (plan.runs, None)):
+        text = text.replace(f"{folder}/", f"{name}/" if name else "").replace(str(folder), name or "<runs>")
+    return text
+
+
 def _failed_text(f: dict[str, Any]) -> str:
     if f["seed"] == "all":
         return f"{f['arm']}, every seed (not trained: {f['reason']})"
@@ -600,7 +608,8 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
               "| arm | overrides |", "|---|---|",
               *[f"| {a}{' (upper reference)' if a in study.upper_reference else ''} | "
                 f"`{' '.join(plan.fill(study.arms[a]))}` |" for a in plan.arms], "",
-              f"Every arm also gets: `{' '.join(plan.overrides)}`.", ""]
+              f"Every arm also gets: `{' '.join(plan.overrides)}`.", "",
+              "Runs are named relative to the runs folder (`--runs`, `<runs>`); preparation folders as `<prep>`.", ""]
     if plan.steps_done:
         intro += [f"Preparation (`{plan.prep}`): " + "; ".join(
             f"`{name}` ({r['verb']}, {r.get('state', '?')}{', ' + str(r['seconds']) + ' s' if 'seconds' in r else ''})"
@@ -641,7 +650,8 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
               "prepare": plan.steps_done, "details": details, "notes": summary["notes"],
               "produced_by": "benchmarks/harness.py", "commit": _git_commit(), "commits": commits,
               "command": " ".join(sys.argv)}
-    (plan.out / "result.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    (plan.out / "result.json").write_text(relative_paths(plan, json.dumps(result, indent=1, default=str)) + "\n")
+    path.write_text(relative_paths(plan, path.read_text()))
     print(f"{plan.name}/{plan.variant}: {path}")
     write_index(plan.results)
     if failed:
@@ -652,7 +662,7 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
 
 
 def plot_summary(summary: dict[str, Any], path: Path, ylabel: str = "") -> None:
-    """Every arm's curve of a DESIGN.md summary (``curve: {steps, mean, low|ci95_low, high|ci95_high}``)
+    """Every arm's curve of a docs/design.md summary (``curve: {steps, mean, low|ci95_low, high|ci95_high}``)
     into ``path``; upper references dashed."""
     from matplotlib.figure import Figure
 
@@ -742,7 +752,7 @@ def write_index(root: Path = RESULTS) -> Path:
         groups.setdefault(key, []).append((folder, result))
     lines = ["# Benchmark results", "",
              "Written by `benchmarks/harness.py` (regenerate: `python benchmarks/harness.py --index`). One row per "
-             "study variant, `<study>/<variant>/` holding `result.json` (DESIGN.md's format), `report.md` and "
+             "study variant, `<study>/<variant>/` holding `result.json` (`docs/design.md`'s format), `report.md` and "
              "`curves.png`; studies on the same env and task share a table. Each arm: mean over seeds of the "
              "study's metric, and its paired difference against the control (per seed, matched by seed): mean "
              "Δ, the range of the per-seed differences with <= 5 seeds (not a CI) or the t 95% CI with more, and "

@@ -54,6 +54,8 @@ def test_tiny_study_end_to_end(harness, tmp_path, capsys):
     here = label(code_version())
     assert result["commits"] == {"none": {here: [0, 1]}, "rnd": {here: [0, 1]}}
     assert f"- `rnd`: `{here}` (seeds 0, 1)" in report and "Warning" not in report
+    assert str(runs) not in report and "| none/seed-0 |" in report     # runs named relative to --runs
+    assert str(runs) not in (out / "result.json").read_text()
     index = (results / "README.md").read_text()
     assert "## babyai · GoToLocal" in index
     assert re.search(r"^\| \[tiny/300\]\(tiny/300/report\.md\) \| harness \| 300 \| 2 \| episode length \| "
