@@ -184,6 +184,7 @@ STUDY = Study(
     steps=120_000,
     seeds=10,
     jobs=1,
+    order="seed",      # seed by seed over the arms: a study stopped early still has every arm at the same seeds
     flags=flags,
     configure=configure,
     prepare=prepare,
