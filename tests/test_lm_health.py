@@ -135,3 +135,34 @@ def test_check_answered_fraction_passes_when_off_enough_or_nothing_was_asked():
     check_answered_fraction({}, 0.9)                        # no LM in this run
     with pytest.raises(ValueError):
         check_answered_fraction(m, 1.5)
+
+
+def test_a_slow_lm_is_reported_mid_run_before_anything_falls_back(caplog):
+    """A server that stalls: requests wait (no fallback yet), and the next metrics log says the LM falls behind."""
+    lm = _gated()   # answers nothing until the gate opens: a stalled server
+    with caplog.at_level(logging.WARNING, logger="llmguide"):
+        with LLMService(lm, max_batch=1, timeout=3600, warn_every=3600) as service:
+            futures = [service.submit_generate(f"state {i}", max_tokens=2) for i in range(30)]
+            service.lm_metrics()
+            lagging = [r for r in caplog.records if "falling behind" in r.message]
+            assert len(lagging) == 1 and "answered 0 of the last 30 requests" in lagging[0].message
+            assert not any("failing" in r.message for r in caplog.records)   # nothing fell back
+            lm.gate.set()
+            [f.result(30) for f in futures]
+            futures = [service.submit_generate(f"next {i}", max_tokens=2) for i in range(30)]
+            [f.result(30) for f in futures]
+            service.lm_metrics()
+    assert len([r for r in caplog.records if "falling behind" in r.message]) == 1   # it caught up: no new line
+
+
+def test_lag_warnings_need_enough_requests_and_are_rate_limited():
+    from llmguide.llm.resilience import LagWarnings
+
+    now = [0.0]
+    lag = LagWarnings(threshold=0.5, min_requests=20, every=60, clock=lambda: now[0])
+    assert not lag.check(10, 0)            # 10 asked: the window is too small yet
+    assert lag.check(25, 5)                # 5 of 25 answered
+    assert not lag.check(50, 5)            # still behind, but within the minute
+    now[0] = 61
+    assert not lag.check(75, 50)           # 45 of 25? caught up: the window answered enough
+    assert lag.check(100, 50) and lag.warnings == 2

@@ -13,6 +13,7 @@ context (with BOS) and each candidate (no special tokens) are tokenised separate
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING
 
 from llmguide.llm.base import Completion, LanguageModel, check_score_args
 from llmguide.llm.gguf_convert import _is_converted, convert_gguf  # noqa: F401  (convert_gguf: re-exported)
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import torch
@@ -87,6 +90,8 @@ class HFLM(LanguageModel):
             if not _is_converted(target):
                 from llmguide.llm.assets import embedded_gguf_path
 
+                log.warning("converting the embedded Gemma GGUF to safetensors for the hf backend, once, into %s",
+                            target)
                 convert_gguf(embedded_gguf_path(), target)
             return target, {}
         if gguf_file is not None:

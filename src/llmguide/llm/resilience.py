@@ -192,6 +192,40 @@ class FailureWarnings:
                          "earliest", sum(since.values()), counts, _short(last), extra, self.every)
 
 
+class LagWarnings:
+    """``logging.WARNING`` when the LM answers less than ``threshold`` of the requests asked since the last check
+    (at least ``min_requests`` of them): a server that died or slowed down mid-run, whether or not any request has
+    fallen back yet.  At most once per ``every`` seconds."""
+
+    def __init__(self, threshold: float = 0.5, min_requests: int = 20, every: float = 60.0,
+                 logger: logging.Logger | None = None, clock: Callable[[], float] = time.monotonic):
+        self.threshold, self.min_requests, self.every = threshold, min_requests, every
+        self.log = logger or log
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._last = (0, 0)                     # (asked, answered) at the last window's end
+        self._next = float("-inf")
+        self.warnings = 0
+
+    def check(self, asked: int, answered: int) -> bool:
+        """Cumulative ``asked`` / ``answered`` request counts now; warns (and returns True) when the window since
+        the last check is large enough and answered too little."""
+        with self._lock:
+            d_asked, d_answered = asked - self._last[0], answered - self._last[1]
+            if d_asked < self.min_requests:
+                return False                    # too few requests yet: the window grows
+            self._last = (asked, answered)
+            if d_answered >= self.threshold * d_asked or self.clock() < self._next:
+                return False
+            self._next = self.clock() + self.every
+            self.warnings += 1
+        self.log.warning("the LM is falling behind: it answered %d of the last %d requests (%.0f %%, below %.0f %%); "
+                         "the rest wait or fall back to no answer. A server that died or slowed down, or a model too "
+                         "slow for online use (build an answer table: llmguide answers)", max(d_answered, 0), d_asked,
+                         100 * max(d_answered, 0) / d_asked, 100 * self.threshold)
+        return True
+
+
 def _short(text: Any, limit: int = 200) -> str:
     text = str(text)
     return text if len(text) <= limit else text[:limit] + "..."

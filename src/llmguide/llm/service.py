@@ -54,6 +54,7 @@ from llmguide.llm.request_queue import Request, RequestQueue
 from llmguide.llm.resilience import (
     CallFailed,
     FailureWarnings,
+    LagWarnings,
     Resilience,
     answer_error,
     lower_thread_priority,
@@ -118,6 +119,7 @@ class LLMService:
         self._resilience = Resilience(max_retries, backoff_base, backoff_max, timeout, self._stop)
         self._budget = Budget(token_budget, dollar_budget, price_per_1k_tokens)
         self._warnings = FailureWarnings(warn_every)
+        self._lag = LagWarnings(every=warn_every)
         self._fresh = [0, 0]                             # steps with an answer for the current state, steps
         self._latencies: deque[float] = deque(maxlen=latency_window)
         self._counts: Counter[str] = Counter()
@@ -290,8 +292,11 @@ class LLMService:
                             fresh)
 
     def lm_metrics(self, parse_errors: float | None = None) -> dict[str, float]:
-        """The canonical ``lm/*`` metrics (see :mod:`llmguide.llm.service_metrics`); all values floats."""
+        """The canonical ``lm/*`` metrics (see :mod:`llmguide.llm.service_metrics`); all values floats.  Each call
+        also checks that the LM keeps up (:class:`LagWarnings`: one rate-limited line when it answers too little)."""
         state = self._state()
+        counts = state.counts
+        self._lag.check(counts.get("submitted", 0) - counts.get("deduplicated", 0), counts.get("completed", 0))
         try:
             io = dict(self.lm.io_stats())
         except Exception:  # a backend's counters must never break logging
