@@ -26,20 +26,26 @@ $(STAMP): pyproject.toml
 	# kernels crash (SIGSEGV in ggml_backend_amx_mul_mat, seen on this project's machines)
 	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(PY) -m pip install 'llama-cpp-python[server]==$(LLAMA_CPP)'
 	$(PY) -m pip install -e '.[all,dev]'
-	# the hf backend (GLAM) reads the embedded Gemma as safetensors: convert the GGUF once
-	$(PY) -c "from llmguide.llm.assets import embedded_gguf_path; from llmguide.llm.hf import _is_converted, convert_gguf, embedded_safetensors_dir as d; _is_converted(d()) or convert_gguf(embedded_gguf_path(), d())"
 	touch $(STAMP)
 
-# the main job: ELLM with the embedded LM vs the same agent with no reward, both intrinsic-only, on
-# Craftax-Classic (JAX) with ELLM's text actions; 102 s + 50 s on a 2-core box at load 6
+# the main job: what the LM's knowledge adds. ELLM over the open vocabulary (all 139 action strings, where a
+# suggester must know which actions are achievements) with the embedded Gemma, against the same ELLM with a random
+# suggester (the knowledge control) and the same agent with no reward; intrinsic-only, Craftax-Classic, 60k steps
+# each, one seed. Both ELLM arms read their answers from answer tables over the same 300 state signatures (built
+# by `llmguide answers` for the ELLM study, benchmarks/results/ellm_craftax/open-lm-120k), so the LM is as fresh
+# as its control.
 DEMO := env=craftax env.actions=text env.max_steps=400 agent=ppo agent.image_encoder=flat agent.num_steps=32 \
-        num_envs=64 total_steps=60000 method.extrinsic_coef=0 eval.episodes=0 run.overwrite=true
+        num_envs=64 total_steps=60000 method.extrinsic_coef=0 eval.episodes=0 run.overwrite=true run.dir=runs/demo
+ELLM_OPEN := method=ellm method.vocabulary=actions method.match=exact
+TABLES := benchmarks/results/ellm_craftax/open-lm-120k/tables
+
 demo: setup
-	$(VENV)/bin/llmguide train $(DEMO) method=ellm llm=embedded run.name=demo-ellm
-	$(VENV)/bin/llmguide train $(DEMO) method=none run.name=demo-no-reward
-	$(VENV)/bin/llmguide report runs/demo-ellm runs/demo-no-reward --out runs/demo
-	@grep -A4 "achievements / episode" runs/demo/report.md
-	@echo "report: runs/demo/report.md"
+	$(VENV)/bin/llmguide train $(DEMO) $(ELLM_OPEN) llm=embedded method.normalize_scores=true llm.table=$(TABLES)/gemma-score-norm.sqlite run.name=ellm-gemma/seed-0
+	$(VENV)/bin/llmguide train $(DEMO) $(ELLM_OPEN) llm=random method.prompt=ellm_actions_score_listed llm.table=$(TABLES)/random-s0.sqlite run.name=ellm-random/seed-0
+	$(VENV)/bin/llmguide train $(DEMO) method=none run.name=no-reward/seed-0
+	$(VENV)/bin/llmguide report runs/demo/ellm-gemma/seed-0 runs/demo/ellm-random/seed-0 runs/demo/no-reward/seed-0 \
+	  --group-by folder --control ellm-random --metric charts/achievements_per_episode --out runs/demo/report
+	$(PY) benchmarks/demo.py runs/demo
 
 # opt-in: Qwen2.5-Coder-1.5B-Instruct (llm=qwen), 22 wheels each pinned by sha256, assembled and checked once
 qwen: setup

@@ -54,23 +54,36 @@ def test_bench_unknown_name_is_a_clear_error(capsys):
 
 
 def _make_demo_trainings() -> list[list[str]]:
-    """The override lists of the ``llmguide train`` lines of ``make demo`` (``$(DEMO)`` expanded)."""
+    """The override lists of the ``llmguide train`` lines of ``make demo`` (Makefile variables expanded)."""
+    import re
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[1] / "Makefile").read_text().replace("\\\n", " ")
-    demo = next(line.split(":=", 1)[1].split() for line in text.splitlines() if line.startswith("DEMO :="))
+    variables = dict(re.findall(r"^(\w+) := (.*)$", text, re.M))
+
+    def expand(arg: str) -> list[str]:
+        whole = re.fullmatch(r"\$\((\w+)\)", arg)
+        if whole:
+            return [x for part in variables[whole[1]].split() for x in expand(part)]
+        return [re.sub(r"\$\((\w+)\)", lambda m: variables[m[1]].strip(), arg)]
+
     lines = [line.split("train", 1)[1].split() for line in text.split("\ndemo:", 1)[1].split("\n\n")[0].splitlines()
              if "llmguide train" in line]
-    return [[arg for part in line for arg in (demo if part == "$(DEMO)" else [part])] for line in lines]
+    return [[x for part in line for x in expand(part)] for line in lines]
 
 
 def test_make_demo_configs_validate(capsys):
+    from pathlib import Path
+
     runs = _make_demo_trainings()
-    assert len(runs) == 2, runs  # the LM-guided run and its no-reward control
+    assert len(runs) == 3, runs  # ELLM with the LM, its knowledge control (a random suggester), no reward
+    root = Path(__file__).resolve().parents[1]
+    tables = [a.split("=", 1)[1] for run in runs for a in run if a.startswith("llm.table=")]
+    assert len(tables) == 2 and all((root / t).is_file() for t in tables), tables   # both ELLM arms: a table
     for overrides in runs:
         assert main(["train", "--print-config", *overrides]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "name: craftax" in out and "name: ellm" in out and "name: none" in out
+    assert "name: craftax" in out and "name: ellm" in out and "name: none" in out and "vocabulary: actions" in out
 
 
 def test_a_word_where_a_number_belongs_is_a_config_error(capsys):
