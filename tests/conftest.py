@@ -140,3 +140,18 @@ def cr():
     env = CrafterText(seed=0)
     env.reset(seed=0)
     return env
+
+
+def embedded_hf_ready() -> bool:
+    """The embedded Gemma as safetensors for the hf backend: converted here on first use, as ``HFLM`` converts it
+    (setup no longer does); False when it cannot be (the hf extras missing)."""
+    try:
+        from llmguide.llm.assets import embedded_gguf_path
+        from llmguide.llm.hf import _is_converted, convert_gguf, embedded_safetensors_dir
+
+        target = embedded_safetensors_dir()
+        if not _is_converted(target):
+            convert_gguf(embedded_gguf_path(), target)
+        return _is_converted(target)
+    except (ImportError, OSError):
+        return False

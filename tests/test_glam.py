@@ -17,9 +17,9 @@ OTHER = glam_prompt("pick up the blue key", ["You see a blue key 2 steps left"],
 
 
 def _hf_available() -> bool:
-    from llmguide.llm.hf import _is_converted, embedded_safetensors_dir
+    from conftest import embedded_hf_ready
 
-    return _is_converted(embedded_safetensors_dir())
+    return embedded_hf_ready()
 
 
 needs_hf = pytest.mark.skipif(not _hf_available(), reason="embedded Gemma not converted to safetensors yet")
@@ -402,3 +402,32 @@ def test_history_peek_is_the_next_prompt_without_recording_it():
     assert h.prompts(ACTION_STRINGS)[0] != peeked        # nothing recorded
     h.step(0, "turn left", "You see a red ball")
     assert h.prompts(ACTION_STRINGS)[0] == peeked        # what a step would have given
+
+
+@needs_hf
+def test_micro_batches_accumulate_to_the_same_update_as_one_forward(lora_policy):
+    """``agent.micro_batch``: GLAM's minibatch in several forwards, gradients accumulated, one optimizer step:
+    the same parameters after the update as one forward over the minibatch."""
+    from omegaconf import OmegaConf
+
+    from llmguide.envs import make_vector_env
+
+    envs = make_vector_env({"name": "babyai", "task": "GoToRedBall"}, 1, seed=0)
+    start = lora_policy.trainable_state()
+    prompts = [SHORT, OTHER, SHORT, OTHER]
+    actions, old = np.array([2, 0, 1, 2]), np.log(np.full(4, 1 / len(ACTION_STRINGS), np.float32))
+    adv, ret = np.array([1.0, -1.0, 0.5, 0.2], np.float32), np.array([0.1, 0.0, 0.3, 0.2], np.float32)
+    after = {}
+    try:
+        for micro in (0, 1):
+            lora_policy.load_trainable_state(start)
+            cfg = OmegaConf.create({"epochs": 1, "minibatch": 4, "micro_batch": micro, "lr": 5e-3})
+            GLAMPPO(envs, lora_policy, cfg, seed=0).ppo_update(prompts, actions, old, adv, ret)
+            after[micro] = {k: v.clone() for k, v in lora_policy.trainable_state().items()}
+    finally:
+        lora_policy.load_trainable_state(start)
+        envs.close()
+    moved = [k for k in after[0] if not torch.allclose(after[0][k], start[k])]
+    assert moved and any("lora_" in k for k in moved)
+    for k in after[0]:
+        assert torch.allclose(after[0][k], after[1][k], atol=1e-5, rtol=1e-4), k

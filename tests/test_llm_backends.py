@@ -279,9 +279,9 @@ def test_http_scoring_maps_text_offsets_to_the_candidate_span():
 
 # --- hf -----------------------------------------------------------------------------------------------
 def _converted() -> bool:
-    from llmguide.llm.hf import _is_converted, embedded_safetensors_dir
+    from conftest import embedded_hf_ready
 
-    return _is_converted(embedded_safetensors_dir())
+    return embedded_hf_ready()
 
 
 @pytest.mark.skipif(not _converted(), reason="no cached safetensors of the embedded Gemma yet "

@@ -114,9 +114,10 @@ def _glam(root: Path, method: str) -> list[str]:
     import torch
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from llmguide.llm.hf import _is_converted, embedded_safetensors_dir
+    from conftest import embedded_hf_ready
+    from llmguide.llm.hf import embedded_safetensors_dir
 
-    if not _is_converted(embedded_safetensors_dir()):
+    if not embedded_hf_ready():
         pytest.skip("embedded Gemma not converted to safetensors yet (its tokenizer is the T5's)")
     model = root / "t5"
     if not (model / "config.json").exists():

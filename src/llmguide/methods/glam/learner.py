@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 class GLAMPPO:
     """PPO for an :class:`LMPolicy` on a vector env whose infos carry ``caption`` and ``mission``.
 
-    ``cfg`` keys (``conf/method/glam.yaml``): rollout_steps, epochs, minibatch, lr, gamma, gae_lambda,
+    ``cfg`` keys (``conf/agent/glam.yaml``): rollout_steps, epochs, minibatch, micro_batch, lr, gamma, gae_lambda,
     clip_coef, vf_coef, ent_coef, max_grad_norm, norm_adv, reward_scale, k_history.
     """
 
@@ -46,6 +46,7 @@ class GLAMPPO:
         self.num_steps = int(cfg_get(cfg, "rollout_steps", 16))
         self.epochs = int(cfg_get(cfg, "epochs", 2))
         self.minibatch = int(cfg_get(cfg, "minibatch", 4))
+        self.micro_batch = int(cfg_get(cfg, "micro_batch", 0) or 0)   # prompts per forward (0: the whole minibatch)
         self.gamma = float(cfg_get(cfg, "gamma", 0.99))
         self.gae_lambda = float(cfg_get(cfg, "gae_lambda", 0.95))
         self.clip_coef = float(cfg_get(cfg, "clip_coef", 0.2))
@@ -107,30 +108,38 @@ class GLAMPPO:
             order = self.rng.permutation(n)
             for start in range(0, n, self.minibatch):
                 rows = torch.as_tensor(order[start:start + self.minibatch])
-                logp_all, value = self.policy([prompts[int(r)] for r in rows])
-                rows = rows.to(logp_all.device)
-                newlogp = logp_all.gather(1, b_actions[rows][:, None]).squeeze(1)
-                entropy = -(logp_all.exp() * logp_all).sum(-1)
-                logratio = newlogp - b_logprobs[rows]
-                ratio = logratio.exp()
-                mb_adv = b_adv[rows]
-                if self.norm_adv and len(rows) > 1:
+                mb_adv = b_adv[rows.to(dev)]
+                if self.norm_adv and len(rows) > 1:   # over the whole minibatch, not each forward's share
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                pg_loss = torch.max(-mb_adv * ratio,
-                                    -mb_adv * ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)).mean()
-                v_loss = 0.5 * ((value - b_ret[rows]) ** 2).mean()
-                loss = pg_loss - self.ent_coef * entropy.mean() + self.vf_coef * v_loss
                 self.optimizer.zero_grad()
-                loss.backward()
+                step = self.micro_batch or len(rows)
+                for lo in range(0, len(rows), step):   # gradient accumulation: one optimizer step per minibatch
+                    part = rows[lo:lo + step]
+                    losses = self._losses([prompts[int(r)] for r in part], part, mb_adv[lo:lo + step], b_actions,
+                                          b_logprobs, b_ret)
+                    (losses["loss"] * (len(part) / len(rows))).backward()
+                    for k in stats:
+                        stats[k].append(losses[k].item())
                 nn.utils.clip_grad_norm_(params, self.max_grad_norm)
                 self.optimizer.step()
-                with torch.no_grad():
-                    stats["policy_loss"].append(pg_loss.item())
-                    stats["value_loss"].append(v_loss.item())
-                    stats["entropy"].append(entropy.mean().item())
-                    stats["approx_kl"].append(((ratio - 1) - logratio).mean().item())
-                    stats["clipfrac"].append(((ratio - 1).abs() > self.clip_coef).float().mean().item())
         return {f"losses/{k}": float(np.mean(v)) for k, v in stats.items() if v}
+
+    def _losses(self, prompts: Sequence[str], rows: torch.Tensor, mb_adv: torch.Tensor, b_actions: torch.Tensor,
+                b_logprobs: torch.Tensor, b_ret: torch.Tensor) -> dict[str, torch.Tensor]:
+        """PPO's clipped loss of one forward over ``prompts`` (the batch rows ``rows``), and its statistics."""
+        logp_all, value = self.policy(prompts)
+        rows = rows.to(logp_all.device)
+        newlogp = logp_all.gather(1, b_actions[rows][:, None]).squeeze(1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        logratio = newlogp - b_logprobs[rows]
+        ratio = logratio.exp()
+        pg_loss = torch.max(-mb_adv * ratio, -mb_adv * ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)).mean()
+        v_loss = 0.5 * ((value - b_ret[rows]) ** 2).mean()
+        with torch.no_grad():
+            kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1).abs() > self.clip_coef).float().mean()
+        return {"loss": pg_loss - self.ent_coef * entropy.mean() + self.vf_coef * v_loss, "policy_loss": pg_loss,
+                "value_loss": v_loss, "entropy": entropy.mean(), "approx_kl": kl, "clipfrac": clipfrac}
 
     def check_device(self) -> None:
         """Once per run, before the first rollout, off a float32 CPU: the first prompts' action distributions match a
