@@ -534,18 +534,10 @@ def _task_of(cfg: dict[str, Any], plan: Plan) -> str:
 
 
 def auc(steps: Any, values: Any, budget: int, bins: int) -> float:
-    """Area under a run's curve: the mean over ``bins`` equal env-step bins of [0, ``budget``] of the mean
-    value logged in each bin; an empty bin counts as the mean of the others (so: the mean over the bins
-    that have values); values after ``budget`` are cut. NaN without values."""
-    import numpy as np
+    """:func:`llmguide.report.study.curve_auc`: the run's value with ``value="auc"``."""
+    from llmguide.report.study import curve_auc
 
-    steps, values = np.asarray(steps, float), np.asarray(values, float)
-    keep = steps <= budget
-    steps, values = steps[keep], values[keep]
-    if not len(values):
-        return float("nan")
-    idx = np.clip(np.digitize(steps, np.linspace(0, budget, bins + 1)) - 1, 0, bins - 1)
-    return float(np.mean([values[idx == b].mean() for b in range(bins) if (idx == b).any()]))
+    return curve_auc(steps, values, budget, bins)
 
 
 def value_text(plan: Plan) -> str:
@@ -559,7 +551,7 @@ def auc_section(plan: Plan, done: list[str], reps: int) -> tuple[list[str], dict
     """``value="auc"``: :func:`llmguide.report.study.summarize`'s curves with every run's value replaced by
     :func:`auc`, the paired statistics of those values, and the report section of them."""
     from llmguide import stats
-    from llmguide.report.runs import FINAL_FRACTION, group_runs, load_run, metric_series, seed_key
+    from llmguide.report.runs import group_runs, load_run, metric_series, seed_key
     from llmguide.report.study import study_section, summarize
 
     groups = group_runs([load_run(p) for p in done], "folder")
@@ -580,9 +572,7 @@ def auc_section(plan: Plan, done: list[str], reps: int) -> tuple[list[str], dict
         stats.add_holm(summary["paired"])
     else:
         summary["notes"].append(f"control `{control}` has no values; no paired statistics")
-    lines = study_section(summary, plan.metric_name, control, plan.out)
-    old = f"mean over its last {int(FINAL_FRACTION * 100)}% of logged steps"
-    lines = [ln.replace(old, value_text(plan)) for ln in lines]
+    lines = study_section(summary, plan.metric_name, control, plan.out, value_text=value_text(plan))
     lines += [f"- {n}" for n in summary["notes"]] + ([""] if summary["notes"] else [])
     return lines, summary
 

@@ -17,6 +17,21 @@ from llmguide import stats
 from llmguide.report.curves import BAND_TEXT, INTERVAL_RULE, curve_matrix, seed_band, smoothing_text
 from llmguide.report.runs import FINAL_FRACTION, RETURN_KEYS, Run, final_value, fmt, metric_series, seed_key
 
+FINAL_TEXT = f"mean over its last {int(FINAL_FRACTION * 100)}% of logged steps"
+
+
+def curve_auc(steps: Any, values: Any, budget: int, bins: int) -> float:
+    """Area under a run's curve: the mean over ``bins`` equal env-step bins of [0, ``budget``] of the mean value
+    logged in each bin; an empty bin counts as the mean of the others (so: the mean over the bins that have
+    values); values after ``budget`` are cut. NaN without values."""
+    steps, values = np.asarray(steps, float), np.asarray(values, float)
+    keep = steps <= budget
+    steps, values = steps[keep], values[keep]
+    if not len(values):
+        return float("nan")
+    idx = np.clip(np.digitize(steps, np.linspace(0, budget, bins + 1)) - 1, 0, bins - 1)
+    return float(np.mean([values[idx == b].mean() for b in range(bins) if (idx == b).any()]))
+
 
 def summarize(groups: dict[str, list[Run]], metric: str | tuple[str, ...] = RETURN_KEYS, control: str | None = None,
               reps: int = 2000, points: int = 20, smooth: int | None = None) -> dict[str, Any]:
@@ -80,7 +95,7 @@ def _p(x: float | None) -> str:
 
 
 def study_section(summary: dict[str, Any], metric_name: str, control: str | None, out: Path,
-                  plot_name: str = "curves.png", smooth: int | None = None) -> list[str]:
+                  plot_name: str = "curves.png", smooth: int | None = None, value_text: str | None = None) -> list[str]:
     """Markdown for :func:`summarize`'s result (per-arm values, paired table, power lines) and its plot."""
     arms, paired = summary["arms"], summary["paired"]
     if not arms:
@@ -102,7 +117,7 @@ def study_section(summary: dict[str, Any], metric_name: str, control: str | None
     fig.tight_layout()
     fig.savefig(out / plot_name, dpi=110)
     lines = [f"## {metric_name}", "", f"![{metric_name}]({plot_name})", "",
-             f"Value per run: mean over its last {int(FINAL_FRACTION * 100)}% of logged steps. {INTERVAL_RULE}"
+             f"Value per run: {value_text or FINAL_TEXT}. {INTERVAL_RULE}"
              + smoothing_text(smooth), "",
              "| arm | seeds | mean | interval | per seed |", "|---|---|---|---|---|"]
     for label, data in arms.items():
