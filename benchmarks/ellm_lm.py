@@ -138,8 +138,8 @@ def achievement_section(plan) -> tuple[list[str], dict]:
     for measure in measures:
         by_arm = found.get(measure, {})
         base = by_arm.get(control, {})
-        if not base:
-            continue
+        if not base or not any(v for arm_values in by_arm.values() for v in arm_values.values()):
+            continue   # no control values, or no arm ever unlocked it
         cells = [f"{sum(base.values()) / len(base):.3f}"]
         for arm in arms:
             mine = by_arm.get(arm, {})
@@ -160,8 +160,11 @@ def details(plan):
     ach_lines, ach = achievement_section(plan)
     tables = Path(plan.values.get("tables", plan.prep / "tables"))
     found = {p.stem: table_summary(p) for p in sorted(tables.glob("*.sqlite"))}
-    lines = ["## Answer tables", "", f"Folder `{tables}`; every arm's table answers the same "
-             f"{plan.args.table_queries} most frequent state signatures of `{plan.args.data}`.", "",
+    lines = ["## Answer tables", "", f"Every arm's table answers the same {plan.args.table_queries} most frequent "
+             f"state signatures of the data (`--data`, a collection run: `{Path(str(plan.args.data)).name}`); "
+             "`tables/` beside this report holds the Qwen, Gemma, oracle and seed-0 random tables (the other random "
+             "tables are one command each, in seconds). A state outside the table gets no suggestion in every arm "
+             "(`lm/table_coverage`: the share of an arm's steps whose state was in its table).", "",
              "| table | answers | LM seconds |", "|---|---|---|",
              *[f"| {name} | {t['rows']} | {t['lm_seconds']} |" for name, t in found.items()], ""]
     sizes = {t["rows"] for t in found.values()}
