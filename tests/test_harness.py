@@ -317,3 +317,55 @@ def test_the_report_warns_when_arms_come_from_different_code(harness, tmp_path):
     assert "**Warning: this study's runs come from 3 different codes**" in text
     assert "- `b`: `1111111111` (seeds 0); `2222222222+dirty` (seeds 0)" in text
     assert "Warning" not in "\n".join(harness.code_of_arms(runs[:1])[1])
+
+
+def test_ppo_sweep_ellm_lm_and_craftax_score_arm_tables(harness, load_benchmark, tmp_path):
+    load_benchmark("ellm_crafter")
+
+    def plan_of(module, argv):
+        study = load_benchmark(module).STUDY
+        return harness.make_plan(study, harness.build_parser(study).parse_args([*argv, "--runs", str(tmp_path)]))
+
+    # the PPO sweep: 18 grid arms by default, each setting every swept key exactly once; the control is the
+    # shared sparse PPO before the sweep
+    plan = plan_of("ppo_sweep", [])
+    assert len(plan.arms) == 18 and plan.arms[0] == "lr2.5e-4-ent0.01-n64"
+    for arm in plan.arms:
+        keys = [o.split("=", 1)[0] for o in plan.arm_overrides(arm)]
+        assert len(keys) == len(set(keys)), arm   # no key given twice (the arm's and the study's)
+    control = plan.arm_overrides("lr2.5e-4-ent0.01-n64")
+    assert {"agent.lr=2.5e-4", "agent.ent_coef=0.01", "agent.num_steps=64", "agent.recurrent=gru",
+            "method.extrinsic_coef=10.0"} <= set(control)
+    assert "agent.recurrent=null" in plan_of("ppo_sweep", ["--arms", "lr2.5e-4-ent0.01-n64-mlp"]).arm_overrides(
+        "lr2.5e-4-ent0.01-n64-mlp")
+    # ELLM with a real LM: every LM-like arm reads a table in --tables; the random control one per seed
+    plan = plan_of("ellm_lm", ["--tables", str(tmp_path / "t"), "--seeds", "2"])
+    plan.values["tables"] = str(tmp_path / "t")
+    tables = {arm: next(o for o in plan.arm_overrides(arm) if o.startswith("llm.table=")) for arm in plan.arms
+              if arm.startswith("ellm-")}
+    assert tables["ellm-random-open"] == f"llm.table={tmp_path}/t/random-s${{seed}}.sqlite"
+    assert tables["ellm-qwen-open"].endswith("qwen-gen3.sqlite") and plan.variant == "open-lm-120k"
+    qwen = plan.arm_overrides("ellm-qwen-open")
+    assert "method.prompt=ellm_actions_listed" in qwen and "method.vocabulary=actions" in qwen
+    assert qwen.index("method.suggester=generate") > qwen.index("method.suggester=score")   # the later one wins
+    assert plan.study.control == "ellm-random-open"
+
+
+def test_craftax_score_reads_each_runs_crafter_score(harness, load_benchmark, tmp_path):
+    score = load_benchmark("craftax_score")
+    study = score.STUDY
+    plan = harness.make_plan(study, harness.build_parser(study).parse_args(["--runs", str(tmp_path), "--seeds", "1",
+                                                                          "--steps", "100"]))
+    run = tmp_path / "ppo" / "seed-0"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\ntotal_steps: 100\n")
+    (run / "eval.json").write_text("{}")
+    episodes = [{"step": 10 * i, "charts/achievements_per_episode": 1, "achievements/collect_wood": float(i == 10)}
+                for i in range(1, 11)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    lines, data = score.details(plan)
+    # collect_wood in 10 % of all episodes and in 50 % of the last 10 % (steps 90 and 100); 21 achievements at 0 %
+    scores = data["crafter_score"]["ppo"]
+    assert scores["crafter_score_all"] == pytest.approx(math.exp(math.log(11) / 22) - 1)
+    assert scores["crafter_score_last10"] == pytest.approx(math.exp(math.log(51) / 22) - 1)
+    assert "PPO (Hafner 2022) 4.6 %" in "\n".join(lines) and data["scoreboard"]["DreamerV3"] == 14.5
