@@ -155,6 +155,47 @@ def achievement_section(plan) -> tuple[list[str], dict]:
     return [*lines, ""], data
 
 
+def qwen_examples(tables: Path, top_k: int = 5, show: int = 8) -> tuple[list[str], dict]:
+    """What Qwen knew: its table's answers beside the oracle's feasible actions, and over the whole table (weighted
+    by the data's steps) the share of its first ``top_k`` valid suggestions the oracle calls feasible."""
+    import json
+
+    from llmguide.envs import get_oracle
+    from llmguide.envs.crafter.actions import ACTION_STRINGS, canonical_action
+    from llmguide.llm.parsing import parse_bullets
+
+    path = tables / "qwen-gen3.sqlite"
+    if not path.is_file():
+        return [], {}
+    oracle, valid = get_oracle("craftax", "text"), set(ACTION_STRINGS)
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT query, answer, weight FROM answers ORDER BY weight DESC").fetchall()
+    feasible_w = picked_w = invalid = empty = 0.0
+    lines = ["## What Qwen knew", "", f"Qwen's answers for the {show} most frequent states of its table, beside the "
+             "oracle's feasible actions (the requirement tree). ELLM keeps the first "
+             f"{top_k} valid action strings of an answer; *italics*: not one of the 139 action strings.", "",
+             "| state | Qwen's bullets | oracle: feasible actions |", "|---|---|---|"]
+    for i, (caption, answer, weight) in enumerate(rows):
+        bullets = parse_bullets(json.loads(answer).get("text", ""))
+        picks = [b for b in bullets if b in valid][:top_k]
+        feasible = {canonical_action(a) for a in oracle.feasible_from_caption(caption)}
+        invalid += weight * sum(b not in valid for b in bullets) / max(len(bullets), 1)
+        empty += weight * (not picks)
+        feasible_w += weight * sum(canonical_action(b) in feasible for b in picks)
+        picked_w += weight * len(picks)
+        if i < show:
+            shown = ", ".join(b if b in valid else f"*{b}*" for b in bullets) or "(none)"
+            lines.append(f"| {caption} | {shown} | {', '.join(sorted(feasible)) or '(none)'} |")
+    total = sum(w for _, _, w in rows)
+    data = {"precision_weighted": feasible_w / picked_w if picked_w else None, "invalid_share": invalid / total,
+            "no_valid_pick_share": empty / total, "states": len(rows)}
+    lines += ["", f"Over all {len(rows)} states of the table, weighted by their steps in the data: "
+              f"{100 * data['precision_weighted']:.0f} % of Qwen's kept suggestions are feasible there, "
+              f"{100 * data['invalid_share']:.0f} % of its bullets are not action strings, and "
+              f"{100 * data['no_valid_pick_share']:.0f} % of states get no valid suggestion.", ""]
+    return lines, data
+
+
 def details(plan):
     """Each table's size and LM time (the arms must hold the same signatures); per-achievement differences."""
     ach_lines, ach = achievement_section(plan)
@@ -170,7 +211,8 @@ def details(plan):
     sizes = {t["rows"] for t in found.values()}
     if len(sizes) > 1:
         lines += [f"**Warning: the tables hold different numbers of answers ({sorted(sizes)}).**", ""]
-    return [*lines, *ach_lines], {"tables": found, "per_achievement": ach}
+    known_lines, known = qwen_examples(tables)
+    return [*lines, *ach_lines, *known_lines], {"tables": found, "per_achievement": ach, "qwen_knew": known}
 
 
 STUDY = Study(
