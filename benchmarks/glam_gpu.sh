@@ -13,19 +13,20 @@
 # minibatch 64 ~52 GB; minibatch 8: GLAM ~14 GB, NPAE 9-17 GB, so six runs at once did not fit and four do.  Those
 # figures came with a wrong tokenizer (one token per character; benchmarks/results/glam/gpu-h200/): with the right
 # one a GLAM minibatch of 8 peaks at ~3 GB on an H200 and the update, 0.2 s per minibatch, sets the speed, so
-# MINIBATCH=32 or 64 is the next lease's first try.
+# GLAM's own minibatch of 64 is the default now, in forwards of MICRO (16) prompts whose gradients accumulate into
+# one optimizer step (agent.micro_batch): 4 epochs x 8 minibatches of 64 per 512-sample update, not 256 of 8.
 # GLAM runs in bf16 (peft keeps the LoRA adapters in fp32); NPAE fine-tunes every weight, which Adam cannot
 # do in bf16 at lr 1e-4 (most updates round away), so NPAE runs in fp32.  Every run first checks its action
 # distributions against a float32 CPU copy (agent.device_check) and stops with one line if they differ.
-# DEVICE=cpu DTYPE=float32 NUM_ENVS=2 ROLLOUT=2 MINIBATCH=2 run the same script on a CPU for a smoke test.
+# DEVICE=cpu DTYPE=float32 NUM_ENVS=2 ROLLOUT=2 MINIBATCH=4 MICRO=2 run the same script on a CPU for a smoke test.
 set -u
 model=$1 out=$2 secs=$3 seeds=${4:-3} task=${5:-GoToLocal}
-device=${DEVICE:-cuda} dtype=${DTYPE:-bfloat16} npae_dtype=${NPAE_DTYPE:-float32} envs=${NUM_ENVS:-32} rollout=${ROLLOUT:-16} minibatch=${MINIBATCH:-8}
+device=${DEVICE:-cuda} dtype=${DTYPE:-bfloat16} npae_dtype=${NPAE_DTYPE:-float32} envs=${NUM_ENVS:-32} rollout=${ROLLOUT:-16} minibatch=${MINIBATCH:-64} micro=${MICRO:-16}
 parallel=${PARALLEL:-4}
 mkdir -p "$out"
 common=(env=babyai "env.task=$task" "num_envs=$envs" llm=hf "llm.model_path=$model" "llm.device=$device"
         llm.max_batch=256 "method.score_batch=$envs" method.k_history=3
-        "agent.rollout_steps=$rollout" agent.epochs=4 "agent.minibatch=$minibatch" agent.torch_threads=2
+        "agent.rollout_steps=$rollout" agent.epochs=4 "agent.minibatch=$minibatch" "agent.micro_batch=$micro" agent.torch_threads=2
         total_steps=1500000 eval.episodes=0 progress=false "run.dir=$out" run.overwrite=true)
 runner="import sys; from llmguide.cli import main; sys.exit(main(sys.argv[1:]))"
 one() {   # one run: METHOD SEED
