@@ -150,7 +150,7 @@ def achievement_section(plan) -> tuple[list[str], dict]:
             data.setdefault(measure, {})[f"{arm} - {control}"] = d
             p = d["p"]
             cells.append(f"{sum(mine.values()) / len(mine):.3f} (Δ {d['mean']:+.3f}, p "
-                         + ("n/a" if p is None else "< 0.001" if p < 0.001 else f"{p:.2f}") + ")")
+                         + ("n/a" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}") + ")")
         lines.append(f"| {measure} | " + " | ".join(cells) + " |")
     return [*lines, ""], data
 
