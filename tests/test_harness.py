@@ -51,6 +51,7 @@ def test_tiny_study_end_to_end(harness, tmp_path, capsys):
     # provenance: every arm lists the code its runs were trained with, by seed
     from llmguide.core.provenance import code_version, label
 
+    code_version.cache_clear()   # the runs (subprocesses) read HEAD now
     here = label(code_version())
     assert result["commits"] == {"none": {here: [0, 1]}, "rnd": {here: [0, 1]}}
     assert f"- `rnd`: `{here}` (seeds 0, 1)" in report and "Warning" not in report

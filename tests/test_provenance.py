@@ -13,6 +13,7 @@ from llmguide.core import provenance
 
 
 def test_code_version_is_this_checkouts_commit():
+    provenance.code_version.cache_clear()   # cached per process: HEAD may have moved since
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=provenance.PACKAGE, capture_output=True, text=True)
     version = provenance.code_version()
     if head.returncode != 0:
