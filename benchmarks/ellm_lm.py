@@ -25,7 +25,6 @@ sections give per-achievement values. Headline: ``ellm-qwen-open - ellm-random-o
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from pathlib import Path
 
@@ -90,9 +89,13 @@ def prepare(plan) -> None:
 
 def table_summary(path: Path) -> dict:
     """Rows and build seconds of an answer table."""
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        rows, seconds = db.execute("SELECT COUNT(*), COALESCE(SUM(seconds), 0) FROM answers").fetchone()
-    return {"rows": int(rows), "lm_seconds": round(float(seconds), 1)}
+    from llmguide.llm.table import AnswerTable
+
+    table = AnswerTable(path)
+    try:
+        return {"rows": len(table), "lm_seconds": round(table.seconds(), 1)}
+    finally:
+        table.close()
 
 
 def achievement_values(plan) -> dict[str, dict[str, dict[int, float]]]:
@@ -158,25 +161,25 @@ def achievement_section(plan) -> tuple[list[str], dict]:
 def qwen_examples(tables: Path, top_k: int = 5, show: int = 8) -> tuple[list[str], dict]:
     """What Qwen knew: its table's answers beside the oracle's feasible actions, and over the whole table (weighted
     by the data's steps) the share of its first ``top_k`` valid suggestions the oracle calls feasible."""
-    import json
-
     from llmguide.envs import get_oracle
     from llmguide.envs.crafter.actions import ACTION_STRINGS, canonical_action
     from llmguide.llm.parsing import parse_bullets
+    from llmguide.llm.table import AnswerTable
 
     path = tables / "qwen-gen3.sqlite"
     if not path.is_file():
         return [], {}
     oracle, valid = get_oracle("craftax", "text"), set(ACTION_STRINGS)
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        rows = db.execute("SELECT query, answer, weight FROM answers ORDER BY weight DESC").fetchall()
+    table = AnswerTable(path)
+    rows = [(caption, answer, weight) for _, caption, answer, weight in table.rows()]
+    table.close()
     feasible_w = picked_w = invalid = empty = 0.0
     lines = ["## What Qwen knew", "", f"Qwen's answers for the {show} most frequent states of its table, beside the "
              "oracle's feasible actions (the requirement tree). ELLM keeps the first "
              f"{top_k} valid action strings of an answer; *italics*: not one of the 139 action strings.", "",
              "| state | Qwen's bullets | oracle: feasible actions |", "|---|---|---|"]
     for i, (caption, answer, weight) in enumerate(rows):
-        bullets = parse_bullets(json.loads(answer).get("text", ""))
+        bullets = parse_bullets(answer.get("text", ""))
         picks = [b for b in bullets if b in valid][:top_k]
         feasible = {canonical_action(a) for a in oracle.feasible_from_caption(caption)}
         invalid += weight * sum(b not in valid for b in bullets) / max(len(bullets), 1)

@@ -137,6 +137,10 @@ class AnswerTable:
     def __len__(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])
 
+    def seconds(self) -> float:
+        """The LM time spent on the table's answers."""
+        return float(self._db.execute("SELECT COALESCE(SUM(seconds), 0) FROM answers").fetchone()[0])
+
     def rows(self) -> list[tuple[str, str, Any, float]]:
         """(kind, query label, answer, weight) of every answer, heaviest first."""
         out = self._db.execute("SELECT kind, query, answer, weight FROM answers ORDER BY weight DESC").fetchall()
