@@ -31,15 +31,13 @@ def crafter_scores(plan) -> dict[str, dict[int, dict[str, float]]]:
     """``{arm: {seed: {"all": score %, "last10": score %}}}`` from each finished run's training episodes."""
     import numpy as np
 
-    from harness import run_state, seed_runs
+    from harness import finished_runs
     from llmguide.envs.crafter.rules import ACHIEVEMENTS, crafter_score
     from llmguide.report.runs import FINAL_FRACTION, load_run
 
     out: dict[str, dict[int, dict[str, float]]] = {}
     for arm in plan.arms:
-        for seed, path in seed_runs(plan, arm).items():
-            if seed not in plan.seeds or run_state(path, plan) != "done":
-                continue
+        for seed, path in finished_runs(plan, arm).items():
             episodes = [r for r in load_run(path).records if "charts/achievements_per_episode" in r]
             if not episodes:
                 continue

@@ -102,14 +102,12 @@ def achievement_values(plan) -> dict[str, dict[str, dict[int, float]]]:
     """``{measure: {arm: {seed: value}}}`` over each finished run's last 10 %: every ``achievements/<name>`` (the
     share of episodes unlocking it) and ``without wake_up`` (achievements per episode less wake_up, which every
     agent that sleeps unlocks)."""
-    from harness import run_state, seed_runs
+    from harness import finished_runs
     from llmguide.report.runs import final_value, load_run, metric_series
 
     out: dict[str, dict[str, dict[int, float]]] = {}
     for arm in plan.arms:
-        for seed, path in seed_runs(plan, arm).items():
-            if seed not in plan.seeds or run_state(path, plan) != "done":
-                continue
+        for seed, path in finished_runs(plan, arm).items():
             run = load_run(path)
             keys = sorted({k for rec in run.records for k in rec if k.startswith("achievements/")})
             for key in [*keys, "charts/achievements_per_episode"]:

@@ -405,6 +405,11 @@ def seed_runs(plan: Plan, arm: str) -> dict[int, Path]:
     return found
 
 
+def finished_runs(plan: Plan, arm: str) -> dict[int, Path]:
+    """The run folders of ``arm`` that finished the budget, for the plan's seeds (what ``details`` hooks read)."""
+    return {s: run for s, run in seed_runs(plan, arm).items() if s in plan.seeds and run_state(run, plan) == "done"}
+
+
 def sweep_command(plan: Plan, arm: str, seeds: list[int], mode: str) -> list[str]:
     """``llmguide train -m`` over ``seeds`` for one arm; ``mode`` is ``overwrite`` or ``resume``."""
     seed = f"seed={','.join(map(str, seeds))}" if len(seeds) > 1 else f"seed=range({seeds[0]},{seeds[0] + 1})"
