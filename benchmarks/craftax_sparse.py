@@ -21,6 +21,9 @@ Arms (every one the same PPO: the shared sparse task's ``harness.SPARSE_PPO``, a
   rate on its *own* agent's messages, which are less often progress);
 * ``oni_retrieval-embedded-ranked`` — the embedded LM's labels at that same rate (``method.label_rate``: "yes" to
   the messages it scores highest; at its default margin Gemma 270M says "no" to every Craftax message);
+* ``oni_retrieval-qwen`` — Qwen2.5-Coder-1.5B-Instruct's labels (``crafter_label`` through its chat template,
+  generate mode), read from an answer table over ``--data``'s messages (``--tables``); ``oni_retrieval-qwen-shuffled``
+  — the same table's labels permuted among its messages, a table per seed: Qwen's yes-rate, no relation to the message;
 * ``oni_classification-oracle``, ``oni_ranking-oracle`` (ranking reward clipped at 0);
 * ``motif-oracle`` — Motif: messages of a score-maximising agent (PPO on Craftax's achievement reward,
   ``--collect-steps`` steps, ``env.task`` null), ``--num-pairs`` pairs labelled by the oracle, Bradley-Terry
@@ -71,6 +74,13 @@ ARMS = {
     # the embedded LM at that rate: "yes" to the messages it scores highest (at its default margin it says "no"
     # to every Craftax message), so its ranking is what is tested against random-matched
     "oni_retrieval-embedded-ranked": ["method=oni_retrieval", "llm=embedded", "method.label_rate={positive_rate}"],
+    # Qwen2.5-Coder-1.5B-Instruct's labels (generate mode, through its chat template) read from an answer table
+    # (--tables, built over --data), and its own labels permuted among the messages (a table per seed): Qwen's
+    # yes-rate without the relation to the message
+    "oni_retrieval-qwen": ["method=oni_retrieval", "llm=qwen", "method.label_mode=generate",
+                           "llm.table={tables}/oni-qwen-gen.sqlite"],
+    "oni_retrieval-qwen-shuffled": ["method=oni_retrieval", "llm=qwen", "method.label_mode=generate",
+                                    "llm.table={tables}/oni-qwen-gen-shuffled-s${seed}.sqlite"],
     "oni_classification-oracle": ["method=oni_classification", "llm=oracle"],
     "oni_ranking-oracle": ["method=oni_ranking", "llm=oracle"],
     "motif-oracle": ["method=motif", "llm=oracle", MOTIF_DATA],
@@ -87,6 +97,11 @@ def flags(parser) -> None:
     parser.add_argument("--collect-steps", type=int, default=200_000,
                         help="Motif: env steps of the score-maximising collection agent (default 200000)")
     parser.add_argument("--num-pairs", type=int, default=2000, help="Motif: message pairs labelled (default 2000)")
+    parser.add_argument("--data", default=None,
+                        help="oni_retrieval-qwen: a collection run with the message line (its dataset's messages are "
+                             "the ones the answer table labels)")
+    parser.add_argument("--tables", default=None, help="folder of the answer tables (default <prep>/tables)")
+    parser.add_argument("--lm-threads", type=int, default=1, help="llm.n_threads of the Qwen table build")
     parser.add_argument("--positive-rate", type=float, default=None,
                         help="oni_retrieval-random-matched and -embedded-ranked: their yes rate (default: the mean "
                              "share of messages labelled helpful in this study's finished oni_retrieval-oracle runs)")
@@ -104,6 +119,41 @@ def oracle_rate(plan) -> float | None:
     return sum(rates) / len(rates) if rates else None
 
 
+def qwen_tables(plan) -> None:
+    """The Qwen arms' answer tables: Qwen's labels of every message of ``--data`` (``llmguide answers``), and that
+    table permuted among the messages once per seed (``answers.shuffle_of``)."""
+    from pathlib import Path
+
+    a = plan.args
+    tables = Path(a.tables).resolve() if a.tables else plan.prep / "tables"
+    plan.values["tables"] = str(tables)
+    arms = [arm for arm in ("oni_retrieval-qwen", "oni_retrieval-qwen-shuffled") if arm in plan.arms]
+    if not arms:
+        return
+    source = tables / "oni-qwen-gen.sqlite"
+    label = ["method=oni_retrieval", "llm=qwen", "method.label_mode=generate"]
+    if not source.is_file() and not a.data:
+        for arm in arms:
+            plan.fail(arm, f"no {source}: pass --data, a collection run with the message line, to build it")
+        return
+    why = plan.step("answers", "table-oni-qwen-gen",
+                    [*label, f"answers.data={Path(a.data).resolve() if a.data else ''}", f"answers.out={source}",
+                     f"llm.n_threads={a.lm_threads}"], done=str(source))
+    if why:
+        for arm in arms:
+            plan.fail(arm, why)
+        return
+    if "oni_retrieval-qwen-shuffled" in arms:
+        for seed in plan.seeds:
+            out = tables / f"oni-qwen-gen-shuffled-s{seed}.sqlite"
+            why = plan.step("answers", f"table-oni-qwen-gen-shuffled-s{seed}",
+                            [*label, f"answers.shuffle_of={source}", f"answers.out={out}", f"seed={seed}"],
+                            done=str(out))
+            if why:
+                plan.fail("oni_retrieval-qwen-shuffled", why)
+                return
+
+
 def prepare(plan) -> None:
     """The yes rate of the rate-matched arms (the oracle arm's); Motif's data, once for every seed: collect (PPO
     on the game's achievement reward, env.task null) -> label by the oracle; the shuffled control and the
@@ -119,6 +169,7 @@ def prepare(plan) -> None:
         else:
             plan.values["positive_rate"] = f"{rate:.4f}"
             print(f"  {', '.join(matched)}: yes at {rate:.4f}, the oracle arm's rate", flush=True)
+    qwen_tables(plan)
     motif = [arm for arm in ("motif-oracle", "motif-shuffled", "motif-embedded", "motif-embedded-both")
              if arm in plan.arms]
     if not motif:

@@ -15,6 +15,8 @@ actions; none is told a task: ELLM's pretraining has none):
   examples (``ellm_actions_listed``: the knowledge probe's best Qwen mode, precision 0.33 against 0.14 scoring);
 * ``ellm-gemma-open``: Gemma 3 270M (base) scoring every action, length-normalised (the probe's best Gemma mode);
 * ``ellm-random-open``: the knowledge control: a random 5 of the 139 per signature, a table drawn per seed;
+* ``ellm-qwen-shuffled-open``: Qwen's answers permuted among the table's states (``answers.shuffle_of``, a table per
+  seed): the goals Qwen favours, as often, but not for the state they were asked about;
 * ``no-reward`` (the control of ``ellm_crafter.py``) and ``rnd``: references without an LM.
 
 Value per seed: ground-truth achievements unlocked per episode over the last 10% of the budget; the report's other
@@ -38,7 +40,12 @@ LM_ARMS = {
     "ellm-qwen-open": ("qwen-gen3", ["llm=qwen", "method.suggester=generate", "method.prompt=ellm_actions_listed"]),
     "ellm-gemma-open": ("gemma-score-norm", ["llm=embedded", "method.normalize_scores=true"]),
     "ellm-random-open": ("random-s${seed}", ["llm=random", "method.prompt=ellm_actions_score_listed"]),
+    # Qwen's own answers permuted among the states (a table per seed): its favourite goals, at its rate, without
+    # their relation to the state
+    "ellm-qwen-shuffled-open": ("qwen-gen3-shuffled-s${seed}",
+                                ["llm=qwen", "method.suggester=generate", "method.prompt=ellm_actions_listed"]),
 }
+SHUFFLED = {"ellm-qwen-shuffled-open": "qwen-gen3"}   # arm -> the table whose answers it permutes
 ARMS = {
     "no-reward": ["method=none", "method.extrinsic_coef=0.0"],
     **{arm: [*ELLM, *OPEN, *over, TABLE.replace("{name}", name)] for arm, (name, over) in LM_ARMS.items()},
@@ -79,6 +86,8 @@ def prepare(plan) -> None:
                                           else [])]
         names = [(name.replace("${seed}", str(s)), [f"seed={s}"]) for s in plan.seeds] if "${seed}" in name \
             else [(name, [])]
+        if arm in SHUFFLED:   # no LM: the source table's answers, permuted with the seed
+            base = [*ELLM, *OPEN, *over, f"answers.shuffle_of={tables}/{SHUFFLED[arm]}.sqlite"]
         for table, extra in names:
             why = plan.step("answers", f"table-{table}", [*base, f"answers.out={tables}/{table}.sqlite", *extra],
                             done=str(tables / f"{table}.sqlite"))

@@ -14,10 +14,12 @@ from llmguide.llm.assets import ModelFileError, PartedGGUF, assemble, parted_ggu
 from llmguide.llm.table import (
     AnswerTable,
     AnswerTableError,
+    Query,
     TableLM,
     build_table,
     coverage_curve,
     is_miss,
+    shuffle_table,
 )
 
 CAPTIONS = ["You see grass, tree. You face tree. You have nothing."] * 5 + \
@@ -173,6 +175,40 @@ def test_a_table_builds_resumes_and_answers_exactly_what_the_lm_said(tmp_path):
     assert online.io_stats()["table_online"] == 1
 
 
+def test_a_shuffled_table_keeps_the_requests_and_the_answers_but_not_their_pairing(tmp_path):
+    from llmguide.methods.ellm.recipe import signature_queries as answer_queries
+
+    captions = [f"You see grass, tree. You face tree. You have {n} wood." for n in range(1, 10)] + CAPTIONS
+    queries = answer_queries(_ellm_cfg(), captions)
+    source, out = tmp_path / "t.sqlite", tmp_path / "s.sqlite"
+    build_table(_oracle_lm(), queries, source, meta={"lm": "oracle", "method": "ellm", "prompt_sha256": "p"},
+                progress=False)
+    # a generate row of another kind stays among its own kind
+    table = AnswerTable(source, readonly=False)
+    table.put(Query("generate", {"prompt": "p", "max_tokens": 8, "temperature": 0.0, "stop": None}, 1.0, "g"),
+              {"text": "- eat cow"}, 0.5)
+    table.close()
+    done = shuffle_table(source, out, seed=1)
+    a, b = AnswerTable(source), AnswerTable(out)
+    assert done["rows"] == len(a) == len(b) and a.keys() == b.keys()
+    assert sorted(map(str, (r[2] for r in a.rows()))) == sorted(map(str, (r[2] for r in b.rows())))
+    by_key = {k: (a.get(k), b.get(k)) for k in a.keys()}
+    assert sum(x != y for x, y in by_key.values()) == done["moved"] > len(a) // 2
+    assert all(x[0] == y[0] for x, y in by_key.values())          # kinds never mixed
+    gen = [y for x, y in by_key.values() if x[0] == "generate"]
+    assert gen == [("generate", {"text": "- eat cow"})]
+    meta = b.meta()
+    assert meta["lm"] == "oracle" and meta["shuffle_seed"] == 1 and meta["shuffled_from"] == str(source)
+    # the same seed draws the same permutation, another seed another one
+    shuffle_table(source, tmp_path / "s1.sqlite", seed=1)
+    shuffle_table(source, tmp_path / "s2.sqlite", seed=2)
+    again, other = AnswerTable(tmp_path / "s1.sqlite"), AnswerTable(tmp_path / "s2.sqlite")
+    assert all(again.get(k) == b.get(k) for k in a.keys())
+    assert any(other.get(k) != b.get(k) for k in a.keys())
+    with pytest.raises(AnswerTableError, match="does not exist"):
+        shuffle_table(tmp_path / "none.sqlite", tmp_path / "x.sqlite", seed=0)
+
+
 def test_a_file_that_is_not_a_table_is_refused(tmp_path):
     with pytest.raises(AnswerTableError, match="does not exist"):
         AnswerTable(tmp_path / "none.sqlite")
@@ -253,6 +289,15 @@ def test_answers_verb_builds_a_table_from_a_collection_and_a_run_reads_only_it(t
     out = capfd.readouterr()
     assert "LM: loading" not in out.err   # llm=embedded was never loaded: the table answered
     assert "answer table covered" in out.out and "WARNING" not in out.out   # the summary line says so
+    # answers.shuffle_of: the verb writes the permuted copy without an LM; a missing or identical out is exit 2
+    shuffled = tmp_path / "shuffled.sqlite"
+    assert main(["answers", *ellm, "llm=oracle", f"answers.shuffle_of={table}", f"answers.out={shuffled}",
+                 "seed=4"]) == 0
+    assert AnswerTable(shuffled).keys() == AnswerTable(table).keys()
+    assert "permuted among its requests (seed 4" in capfd.readouterr().out
+    assert main(["answers", *ellm, f"answers.shuffle_of={table}"]) == 2
+    assert main(["answers", *ellm, f"answers.shuffle_of={table}", f"answers.out={table}"]) == 2
+    assert "answers.out" in capfd.readouterr().err
 
 
 def test_oni_labels_come_from_a_table_built_over_the_collected_message_line(tmp_path):

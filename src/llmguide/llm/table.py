@@ -321,6 +321,46 @@ def build_table(lm: LanguageModel, queries: Sequence[Query], out: str | Path, *,
     return summary
 
 
+def shuffle_table(source: str | Path, out: str | Path, seed: int) -> dict[str, Any]:
+    """A knowledge control from a built table: ``out`` holds the same requests as ``source`` with the answers
+    permuted among them (uniformly over rows of the same kind and, for score rows, the same number of candidates;
+    ``seed`` draws the permutation).  The answers' marginal distribution (an LM's yes-rate, its favourite goals) is
+    kept; their relation to the request is not.  The meta is the source's (the same LM and prompt: a run reads it
+    in place of the source) plus ``shuffled_from`` and ``shuffle_seed``.  Returns the rows written and moved."""
+    import random
+
+    src = AnswerTable(source)
+    try:
+        meta = src.meta()
+        rows = src._db.execute("SELECT key, kind, query, answer, weight, seconds FROM answers ORDER BY key").fetchall()
+    finally:
+        src.close()
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, (_, kind, _, answer, _, _) in enumerate(rows):
+        width = len(json.loads(answer)) if kind == "score" else 0
+        groups.setdefault((kind, width), []).append(i)
+    rng = random.Random(seed)
+    answers = [row[3] for row in rows]
+    for members in groups.values():
+        drawn = [answers[i] for i in members]
+        rng.shuffle(drawn)
+        for i, answer in zip(members, drawn, strict=True):
+            answers[i] = answer
+    out = Path(out).expanduser()
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    table = AnswerTable(tmp, readonly=False)
+    try:
+        with table._db:
+            table._db.executemany("INSERT INTO answers VALUES (?, ?, ?, ?, ?, ?)",
+                                  [(k, kind, q, a, w, sec) for (k, kind, q, _, w, sec), a in zip(rows, answers, strict=True)])
+        table.set_meta(**meta, shuffled_from=str(source), shuffle_seed=int(seed))
+    finally:
+        table.close()
+    tmp.replace(out)
+    return {"rows": len(rows), "moved": sum(a != row[3] for a, row in zip(answers, rows, strict=True)), "path": str(out)}
+
+
 def open_table_lm(path: str | Path, online: LanguageModel | None = None) -> TableLM:
     """A :class:`TableLM` over the table file ``path`` (read-only)."""
     return TableLM(AnswerTable(path, readonly=True), online=online)

@@ -45,6 +45,8 @@ def build_answers(cfg: DictConfig, recipe: Any) -> int:
     from llmguide.llm.table import build_table
 
     a = cfg.answers
+    if a.get("shuffle_of"):
+        return shuffle_answers(cfg)
     gather = getattr(recipe, "answer_queries", None)
     if gather is None:
         raise ConfigError("method", f"method '{cfg.method.name}' has no answer-table support (ELLM, ONI's "
@@ -82,6 +84,25 @@ def build_answers(cfg: DictConfig, recipe: Any) -> int:
     print(f"answers: {out} — {summary['answered']} of {summary['queries_in_data']} distinct queries answered, "
           f"covering {summary['coverage_of_data_steps']:.1%} of the data's {steps} asking steps "
           f"in {summary['seconds']:.0f} s; queries needed for {curve}")
+    return 0
+
+
+def shuffle_answers(cfg: DictConfig) -> int:
+    """``answers.shuffle_of=TABLE``: write ``answers.out``, the table's answers permuted among its requests
+    (seeded by ``seed``): a knowledge control with the LM's answer distribution and no relation to the request."""
+    from llmguide.llm.table import AnswerTableError, shuffle_table
+
+    a = cfg.answers
+    if not a.out:
+        raise ConfigError("answers.out", "name the shuffled table's file (answers.shuffle_of reads, never writes)")
+    if Path(str(a.out)).resolve() == Path(str(a.shuffle_of)).resolve():
+        raise ConfigError("answers.out", "must differ from answers.shuffle_of")
+    try:
+        done = shuffle_table(a.shuffle_of, a.out, int(cfg.seed))
+    except AnswerTableError as err:
+        raise ConfigError("answers.shuffle_of", str(err)) from None
+    print(f"answers: {done['path']} — {done['rows']} answers of {a.shuffle_of} permuted among its requests "
+          f"(seed {int(cfg.seed)}; {done['moved']} moved)")
     return 0
 
 
