@@ -14,7 +14,9 @@ normalisation, coefficient, labelling budget): ``bk_random_phi`` (a seeded rando
 observation as Φ, no labels; its weights' seed is the run's seed), ``bk_pref-shuffled`` (the oracle's
 preferences permuted across pairs, ``llm=shuffled``), ``bk_code-wrong-target`` (the oracle answering for
 ``--wrong-target``, a distractor task: it should hurt). The oracle is told the mission of ``env.task`` (or
-``llm.target``); the LM arms are not. Value per seed: success AUC, the mean training success rate over
+``llm.target``); the embedded-LM arms are not. ``bk_code-qwen``: Qwen2.5-Coder-1.5B-Instruct writes the program told
+the mission, as the oracle is (``method.tell_task=true``); ``bk_code-qwen-agnostic``: with the paper's task-agnostic
+prompt. Value per seed: success AUC, the mean training success rate over
 ``--bins`` equal env-step bins of the budget.
 
     nice python benchmarks/bk.py --task GoToLocal-RedBall-S20 --seeds 3 --steps 300000 --jobs 2
@@ -54,6 +56,11 @@ LABELS = {  # arm -> label overrides (method=<variant> and llm=...); trained wit
     "bk_goal-embedded": ["method=bk_goal", "llm=embedded", "method.goal.iterations={goal_iters}"],
     "bk_pref-shuffled": ["method=bk_pref", "llm=shuffled", "method.pref.num_pairs={oracle_pairs}"],
     "bk_code-wrong-target": ["method=bk_code", "llm=oracle", "llm.target={wrong_target}", *CODE],
+    # Qwen2.5-Coder-1.5B-Instruct (through its chat template) told the mission of env.task, as the oracle is; and
+    # with the paper's task-agnostic prompt
+    "bk_code-qwen": ["method=bk_code", "llm=qwen", "method.tell_task=true", "llm.n_threads={lm_threads}", *CODE],
+    "bk_code-qwen-agnostic": ["method=bk_code", "llm=qwen", "method.tell_task=false", "llm.n_threads={lm_threads}",
+                              *CODE],
 }
 # the shaping-coefficient sweep (the reference's normalisation stays the default, coefficient 1): the SWEPT arms at
 # `method.intrinsic_coef` x COEFS on the same labels; BK-Code's and BK-Pref's knowledge controls are among them, so
@@ -86,6 +93,7 @@ def flags(p) -> None:
     p.add_argument("--code-iters", type=int, default=5)
     p.add_argument("--fix-retries", type=int, default=2, help="BK-Code fix attempts (with the error) per iteration")
     p.add_argument("--code-tokens", type=int, default=384)
+    p.add_argument("--lm-threads", type=int, default=1, help="llm.n_threads of the Qwen arms' labelling")
 
 
 def configure(args) -> None:
