@@ -17,7 +17,8 @@
 :func:`train` takes what ``llmguide train`` takes: a list of ``key=value`` overrides, a dict (``{"env":
 "crafter", "agent.lr": 1e-3}``), keyword overrides (``total_steps=...``), or a config from
 :func:`llmguide.load_config`.  A bad key raises :class:`~llmguide.core.errors.ConfigError` naming it, before
-any compute.  Everything the command line writes is written here too (``runs/<name>/``).  ``callback=``: a
+any compute.  Everything the command line writes is written here too (``runs/<name>/``).  Your own env:
+``train(env=MyEnv, caption=fn, method="rnd")`` (a Gymnasium id, class or factory; ``env=gym``).  ``callback=``: a
 :class:`Callback` (SB3's hooks: ``on_step``, ``on_rollout_end`` ...), a list of them, or a function
 ``fn(agent, metrics)`` called after every update (returning ``False`` stops training there, as SB3's).
 """
@@ -79,10 +80,40 @@ def overrides_of(config: Sequence[str] | Mapping[str, Any] | None = None, **kwar
     return out + _flatten(kwargs)
 
 
+def own_env(config: Sequence[str] | Mapping[str, Any] | None, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """``env=`` your own env (a Gymnasium id, an env class or factory, an env from ``gymnasium.make``) and
+    ``caption=fn`` (``fn(obs, info) -> str``) as the overrides ``env=gym env.id=... env.caption=...``
+    (:mod:`llmguide.envs.gym_env`); an env family name (``env="crafter"``) stays as it is."""
+    from llmguide.core.config import group_options
+    from llmguide.envs.gym_env import own_env_overrides
+
+    families = tuple(group_options("env"))
+    kwargs = dict(kwargs)
+    if isinstance(config, Mapping):
+        config = dict(config)
+        env, caption = config.pop("env", None), config.pop("caption", None)
+        config.update(own_env_overrides(env, caption, families) if env is not None or caption is not None else {})
+    elif config is not None:   # key=value overrides: env=<a Gymnasium id> is env=gym env.id=<it>
+        items = config.split() if isinstance(config, str) else [str(o) for o in config]
+        config = [o for item in items for o in _own_env_item(item, families, own_env_overrides)]
+    if "env" in kwargs or "caption" in kwargs:
+        kwargs.update(own_env_overrides(kwargs.pop("env", None), kwargs.pop("caption", None), families))
+    return config, kwargs
+
+
+def _own_env_item(item: str, families: tuple[str, ...], overrides: Callable[..., dict[str, Any]]) -> list[str]:
+    key, _, value = item.partition("=")
+    if key != "env" or value in families:
+        return [item]
+    return [f"{k}={_value(v)}" for k, v in overrides(value, None, families).items()]
+
+
 def load_config(config: Sequence[str] | Mapping[str, Any] | None = None, **kwargs: Any) -> DictConfig:
-    """The validated config of these overrides (what ``llmguide train --print-config`` shows)."""
+    """The validated config of these overrides (what ``llmguide train --print-config`` shows); ``env=`` and
+    ``caption=`` may name your own env (:func:`own_env`)."""
     from llmguide.pipelines import load_config as load
 
+    config, kwargs = own_env(config, kwargs)
     return load(overrides_of(config, **kwargs))
 
 
@@ -92,9 +123,10 @@ def train(config: Sequence[str] | Mapping[str, Any] | DictConfig | None = None, 
     """Train as ``llmguide train`` would and return the :class:`Run` (run directory, metrics, final evaluation).
 
     ``config``: overrides (``["env=crafter", "method=rnd"]`` or ``{"env": "crafter"}``) or a loaded config;
-    ``kwargs``: more overrides (``total_steps=20_000``); ``callback``: a :class:`Callback`, a list of them, or a
-    function ``fn(agent, metrics)`` called after every update (``False`` stops training there; the checkpoint,
-    evaluation and report follow as for a run that reached ``total_steps``)."""
+    ``kwargs``: more overrides (``total_steps=20_000``); ``env=`` may be your own env (a Gymnasium id, an env class
+    or factory) with ``caption=fn`` (``fn(obs, info) -> str``, :func:`own_env`); ``callback``: a :class:`Callback`,
+    a list of them, or a function ``fn(agent, metrics)`` called after every update (``False`` stops training there;
+    the checkpoint, evaluation and report follow as for a run that reached ``total_steps``)."""
     from llmguide import pipelines
     from llmguide.distributed import connect, uses_ray
 

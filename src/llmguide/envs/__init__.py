@@ -6,7 +6,7 @@ Every env returns a ``Dict(image=Box, vector=Box)`` observation and, in ``info``
 (crafter, minigrid, nle) are imported only when an env of that family is built.
 
 Registered ids: ``llmguide/Crafter-v0``, ``llmguide/BabyAIText-v0``, ``llmguide/MiniHackText-v0``,
-``llmguide/NetHackText-v0``.
+``llmguide/NetHackText-v0``.  Any other Gymnasium env: ``env=gym`` (:mod:`llmguide.envs.gym_env`, :func:`register_env`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import gymnasium as gym
 
 from llmguide.core.config import one_of, positive, register_rule
 from llmguide.envs.base import GOOD, ILL_TIMED, IMPOSSIBLE, Oracle
+from llmguide.envs.gym_env import register_env
 from llmguide.envs.registry import FAMILIES, Family, family, get_oracle, make_env
 from llmguide.envs.vector import make_vector_env, split_infos
 
 __all__ = ["FAMILIES", "Family", "family", "GOOD", "ILL_TIMED", "IMPOSSIBLE", "Oracle", "get_oracle", "make_env",
-           "make_vector_env", "split_infos"]
+           "make_vector_env", "register_env", "split_infos"]
 
 
 def _register() -> None:

@@ -1,6 +1,6 @@
 """The env families: one registry ``{family: Family(make, oracle, make_vector)}`` and the functions that
 build an env or a family's oracle from it.  A new family is one entry here, its package under
-``envs/`` and ``conf/env/<name>.yaml``."""
+``envs/`` and ``conf/env/<name>.yaml``; any other Gymnasium env runs as ``env=gym`` (:mod:`llmguide.envs.gym_env`)."""
 
 from __future__ import annotations
 
@@ -87,6 +87,10 @@ FAMILIES: dict[str, Family] = {
     "nethack": Family(f"{_NETHACK}:make_nethack", "llmguide.envs.nethack.oracle:NetHackOracle",
                       env_id="llmguide/NetHackText-v0", check_id=f"{_NETHACK}:id_problem",
                       tasks=f"{_NETHACK}:task_ids"),
+    "gym": Family("llmguide.envs.gym_env:make_gym", "llmguide.envs.gym_env:GymOracle",
+                  env_id="CartPole-v1", check_id="llmguide.envs.gym_env:id_problem",
+                  variants="your own Gymnasium env: env.id=<Gymnasium id> env.caption=module:function "
+                           "(Python: llmguide.train(env=MyEnv, caption=fn)); no oracle, no tasks"),
 }
 
 
