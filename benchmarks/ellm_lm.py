@@ -203,7 +203,32 @@ def qwen_examples(tables: Path, top_k: int = 5, show: int = 8) -> tuple[list[str
               f"{100 * data['precision_weighted']:.0f} % of Qwen's kept suggestions are feasible there, "
               f"{100 * data['invalid_share']:.0f} % of its bullets are not action strings, and "
               f"{100 * data['no_valid_pick_share']:.0f} % of states get no valid suggestion.", ""]
+    shuffled = [kept_precision(p, oracle, valid, top_k) for p in sorted(tables.glob("qwen-gen3-shuffled-s*.sqlite"))]
+    if shuffled:
+        data["shuffled_precision_weighted"] = sum(shuffled) / len(shuffled)
+        lines += [f"The same measure for Qwen's answers permuted among the states (`ellm-qwen-shuffled-open`'s "
+                  f"{len(shuffled)} tables, mean): {100 * data['shuffled_precision_weighted']:.0f} % feasible: "
+                  "what Qwen's favourite goals are worth without the state they were asked about.", ""]
     return lines, data
+
+
+def kept_precision(path: Path, oracle, valid: set[str], top_k: int) -> float:
+    """The share of a generate table's kept suggestions (first ``top_k`` valid bullets) that the oracle calls
+    feasible in the state they are stored for, weighted by the state's steps in the data."""
+    from llmguide.envs.crafter.actions import canonical_action
+    from llmguide.llm.parsing import parse_bullets
+    from llmguide.llm.table import AnswerTable
+
+    table = AnswerTable(path)
+    rows = table.rows()
+    table.close()
+    feasible_w = picked_w = 0.0
+    for _, caption, answer, weight in rows:
+        picks = [b for b in parse_bullets(answer.get("text", "")) if b in valid][:top_k]
+        feasible = {canonical_action(a) for a in oracle.feasible_from_caption(caption)}
+        feasible_w += weight * sum(canonical_action(b) in feasible for b in picks)
+        picked_w += weight * len(picks)
+    return feasible_w / picked_w if picked_w else 0.0
 
 
 def details(plan):
