@@ -17,6 +17,8 @@ actions; none is told a task: ELLM's pretraining has none):
 * ``ellm-random-open``: the knowledge control: a random 5 of the 139 per signature, a table drawn per seed;
 * ``ellm-qwen-shuffled-open``: Qwen's answers permuted among the table's states (``answers.shuffle_of``, a table per
   seed): the goals Qwen favours, as often, but not for the state they were asked about;
+* ``ellm-oracle-shuffled-open``: the oracle's answers permuted the same way: the rules' favourite actions, not the
+  state's;
 * ``no-reward`` (the control of ``ellm_crafter.py``) and ``rnd``: references without an LM.
 
 Value per seed: ground-truth achievements unlocked per episode over the last 10% of the budget; the report's other
@@ -44,8 +46,10 @@ LM_ARMS = {
     # their relation to the state
     "ellm-qwen-shuffled-open": ("qwen-gen3-shuffled-s${seed}",
                                 ["llm=qwen", "method.suggester=generate", "method.prompt=ellm_actions_listed"]),
+    # the oracle's scores permuted among the states: which actions the rules favour anywhere, not here
+    "ellm-oracle-shuffled-open": ("oracle-shuffled-s${seed}", ["llm=oracle", "method.prompt=ellm_actions_score_listed"]),
 }
-SHUFFLED = {"ellm-qwen-shuffled-open": "qwen-gen3"}   # arm -> the table whose answers it permutes
+SHUFFLED = {"ellm-qwen-shuffled-open": "qwen-gen3", "ellm-oracle-shuffled-open": "oracle"}   # arm -> the table it permutes
 ARMS = {
     "no-reward": ["method=none", "method.extrinsic_coef=0.0"],
     **{arm: [*ELLM, *OPEN, *over, TABLE.replace("{name}", name)] for arm, (name, over) in LM_ARMS.items()},
