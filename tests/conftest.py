@@ -147,11 +147,11 @@ def embedded_hf_ready() -> bool:
     (setup no longer does); False when it cannot be (the hf extras missing)."""
     try:
         from llmguide.llm.assets import embedded_gguf_path
-        from llmguide.llm.hf import _is_converted, convert_gguf, embedded_safetensors_dir
+        from llmguide.llm.hf import convert_gguf, embedded_safetensors_dir, is_converted
 
         target = embedded_safetensors_dir()
-        if not _is_converted(target):
+        if not is_converted(target):
             convert_gguf(embedded_gguf_path(), target)
-        return _is_converted(target)
+        return is_converted(target)
     except (ImportError, OSError):
         return False

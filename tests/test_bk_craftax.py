@@ -12,7 +12,13 @@ from llmguide.envs.crafter.env import CrafterText
 from llmguide.envs.crafter.rules import ITEMS, SEMANTIC_NAMES, CrafterOracle
 from llmguide.llm.oracle import OracleLM
 from llmguide.methods import bk
-from llmguide.methods.bk.crafter import _rules, oracle_goals, oracle_program, task_progress, window_progress
+from llmguide.methods.bk.crafter import (
+    oracle_goals,
+    oracle_program,
+    oracle_rules,
+    task_progress,
+    window_progress,
+)
 from llmguide.methods.bk.oracle import BKOracleAnswers
 from llmguide.methods.bk.prompts import template as load_template
 from llmguide.sandbox import Sandbox, SandboxLimits
@@ -73,8 +79,10 @@ def test_oracle_program_potential_rises_along_the_task(oracle, task):
 
 def test_oracle_program_is_written_for_the_task_and_the_rules():
     assert "TASK = 'place table'" in oracle_program("place_table", CrafterOracle())
-    req_crafter, _ = _rules(CrafterOracle())
-    req_craftax, _ = _rules(CraftaxOracle())
+    req_crafter, sources = oracle_rules(CrafterOracle())
+    req_craftax, _ = oracle_rules(CraftaxOracle())
+    assert list(sources.items()) == [("wood", "tree"), ("stone", "stone"), ("coal", "coal"), ("iron", "iron"),
+                                     ("diamond", "diamond"), ("drink", "water"), ("sapling", "grass")]
     assert req_crafter["place furnace"][0] != req_craftax["place furnace"][0]   # Craftax-Classic's recipe costs
     assert f"{req_craftax['place furnace']!r}" in oracle_program("place furnace", CraftaxOracle())
     with pytest.raises(ValueError, match="no Crafter goal"):
@@ -84,7 +92,7 @@ def test_oracle_program_is_written_for_the_task_and_the_rules():
 def test_program_in_the_sandbox_equals_the_in_process_progress():
     """The sandboxed program embeds task_progress: same numbers as the oracle computes in process."""
     oracle = CraftaxOracle()
-    req, sources = _rules(oracle)
+    req, sources = oracle_rules(oracle)
     inside = sandbox().evaluate_batch(oracle_program("make wood pickaxe", oracle), "potential",
                                       columns(PATHS["make wood pickaxe"])).values
     outside = [task_progress("make wood pickaxe", inv, dist, near, req, sources) for inv, dist, near in [

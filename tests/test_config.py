@@ -1,6 +1,9 @@
 """Config composition and validation: bad input fails before compute and names the key."""
 
+import sys
+
 import pytest
+import yaml
 from omegaconf import OmegaConf
 
 from llmguide.core.config import GROUPS, REDACTED, group_options, redact
@@ -87,3 +90,43 @@ def test_recipe_rules_apply_only_to_their_recipe():
         load_config(["env=crafter", "method=ellm", "method.mode=options"])
     with pytest.raises(ConfigError, match="method.mode"):
         load_config(["env=babyai", "method=ptgm", "method.mode=pretrain"])
+
+
+def test_method_yamls_name_their_recipe_in_full_and_the_pipelines_name_none():
+    """Each method package's recipe is named by its YAML as ``module:Class``; the pipelines know only ``standard``."""
+    from llmguide.core.config import compose_config
+    from llmguide.pipelines import RECIPES, recipe_class
+
+    assert RECIPES == {"standard": "llmguide.pipelines.standard:StandardRecipe"}
+    for option in group_options("method"):
+        name = str(compose_config([f"method={option}"]).method.get("recipe") or "standard")
+        assert name == "standard" or name.startswith("llmguide.methods."), (option, name)
+        cls = recipe_class(OmegaConf.create({"method": {"recipe": name}}))
+        assert name == "standard" or name == f"{cls.__module__}:{cls.__name__}"
+        # a recipe module's own rules are keyed by the same name (ELLM's, Motif's, PTGM's)
+        assert getattr(sys.modules[cls.__module__], "RECIPE", name) == name, option
+
+
+@pytest.mark.parametrize(("short", "full"), [("ellm", "llmguide.methods.ellm.recipe:ELLMRecipe"),
+                                             ("motif", "llmguide.methods.oni.motif_recipe:MotifRecipe"),
+                                             ("drrn", "llmguide.methods.glam.drrn_recipe:DRRNRecipe")])
+def test_a_short_recipe_name_is_refused_naming_the_full_one(short, full):
+    with pytest.raises(ConfigError, match="method.recipe") as err:
+        load_config(["env=crafter", "method=ellm", f"method.recipe={short}"])
+    assert repr(full) in err.value.message and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="'module:Class'"):
+        load_config(["env=crafter", "method=ellm", "method.recipe=nosuchrecipe"])
+
+
+def test_a_run_saved_with_a_short_recipe_name_still_loads(tmp_path):
+    """Runs saved before recipes were named in full (``recipe: bk``) resume and evaluate with the shipped name."""
+    from llmguide.pipelines import load_run_config, recipe_class
+
+    cfg = load_config(["env=babyai", "method=bk_pref", f"run.dir={tmp_path}", "run.name=old"])
+    saved = redact(cfg)
+    saved["method"]["recipe"] = "bk"
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    loaded = load_run_config(tmp_path / "old")
+    assert loaded.method.recipe == cfg.method.recipe == "llmguide.methods.bk.recipe:BKRecipe"
+    assert recipe_class(loaded).__name__ == "BKRecipe"

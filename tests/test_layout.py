@@ -1,6 +1,7 @@
-"""The package's import graph: no cycles between modules, and the kernel never imports a method, the
-Runner (``pipelines``), the Ray layer, the sweep or the CLI.  Read from the source with ``ast`` (every
-import, including the ones inside functions), so the rules hold whichever code path runs."""
+"""The package's import graph: no cycles between modules, the kernel never imports a method, the
+Runner (``pipelines``), the Ray layer, the sweep or the CLI, and no module uses another module's private
+(``_name``) names.  Read from the source with ``ast`` (every import, including the ones inside functions),
+so the rules hold whichever code path runs."""
 
 from __future__ import annotations
 
@@ -109,3 +110,90 @@ def test_core_does_not_import_the_package_root() -> None:
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_files_stay_under_the_line_limit(path: Path) -> None:
     assert len(path.read_text().splitlines()) <= MAX_LINES
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for a chain of attributes on a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
+
+
+def _private_uses(source: str, me: str, modules: set[str]) -> list[str]:
+    """Where the module ``me`` (its source) names a private name of another project module:
+    ``from llmguide.x import _name`` (or relative), ``import llmguide.x._mod``, or ``<llmguide.x module>._name``."""
+    tree = ast.parse(source)
+    package = me if f"{me}.__init__" in modules or me == "llmguide" else me.rpartition(".")[0]
+    bound: dict[str, str] = {}   # local name -> the project module it names
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                module = ".".join([*base, module] if module else base)
+            if not module.startswith("llmguide"):
+                continue
+            for alias in node.names:
+                if f"{module}.{alias.name}" in modules:
+                    bound[alias.asname or alias.name] = f"{module}.{alias.name}"
+                if _private(alias.name) and module != me:
+                    found.append(f"{me}:{node.lineno} from {module} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if not alias.name.startswith("llmguide"):
+                    continue
+                bound[alias.asname or "llmguide"] = alias.name if alias.asname else "llmguide"
+                if any(_private(part) for part in alias.name.split(".")):
+                    found.append(f"{me}:{node.lineno} import {alias.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and (chain := _dotted(node.value)):
+            head, _, rest = chain.partition(".")
+            target = f"{bound[head]}.{rest}" if head in bound and rest else bound.get(head)
+            if target in modules and target != me:
+                found.append(f"{me}:{node.lineno} {chain}.{node.attr}")
+    return found
+
+
+def _module_names() -> set[str]:
+    """Every project module's name, a package also as ``<package>.__init__`` (to tell packages apart)."""
+    names = set(_modules())
+    return names | {f"{_module_name(p)}.__init__" for p in PACKAGE.rglob("__init__.py")}
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    modules = _module_names()
+    found = [use for name, path in sorted(_modules().items()) for use in _private_uses(path.read_text(), name, modules)]
+    assert found == [], "make the name public, or keep its use in its own module"
+
+
+@pytest.mark.parametrize("source", [
+    "from llmguide.core.config import _compose",
+    "from llmguide.core.config import load_config as lc, _compose as c",
+    "from ..core.config import _compose",
+    "import llmguide.core.config\nllmguide.core.config._compose([])",
+    "import llmguide.core.config as cfgmod\ncfgmod._compose([])",
+    "from llmguide.core import config\nconfig._compose([])",
+    "def f():\n    from llmguide.core import config as c\n    return c._MISSING",
+])
+def test_the_private_name_check_finds_each_form(source: str) -> None:
+    assert len(_private_uses(source, "llmguide.llm.hf", _module_names())) == 1
+
+
+@pytest.mark.parametrize("source", [
+    "from llama_cpp._internals import LlamaModel",
+    "import numpy._core as c\nc._x",
+    "from llmguide.core.config import load_config, __doc__",
+    "from llmguide.llm.hf import _resolve",            # its own module
+    "from llmguide.core import config\nconfig.load_config([])",
+    "self._features(obs)",
+])
+def test_the_private_name_check_allows(source: str) -> None:
+    assert _private_uses(source, "llmguide.llm.hf", _module_names()) == []

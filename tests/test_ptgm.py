@@ -169,15 +169,14 @@ def test_categorical_kl_direction_and_sign():
 
 
 class _Fixed(torch.nn.Module):
-    """A 'policy' / 'prior' with fixed logits (encoder-free): ``_features`` then ``actor``."""
+    """A 'policy' / 'prior' with fixed logits (encoder-free): ``action_logits`` and ``forward``."""
 
     def __init__(self, logits):
         super().__init__()
         self.logits = torch.tensor(logits, dtype=torch.float32)
-        self.actor = lambda h: self.logits.expand(h.shape[0], -1)
 
-    def _features(self, obs, state, done):
-        return torch.zeros(obs["image"].shape[0], 1), None
+    def action_logits(self, obs, state=None, done=None):
+        return self.logits.expand(obs["image"].shape[0], -1)
 
     def forward(self, obs):
         return self.logits.expand(obs["image"].shape[0], -1)
@@ -212,7 +211,9 @@ def test_kl_loss_mode_is_differentiable_in_the_policy_and_pulls_it_to_the_prior(
         def __init__(self, logits):
             super().__init__(logits)
             self.param = torch.nn.Parameter(self.logits.clone())
-            self.actor = lambda h: self.param.expand(h.shape[0], -1)
+
+        def action_logits(self, obs, state=None, done=None):
+            return self.param.expand(obs["image"].shape[0], -1)
 
     prior = np.log([0.7, 0.2, 0.1]).tolist()
     module = KLToPrior(_Fixed(prior), "policy_prior")

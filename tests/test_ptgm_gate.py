@@ -38,13 +38,10 @@ class _Table(torch.nn.Module):
         super().__init__()
         self.table = torch.as_tensor(table, dtype=torch.float32)   # (S, k, A) logits
 
-    def _features(self, obs, state, done):
+    def action_logits(self, obs, state=None, done=None):
         s = obs["image"].reshape(len(obs["image"]), -1)[:, 0].long()          # the state index is the image
         c = obs["vector"][:, 1:-1].argmax(-1)                                  # one-hot goal after a 1-d state
-        return self.table[s, c], None
-
-    def actor(self, h):
-        return h
+        return self.table[s, c]
 
 
 def test_low_level_code_mi_is_the_closed_form_and_weights_the_codes():

@@ -75,6 +75,13 @@ def test_a_method_refuses_an_env_family_it_does_not_support(method, env, tmp_pat
     assert f"method={method}" in err and f"got env={env}" in err
 
 
+def test_a_short_recipe_name_is_one_line_naming_the_full_name(tmp_path, capsys):
+    code = main(["train", "method=ellm", "env=crafter", "method.recipe=ellm", f"run.dir={tmp_path}", "run.name=x",
+                 "--print-config"])
+    assert code == 2
+    assert "'llmguide.methods.ellm.recipe:ELLMRecipe'" in _one_line_error(capsys, "method.recipe")
+
+
 def test_env_families_are_declared_on_each_recipe(monkeypatch):
     from llmguide.core.config import group_options
 

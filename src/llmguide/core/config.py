@@ -57,7 +57,9 @@ def user_config_dirs() -> list[Path]:
     return [Path(p).expanduser().resolve() for p in os.environ.get("LLMGUIDE_CONFIG_PATH", "").split(os.pathsep) if p]
 
 
-def _compose(overrides: Sequence[str]) -> DictConfig:
+def compose_config(overrides: Sequence[str]) -> DictConfig:
+    """The Hydra composition of the shipped config (and ``$LLMGUIDE_CONFIG_PATH``'s) with ``overrides``,
+    not validated (:func:`load_config` validates)."""
     GlobalHydra.instance().clear()
     extra = user_config_dirs()
     search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in extra)}]"] if extra else []
@@ -65,7 +67,8 @@ def _compose(overrides: Sequence[str]) -> DictConfig:
         return compose(config_name="config", overrides=[*search, *overrides])
 
 
-def _translate_hydra_error(err: Exception, overrides: Sequence[str]) -> ConfigError:
+def translate_hydra_error(err: Exception, overrides: Sequence[str]) -> ConfigError:
+    """A Hydra / OmegaConf composition error as a ConfigError naming the group or key it is about."""
     text = str(err) or str(err.__cause__ or "") or type(err).__name__
     for group in GROUPS:
         if f"'{group}/" in text or f"In '{group}'" in text:
@@ -106,7 +109,7 @@ def did_you_mean(key: str, overrides: Sequence[str] = ()) -> str:
     """``"; did you mean X?"`` for an unknown ``key`` (difflib over the keys the config's group choices
     declare, and :data:`KEY_HINTS`), or ``""``."""
     try:
-        known = flat_keys(_compose([o for o in overrides if o.split("=", 1)[0] in GROUPS]))
+        known = flat_keys(compose_config([o for o in overrides if o.split("=", 1)[0] in GROUPS]))
     except (HydraException, OmegaConfBaseException):
         return ""
     if key in KEY_HINTS and KEY_HINTS[key][0] in known:
@@ -137,15 +140,15 @@ def load_config(overrides: Sequence[str] = (), providers: Providers = ()) -> Dic
     config (the saved one with the overrides on top) is :func:`llmguide.core.saved_config.load_run_config`."""
     check_overrides(overrides)
     try:
-        cfg = _compose(overrides)
+        cfg = compose_config(overrides)
         group_choices = [o for o in overrides if o.split("=", 1)[0] in GROUPS]
-        base = _compose(group_choices)
+        base = compose_config(group_choices)
     except (HydraException, OmegaConfBaseException) as err:
-        raise _translate_hydra_error(err, overrides) from None
-    return _validated(cfg, base, providers)
+        raise translate_hydra_error(err, overrides) from None
+    return validated_config(cfg, base, providers)
 
 
-def _validated(cfg: DictConfig, base: DictConfig, providers: Providers) -> DictConfig:
+def validated_config(cfg: DictConfig, base: DictConfig, providers: Providers) -> DictConfig:
     """``cfg`` checked: the types of the shipped config ``base``, then every layer's value rules.  The types
     are checked after the providers registered the layers' rules: a key whose rule takes another type than its
     shipped value (``llm.n_threads: auto`` or a number) is known only then."""
@@ -270,7 +273,8 @@ def add_rule_provider(provider: Callable[[DictConfig], None]) -> None:
         RULE_PROVIDERS.append(provider)
 
 
-# rules of one recipe's keys (``method.recipe``): two recipes may give the same key different meanings
+# rules of one recipe's keys, by its ``method.recipe`` (``module:Class``): two recipes may give the same key
+# different meanings
 RECIPE_RULES: dict[str, dict[str, Rule]] = {}
 
 
@@ -278,7 +282,8 @@ ANY_TYPE: set[str] = set()   # keys whose value rule, not the shipped value's ty
 
 
 def register_rule(key: str, rule: Rule, recipe: str | None = None, any_type: bool = False) -> None:
-    """Add a validation rule for a dotted config key (only for configs of ``recipe`` when given).
+    """Add a validation rule for a dotted config key (when ``recipe`` is given, only for configs whose
+    ``method.recipe`` is that ``module:Class``).
 
     ``any_type``: an override need not have the type of the shipped value (``llm.n_threads: auto``
     takes a number too); the rule alone checks it."""
@@ -294,8 +299,8 @@ def validate(cfg: DictConfig) -> None:
     """Apply the value rules; raise ConfigError naming the first bad key."""
     recipe = OmegaConf.select(cfg, "method.recipe", default=None)
     for key, rule in {**RULES, **RECIPE_RULES.get(str(recipe), {})}.items():
-        value = OmegaConf.select(cfg, key, default=_MISSING)
-        if value is _MISSING:
+        value = OmegaConf.select(cfg, key, default=ABSENT)
+        if value is ABSENT:
             continue
         problem = rule(value)
         if problem:
@@ -305,7 +310,7 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(key, "is required")
 
 
-_MISSING = object()
+ABSENT = object()   # ``OmegaConf.select(cfg, key, default=ABSENT)``: the key is not in the config
 
 
 def redact(cfg: DictConfig | dict) -> dict:

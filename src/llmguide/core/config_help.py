@@ -11,7 +11,13 @@ from hydra.errors import HydraException
 from omegaconf import ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from llmguide.core.config import _compose, _translate_hydra_error, flat_keys, group_options, user_config_dirs
+from llmguide.core.config import (
+    compose_config,
+    flat_keys,
+    group_options,
+    translate_hydra_error,
+    user_config_dirs,
+)
 from llmguide.core.errors import ConfigError
 
 
@@ -87,9 +93,9 @@ def describe_option(group: str, option: str) -> str:
             comments = {**inherited, **comments}
             chain.extend(m for m in more if m not in chain)
     try:
-        node = _compose([f"{group}={option}"])[group]
+        node = compose_config([f"{group}={option}"])[group]
     except (HydraException, OmegaConfBaseException) as err:
-        raise _translate_hydra_error(err, [f"{group}={option}"]) from None
+        raise translate_hydra_error(err, [f"{group}={option}"]) from None
     _, root, _ = yaml_comments((resources.files("llmguide.conf") / "config.yaml").read_text(), "")
     comments = {**root, **comments}      # keys a group's block of config.yaml declares (llm.service.*)
     lines = [f"{group}={option} ({path}):", *(f"  {h}" for h in header)]

@@ -13,17 +13,17 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from llmguide.core.config import (
-    _MISSING,
+    ABSENT,
     GROUPS,
     REDACTED,
     Providers,
-    _compose,
-    _translate_hydra_error,
-    _validated,
     check_overrides,
+    compose_config,
     did_you_mean,
     group_options,
     load_config,
+    translate_hydra_error,
+    validated_config,
 )
 from llmguide.core.errors import ConfigError
 
@@ -51,7 +51,7 @@ def _key(override: str) -> str:
 def resumed_run_config(overrides: Sequence[str]) -> Path | None:
     """``<run.dir>/<run.name>/config.yaml`` when ``overrides`` resume a run (``run.resume=true``) that saved one."""
     try:
-        run = _compose([o for o in overrides if _key(o).startswith("run.")]).run
+        run = compose_config([o for o in overrides if _key(o).startswith("run.")]).run
     except (HydraException, OmegaConfBaseException):
         return None                          # the full composition names the bad key
     path = Path(str(run.dir)) / str(run.name) / "config.yaml" if run.resume and run.name else None
@@ -87,18 +87,18 @@ def load_saved_config(path: Path, overrides: Sequence[str] = (), providers: Prov
     options = [*run_options, *(o for o in overrides if _key(o) in GROUPS)]
     base = _compose_saved_options(run_options, options, path)
     try:
-        cli = _compose([*options, *overrides])
+        cli = compose_config([*options, *overrides])
     except (HydraException, OmegaConfBaseException) as err:
-        raise _translate_hydra_error(err, overrides) from None
+        raise translate_hydra_error(err, overrides) from None
     _check_identity(OmegaConf.create(saved), cli, given, path)
-    cfg = _merge_saved(base, saved, path, options)
+    cfg = _merge_saved(base, _with_shipped_recipe(saved, base), path, options)
     for key in given:
         if key == "llm":                     # another LM: its option's keys, not the saved LM's
             cfg.llm = cli.llm
         elif key not in GROUPS:              # (env, method, agent: the saved ones, or refused above)
-            _set(cfg, key, OmegaConf.select(cli, key, default=_MISSING))
+            _set(cfg, key, OmegaConf.select(cli, key, default=ABSENT))
     try:
-        return _validated(cfg, base, providers)
+        return validated_config(cfg, base, providers)
     except ConfigError as err:
         if err.key in given:
             raise
@@ -140,9 +140,9 @@ def _compose_saved_options(run_options: Sequence[str], options: Sequence[str], p
         if name not in group_options(group):
             raise ConfigError(group, f"{name!r} ({path}) is no {group} option; choose one of {group_options(group)}")
     try:
-        return _compose(options)
+        return compose_config(options)
     except (HydraException, OmegaConfBaseException) as err:
-        raise _translate_hydra_error(err, options) from None
+        raise translate_hydra_error(err, options) from None
 
 
 def _check_identity(saved: DictConfig, cli: DictConfig, given: dict[str, str], path: Path) -> None:
@@ -158,6 +158,17 @@ def _check_identity(saved: DictConfig, cli: DictConfig, given: dict[str, str], p
                                      f"{shown} out to continue it, or start a new run (another run.name)")
 
 
+def _with_shipped_recipe(saved: dict, base: DictConfig) -> dict:
+    """``saved`` with the method option's shipped ``method.recipe`` when the run was saved before method YAMLs
+    named their recipe as ``module:Class`` (``recipe: ellm``), so that it still resumes and evaluates."""
+    method = saved.get("method")
+    recipe = method.get("recipe") if isinstance(method, dict) else None
+    shipped = OmegaConf.select(base, "method.recipe", default=None)
+    if isinstance(recipe, str) and ":" not in recipe and isinstance(shipped, str) and ":" in shipped:
+        return {**saved, "method": {**method, "recipe": shipped}}
+    return saved
+
+
 def _merge_saved(base: DictConfig, saved: dict, path: Path, options: Sequence[str]) -> DictConfig:
     """``saved`` merged over ``base``; a key the shipped config does not have is a ConfigError naming it."""
     try:
@@ -171,8 +182,8 @@ def _merge_saved(base: DictConfig, saved: dict, path: Path, options: Sequence[st
 
 
 def _set(cfg: DictConfig, key: str, value: Any) -> None:
-    """``cfg.<key> = value`` for a dotted key (``_MISSING``: the key is deleted, as ``~key`` does)."""
-    if value is not _MISSING:
+    """``cfg.<key> = value`` for a dotted key (``ABSENT``: the key is deleted, as ``~key`` does)."""
+    if value is not ABSENT:
         OmegaConf.update(cfg, key, value, merge=False, force_add=True)
         return
     parent, _, leaf = key.rpartition(".")

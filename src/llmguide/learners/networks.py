@@ -188,6 +188,11 @@ class ActorCritic(nn.Module):
             outputs.append(out)
         return torch.flatten(torch.cat(outputs), 0, 1), state
 
+    def action_logits(self, obs: Obs, state: RecurrentState = None, done: torch.Tensor | None = None) -> torch.Tensor:
+        """Policy logits (B, n_actions)."""
+        h, _ = self._features(obs, state, done)
+        return self.actor(h)
+
     def get_value(self, obs: Obs, state: RecurrentState = None, done: torch.Tensor | None = None):
         """Values (B, n_value_heads)."""
         h, _ = self._features(obs, state, done)

@@ -13,7 +13,8 @@ from pathlib import Path
 from llmguide.core.errors import LLMGuideError
 
 
-def _is_converted(folder: Path) -> bool:
+def is_converted(folder: Path) -> bool:
+    """``folder`` holds a converted model: its ``config.json`` and safetensors weights."""
     return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
 
 
@@ -46,7 +47,7 @@ def convert_gguf(gguf: Path, target: Path) -> Path:
         try:
             tmp.rename(target)
         except OSError:
-            if not _is_converted(target):
+            if not is_converted(target):
                 raise
     finally:
         if tmp.exists():

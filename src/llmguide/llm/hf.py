@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmguide.llm.base import Completion, LanguageModel, check_score_args
-from llmguide.llm.gguf_convert import _is_converted, convert_gguf  # noqa: F401  (convert_gguf: re-exported)
+from llmguide.llm.gguf_convert import convert_gguf, is_converted  # noqa: F401  (convert_gguf: re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class HFLM(LanguageModel):
         """Folder to load from, plus ``gguf_file=`` when loading a GGUF directly (converted once if embedded)."""
         if model_path is None and gguf_file is None:
             target = embedded_safetensors_dir()
-            if not _is_converted(target):
+            if not is_converted(target):
                 from llmguide.llm.assets import embedded_gguf_path
 
                 log.warning("converting the embedded Gemma GGUF to safetensors for the hf backend, once, into %s",

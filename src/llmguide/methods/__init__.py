@@ -21,7 +21,7 @@ cache, service, oracle, counterfactual LMs), ``envs`` (one registry of env famil
 
 Adding a method: a folder here with a ``recipe.py`` (subclass ``Recipe``; override ``build`` for reward
 modules and wrappers, ``steps`` for offline verbs), a ``conf/method/<name>.yaml`` naming the recipe as
-``recipe: llmguide.methods.<name>.recipe:<Class>`` (or a short name added to
-``llmguide.pipelines.RECIPES``), and tests under ``tests/``.  A method that only adds a reward module
-needs no recipe: ``reward: package.module:Class`` in its YAML (the standard recipe builds it).
+``recipe: llmguide.methods.<name>.recipe:<Class>`` (the pipelines name no method's recipe), and tests
+under ``tests/``.  A method that only adds a reward module needs no recipe: ``reward: package.module:Class``
+in its YAML (the standard recipe builds it).
 """

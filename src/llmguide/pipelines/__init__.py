@@ -1,11 +1,11 @@
 """Pipelines: the Runner (:mod:`llmguide.pipelines.runner`) that assembles every run, and the registry
 of recipes (each paper method's recipe lives in its package under :mod:`llmguide.methods`).
 
-A method's YAML (``conf/method/<name>.yaml``) names its recipe with ``recipe:`` — a short name from
-:data:`RECIPES` or ``"module:Class"`` — and, for the standard recipe, its reward module with
-``reward: "module:Class"`` or ``"path/to/file.py:Class"``.  So a new intrinsic reward is one file and
-one YAML; a new kind of method is one recipe module.  Recipe modules are imported lazily (a method's
-heavy dependencies load only when used); importing one registers its config rules.
+A method's YAML (``conf/method/<name>.yaml``) names its recipe with ``recipe: "module:Class"`` (the
+pipelines name none: :data:`RECIPES` holds only ``standard``, the default) and, for the standard recipe, its
+reward module with ``reward: "module:Class"`` or ``"path/to/file.py:Class"``.  So a new intrinsic reward is
+one file and one YAML; a new kind of method is one recipe module.  Recipe modules are imported lazily (a
+method's heavy dependencies load only when used); importing one registers its config rules.
 """
 
 from __future__ import annotations
@@ -21,16 +21,7 @@ from omegaconf import DictConfig
 from llmguide.core.errors import ConfigError
 from llmguide.core.saved_config import load_run_config as core_load_config
 
-RECIPES: dict[str, str] = {
-    "standard": "llmguide.pipelines.standard:StandardRecipe",
-    "ellm": "llmguide.methods.ellm.recipe:ELLMRecipe",
-    "oni": "llmguide.methods.oni.recipe:ONIRecipe",
-    "motif": "llmguide.methods.oni.motif_recipe:MotifRecipe",
-    "bk": "llmguide.methods.bk.recipe:BKRecipe",
-    "glam": "llmguide.methods.glam.recipe:GLAMRecipe",
-    "drrn": "llmguide.methods.glam.drrn_recipe:DRRNRecipe",
-    "ptgm": "llmguide.methods.ptgm.recipe:PTGMRecipe",
-}
+RECIPES: dict[str, str] = {"standard": "llmguide.pipelines.standard:StandardRecipe"}
 
 # packages whose import registers the config rules of their keys (env.*, agent.*, method.module.*, llm.*)
 RULE_OWNERS = ("llmguide.envs", "llmguide.learners", "llmguide.rewards", "llmguide.llm.factory",
@@ -43,11 +34,38 @@ def recipe_class(cfg: DictConfig) -> type:
     target = RECIPES.get(name, name)
     module, _, cls = target.partition(":")
     if not cls:
-        raise ConfigError("method.recipe", f"unknown recipe {name!r}; use one of {sorted(RECIPES)} or 'module:Class'")
+        full = method_recipe(name)
+        hint = f"name it in full: {full!r}" if full else f"name it as 'module:Class' (or one of {sorted(RECIPES)})"
+        raise ConfigError("method.recipe", f"unknown recipe {name!r}; {hint}")
     try:
         return getattr(import_module(module), cls)
     except (ImportError, AttributeError) as err:
         raise ConfigError("method.recipe", f"cannot import {target!r}: {err}") from None
+
+
+def method_recipe(short: str) -> str | None:
+    """``"module:Class"`` of the recipe that was called ``short`` before method YAMLs named recipes in full: the
+    Recipe class of a method package's ``recipe`` module (the package named ``short``) or ``<short>_recipe``
+    module, found by scanning :mod:`llmguide.methods`; None when there is none."""
+    import pkgutil
+
+    from llmguide import methods
+    from llmguide.pipelines.runner import Recipe
+
+    if not short.isidentifier():
+        return None
+    for package in pkgutil.iter_modules(methods.__path__):
+        base = f"{methods.__name__}.{package.name}"
+        for name in ([f"{base}.recipe"] if package.name == short else []) + [f"{base}.{short}_recipe"]:
+            try:
+                module = import_module(name)
+            except ImportError:
+                continue
+            found = [obj for obj in vars(module).values()
+                     if isinstance(obj, type) and issubclass(obj, Recipe) and obj.__module__ == name]
+            if len(found) == 1:
+                return f"{name}:{found[0].__name__}"
+    return None
 
 
 def register_rules(cfg: DictConfig) -> None:

@@ -93,11 +93,12 @@ def task_progress(task, inv, dist, near, req, sources):
     return max(0.0, min(1.0, 1.0 - now / full)) if full > 0 else 0.0
 
 
-def _rules(oracle: Any) -> tuple[dict[str, tuple[dict[str, int], list[str]]], dict[str, str]]:
-    from llmguide.envs.crafter.rules import _SOURCE
-
+def oracle_rules(oracle: Any) -> tuple[dict[str, tuple[dict[str, int], list[str]]], dict[str, str]]:
+    """``(req, sources)`` for :func:`task_progress` from the oracle's requirements: each goal's items and things
+    that must be near, and each material -> the thing it is collected from (the one near "collect <material>")."""
     req = {g: (dict(items), list(near)) for g, (items, near) in oracle.requirements.items()}
-    return req, dict(_SOURCE)
+    sources = {g.removeprefix("collect "): near[0] for g, (_, near) in req.items() if g.startswith("collect ") and near}
+    return req, sources
 
 
 def mission_goal(mission: str, oracle: Any) -> str:
@@ -118,7 +119,7 @@ def caption_progress(caption: str, mission: str, oracle: Any) -> float:
     near: set[str] = set()
     if facing and facing != "nothing":
         dist[facing], near = 1, {facing}
-    req, sources = _rules(oracle)
+    req, sources = oracle_rules(oracle)
     return task_progress(mission_goal(mission, oracle), state["inventory"], dist, near, req, sources)
 
 
@@ -201,7 +202,7 @@ def oracle_program(mission: str, oracle: Any) -> str:
     """BK-Code's oracle program for ``mission`` under ``oracle``'s rules (see the module docstring)."""
     from llmguide.envs.crafter.rules import ITEMS, SEMANTIC_NAMES
 
-    req, sources = _rules(oracle)
+    req, sources = oracle_rules(oracle)
     header = (f"import numpy as np\n\nTASK = {mission_goal(mission, oracle)!r}   # the task; '': every goal\n"
               f"ITEMS = {list(ITEMS)!r}   # obs['vector'][:{len(ITEMS)}] * 9 = these counts\n"
               f"CLASSES = {list(SEMANTIC_NAMES)!r}   # obs['image'] channel -> thing\n"

@@ -22,6 +22,7 @@ from llmguide.llm.base import LanguageModel
 from llmguide.llm.parsing import ParseStats, parse_preference
 from llmguide.methods.bk.common import flat_features, window_text
 from llmguide.methods.bk.prompts import template as bk_template
+from llmguide.rewards.preference import decided_accuracy, fit_bradley_terry
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,8 @@ def _segment_states(ep: Episode, seg: Segment) -> np.ndarray:
 def fit_preference_model(episodes: Sequence[Episode], labels: Sequence[dict[str, Any]], out_path: str | Path,
                          epochs: int = 20, lr: float = 3e-4, batch_size: int = 32, hidden: int = 128,
                          holdout: float = 0.1, include_ties: bool = True, seed: int = 0) -> dict[str, Any]:
-    """Bradley-Terry fit: ``P(B > A) = sigmoid(score_B − score_A)``; keeps the best held-out epoch.
+    """Bradley-Terry fit (:func:`~llmguide.rewards.preference.fit_bradley_terry`):
+    ``P(B > A) = sigmoid(score_B − score_A)``; keeps the best held-out epoch.
 
     Ties are soft targets 0.5 (``include_ties``) or dropped; label -1 is always dropped.  The saved
     model standardises phi with its mean/std over every dataset state.  With no usable label the
@@ -153,40 +155,22 @@ def fit_preference_model(episodes: Sequence[Episode], labels: Sequence[dict[str,
     order = rng.permutation(len(usable))
     n_hold = int(round(holdout * len(usable))) if len(usable) >= 10 else 0
     hold, train = order[:n_hold], order[n_hold:]
-    opt = torch.optim.AdamW(net.parameters(), lr=lr)
 
     def scores(idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Segment scores sum_t phi(s_t) (padding masked) for the pairs ``idx``."""
-        return (net(xa[idx]) * ma[idx]).sum(-1), (net(xb[idx]) * mb[idx]).sum(-1)
+        """(score_B, score_A), segment scores sum_t phi(s_t) (padding masked), for the pairs ``idx``:
+        B is the kernel's "first" side, as the label is P(B preferred)."""
+        return (net(xb[idx]) * mb[idx]).sum(-1), (net(xa[idx]) * ma[idx]).sum(-1)
 
-    def accuracy(idx: np.ndarray) -> float:
-        strict = np.asarray([i for i in idx if float(target[i]) != 0.5], dtype=np.int64)
-        if len(strict) == 0:
-            return float("nan")
-        with torch.no_grad():
-            sa, sb = scores(strict)
-        return float(((sb > sa).float() == target[strict]).float().mean())
-
-    best, best_state, history = -1.0, None, []
-    for epoch in range(epochs):
-        rng.shuffle(train)
-        for start in range(0, len(train), batch_size):
-            idx = train[start:start + batch_size]
-            sa, sb = scores(idx)
-            loss = nn.functional.binary_cross_entropy_with_logits(sb - sa, target[idx])
-            opt.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-            opt.step()
-        acc = accuracy(hold if len(hold) else train)
-        history.append({"epoch": epoch, "loss": float(loss.detach()), "accuracy": acc})
-        if best_state is None or (np.isfinite(acc) and acc > best):
-            best, best_state = (acc if np.isfinite(acc) else best), {k: v.clone() for k, v in net.state_dict().items()}
-    net.load_state_dict(best_state)
+    epochs_run = fit_bradley_terry(net, scores, target, train, hold if len(hold) else train,
+                                   optimizer=torch.optim.AdamW(net.parameters(), lr=lr), epochs=epochs,
+                                   batch_size=batch_size, shuffle=rng.shuffle, clip_norm=1.0, form="sigmoid",
+                                   holdout_loss=False, keep_best=True)
+    history = [{"epoch": e["epoch"], "loss": e["loss"], "accuracy": e["holdout_accuracy"]} for e in epochs_run]
     with torch.no_grad():
         all_phi = torch.cat([net(torch.from_numpy(flat_features(ep.obs))) for ep in episodes])
     mean, std = float(all_phi.mean()), float(all_phi.std()) if len(all_phi) > 1 else 1.0
-    info.update({"train_accuracy": accuracy(train), "holdout_accuracy": accuracy(hold) if len(hold) else None,
+    info.update({"train_accuracy": decided_accuracy(scores, target, train),
+                 "holdout_accuracy": decided_accuracy(scores, target, hold) if len(hold) else None,
                  "holdout": int(len(hold)), "phi_mean": mean, "phi_std": std, "history": history})
     atomic_torch_save({"usable": len(usable), "in_dim": in_dim, "hidden": hidden, "state": net.state_dict(),
                        "mean": mean, "std": max(std, 1e-6), "info": info}, out_path)

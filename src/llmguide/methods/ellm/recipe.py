@@ -39,6 +39,7 @@ from llmguide.pipelines.services import LM_PROGRESS, close_service
 log = logging.getLogger(__name__)
 
 MODES = ("pretrain", "finetune", "guided")
+RECIPE = f"{__name__}:ELLMRecipe"   # this recipe as method YAMLs name it (method.recipe): its rules apply there
 for _key, _rule in {
     "method.mode": one_of(*MODES),
     "method.suggester": one_of(*SUGGESTERS, "all_actions"),
@@ -54,7 +55,7 @@ for _key, _rule in {
     "method.finetune_intrinsic_coef": non_negative,
     "method.memo_size": positive,
 }.items():
-    register_rule(_key, _rule, recipe="ellm")
+    register_rule(_key, _rule, recipe=RECIPE)
 
 
 _EMBEDDERS: dict[str, Any] = {}

@@ -5,7 +5,8 @@ The trunk follows the ONI / Motif reference: bytes of the message (latin-1, padd
 Two heads on top:
 
 - :class:`MessageClassifier`: MLP [512, 512] with dropout 0.1 → 2 logits (ONI-Classification);
-- :class:`MessageRewardNet`: 128 → 256 → ReLU → 512 → ReLU → 1 scalar (ONI-Ranking, Motif).
+- :class:`MessageRewardNet`: 128 → 256 → ReLU → 512 → ReLU → 1 scalar (ONI-Ranking, Motif), fitted as a
+  Bradley-Terry model on message pairs (:func:`pair_rewards` scores both sides).
 """
 
 from __future__ import annotations
@@ -93,16 +94,7 @@ class MessageRewardNet(nn.Module):
         return self(encode_messages(messages)).numpy().astype(np.float32)
 
 
-def bradley_terry_loss(net: MessageRewardNet, first: Sequence[str], second: Sequence[str],
-                       target_first: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Soft 2-way cross-entropy on (r(m1), r(m2)); ``target_first`` = P(first preferred) (1, 0 or 0.5 for ties).
-
-    Returns (loss, accuracy on non-tied pairs).
-    """
-    logits = torch.stack([net(encode_messages(first)), net(encode_messages(second))], dim=1)
-    target = torch.stack([target_first, 1.0 - target_first], dim=1)
-    loss = -(target * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()
-    decided = target_first != 0.5
-    correct = (logits[:, 0] > logits[:, 1]) == (target_first > 0.5)
-    acc = correct[decided].float().mean() if decided.any() else torch.tensor(float("nan"))
-    return loss, acc
+def pair_rewards(net: MessageRewardNet, first: Sequence[str],
+                 second: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(r(first), r(second))``: the rewards of both sides of a batch of message pairs (with gradient)."""
+    return net(encode_messages(first)), net(encode_messages(second))

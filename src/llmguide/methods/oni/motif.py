@@ -22,10 +22,11 @@ import numpy as np
 import torch
 
 from llmguide.methods.oni.annotator import PairAnnotator
-from llmguide.methods.oni.charcnn import MessageRewardNet, bradley_terry_loss
+from llmguide.methods.oni.charcnn import MessageRewardNet, pair_rewards
 from llmguide.methods.oni.reward import EpisodicCounter, batch_messages
 from llmguide.rewards.base import RewardModule, TransitionBatch
 from llmguide.rewards.normalization import RunningMeanStd
+from llmguide.rewards.preference import fit_bradley_terry
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (msg TEXT PRIMARY KEY, count INTEGER NOT NULL);
@@ -153,36 +154,33 @@ def annotate_pairs(db: PairsDB, annotator: PairAnnotator, batch_size: int = 32, 
 
 def train_reward_model(db: PairsDB, *, epochs: int = 10, lr: float = 1e-4, batch_size: int = 256,
                        threshold_quantile: float = 0.5, seed: int = 0) -> tuple[dict[str, Any], dict[str, float]]:
-    """Bradley-Terry char-CNN on the labelled pairs (80/20 split); returns (checkpoint, metrics)."""
+    """Bradley-Terry char-CNN on the labelled pairs, 80/20 split
+    (:func:`~llmguide.rewards.preference.fit_bradley_terry`); returns (checkpoint, metrics of the last epoch)."""
     data = db.labelled()
     if not data:
         raise ValueError(f"{db.path}: no labelled pairs; run `llmguide label method=motif` first")
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    rng.shuffle(data)
+    order = list(range(len(data)))
+    rng.shuffle(order)
     n_val = max(1, len(data) // 5) if len(data) >= 5 else 0
-    val, trn = data[:n_val], data[n_val:]
+    val, train = order[:n_val], order[n_val:]
     net = MessageRewardNet()
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    targets = torch.tensor([y for _, _, y in data], dtype=torch.float32)   # P(a preferred)
+
+    def scores(idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        return pair_rewards(net, [data[i][0] for i in idx], [data[i][1] for i in idx])
+
+    history = fit_bradley_terry(net, scores, targets, train, val,
+                                optimizer=torch.optim.Adam(net.parameters(), lr=lr), epochs=epochs, batch_size=batch_size, shuffle=rng.shuffle, clip_norm=10.0,
+                                form="softmax")
     metrics: dict[str, float] = {}
-    for epoch in range(epochs):
-        rng.shuffle(trn)
-        net.train()
-        for start in range(0, len(trn), batch_size):
-            chunk = trn[start:start + batch_size]
-            loss, acc = bradley_terry_loss(net, [a for a, _, _ in chunk], [b for _, b, _ in chunk],
-                                           torch.tensor([y for _, _, y in chunk], dtype=torch.float32))
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 10.0)
-            opt.step()
-        metrics.update({"epoch": float(epoch), "train_loss": float(loss.item()), "train_acc": float(acc)})
+    if history:
+        last = history[-1]
+        metrics = {"epoch": float(last["epoch"]), "train_loss": last["loss"], "train_acc": last["accuracy"]}
         if val:
-            net.eval()
-            with torch.no_grad():
-                vloss, vacc = bradley_terry_loss(net, [a for a, _, _ in val], [b for _, b, _ in val],
-                                                 torch.tensor([y for _, _, y in val], dtype=torch.float32))
-            metrics.update({"val_loss": float(vloss), "val_acc": float(vacc)})
+            metrics.update({"val_loss": last["holdout_loss"], "val_acc": last["holdout_accuracy"]})
+    trn = [data[i] for i in train]
     unique = sorted({m for a, b, _ in trn for m in (a, b)})
     rms = RunningMeanStd()
     rms.update(net.rewards([m for a, b, _ in trn for m in (a, b)]))

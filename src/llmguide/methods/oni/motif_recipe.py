@@ -33,8 +33,9 @@ from llmguide.pipelines.runner import Parts, Recipe
 
 log = logging.getLogger(__name__)
 
+RECIPE = f"{__name__}:MotifRecipe"   # this recipe as method YAMLs name it (method.recipe): its rules apply there
 register_rule("method.collect_policy", lambda value: None if value == "random" else check_intrinsic(value),
-              recipe="motif")
+              recipe=RECIPE)
 
 
 def data_dir(cfg: DictConfig) -> Path:

@@ -13,18 +13,20 @@ import numpy as np
 import torch
 
 from llmguide.methods.oni.annotator import PairAnnotator
-from llmguide.methods.oni.charcnn import MessageRewardNet, bradley_terry_loss
+from llmguide.methods.oni.charcnn import MessageRewardNet, pair_rewards
 from llmguide.methods.oni.reward import MessageReward, batch_messages
 from llmguide.methods.oni.trainer import BackgroundTrainer
 from llmguide.rewards.base import TransitionBatch
 from llmguide.rewards.normalization import RunningMeanStd
+from llmguide.rewards.preference import bradley_terry_loss, preference_accuracy
 
 
 def _bt_loss(model: torch.nn.Module, batch: list[tuple[str, str, float]]) -> tuple[torch.Tensor, float]:
-    first, second = [a for a, _, _ in batch], [b for _, b, _ in batch]
+    """Bradley-Terry loss (2-way softmax form) and accuracy of ``(a, b, P(a preferred))`` pairs."""
+    r_first, r_second = pair_rewards(model, [a for a, _, _ in batch], [b for _, b, _ in batch])
     target = torch.tensor([p for _, _, p in batch], dtype=torch.float32)
-    loss, acc = bradley_terry_loss(model, first, second, target)
-    return loss, float(acc)
+    loss = bradley_terry_loss(r_first, r_second, target, form="softmax")
+    return loss, float(preference_accuracy(r_first, r_second, target))
 
 
 def normalize_threshold(raw: np.ndarray, normalizer: RunningMeanStd, threshold: float,

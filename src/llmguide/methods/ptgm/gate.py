@@ -40,7 +40,7 @@ from torch.nn import functional as F
 from llmguide.core.config import cfg_get
 from llmguide.core.errors import ConfigError
 from llmguide.learners.networks import ActorCritic
-from llmguide.methods.ptgm.models import _logits, lowlevel_inputs
+from llmguide.methods.ptgm.models import lowlevel_inputs
 
 THRESHOLDS = (("acc_gain", "min_acc_gain", "accuracy gain"), ("nll_gain", "min_nll_gain", "NLL gain (nats)"),
               ("mi_bits", "min_mi_bits", "low level's code-action MI (bits)"))
@@ -60,7 +60,7 @@ def goal_information(net: ActorCritic, images: np.ndarray, states: np.ndarray, g
         nll = correct = 0.0
         for i in range(0, len(ids), chunk):
             part = ids[i:i + chunk]
-            logits = _logits(net, lowlevel_inputs(images, states, goals, part, np.full(len(part), dropped)))
+            logits = net.action_logits(lowlevel_inputs(images, states, goals, part, np.full(len(part), dropped)))
             y = torch.as_tensor(actions[part])
             nll += F.cross_entropy(logits, y, reduction="sum").item()
             correct += (logits.argmax(-1) == y).sum().item()
@@ -85,7 +85,7 @@ def policy_code_mi_bits(net: ActorCritic, images: np.ndarray, states: np.ndarray
         obs = lowlevel_inputs(np.repeat(images[part], k, 0), np.repeat(states[part], k, 0),
                               np.tile(np.asarray(code_goals, np.float32), (len(part), 1)), rows,
                               np.zeros(len(rows), bool))
-        logp = F.log_softmax(_logits(net, obs), -1).double().reshape(len(part), k, -1)   # (B, k, A)
+        logp = F.log_softmax(net.action_logits(obs), -1).double().reshape(len(part), k, -1)   # (B, k, A)
         cond_h = -(logp.exp() * logp).sum(-1)                                            # H(π(·|s,c)), (B, k)
         mix = (w[None, :, None] * logp.exp()).sum(1)                                       # (B, A)
         mix_h = -(mix * torch.log(mix.clamp_min(1e-30))).sum(-1)

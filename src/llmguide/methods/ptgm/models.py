@@ -85,7 +85,7 @@ def train_lowlevel(net: ActorCritic, images: np.ndarray, directions: np.ndarray,
         losses = []
         for b in _batches(len(tr), batch_size, rng):
             ids = tr[b]
-            logits = _logits(net, inputs(ids, rng.random(len(ids)) < p_uncond))
+            logits = net.action_logits(inputs(ids, rng.random(len(ids)) < p_uncond))
             loss = F.cross_entropy(logits, torch.as_tensor(actions[ids]))
             opt.zero_grad()
             loss.backward()
@@ -96,7 +96,7 @@ def train_lowlevel(net: ActorCritic, images: np.ndarray, directions: np.ndarray,
         if len(vids):
             with torch.no_grad():
                 for name, drop in (("cond", np.zeros(len(vids), bool)), ("uncond", np.ones(len(vids), bool))):
-                    logits = _logits(net, inputs(vids, drop))
+                    logits = net.action_logits(inputs(vids, drop))
                     rec[f"val_acc_{name}"] = float((logits.argmax(-1).numpy() == actions[vids]).mean())
                     # NLL too: on stochastic data (an exploring agent) the goal can shift the action distribution
                     # without changing its argmax, which the accuracy alone misses
@@ -108,8 +108,9 @@ def train_lowlevel(net: ActorCritic, images: np.ndarray, directions: np.ndarray,
 
 
 def _logits(net: ActorCritic, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-    h, _ = net._features(obs, None, None)
-    return net.actor(h)
+    """``net.action_logits(obs)`` under its former name, kept only because benchmarks/ptgm_analysis.py imports it
+    (delete it once that script calls ``net.action_logits``)."""
+    return net.action_logits(obs)
 
 
 class LowLevelActor:
@@ -129,10 +130,10 @@ class LowLevelActor:
         """(B, A) logits for a batch: (1 + s)·cond − s·uncond (one pass when s = 0)."""
         cond = lowlevel_obs(obs, goals, self.goal_dim, self.state_dim)
         if self.cfg_scale == 0.0:
-            return _logits(self.net, obs_to_tensor(cond))
+            return self.net.action_logits(obs_to_tensor(cond))
         uncond = lowlevel_obs(obs, None, self.goal_dim, self.state_dim)
         both = {k: np.concatenate([cond[k], uncond[k]]) for k in cond}
-        out = _logits(self.net, obs_to_tensor(both))
+        out = self.net.action_logits(obs_to_tensor(both))
         b = len(out) // 2
         return (1.0 + self.cfg_scale) * out[:b] - self.cfg_scale * out[b:]
 
@@ -239,7 +240,7 @@ class KLToPrior(RewardModule):
         if self.policy is None:
             raise RuntimeError("KLToPrior.policy is not set")
         x = obs_to_tensor(obs)
-        pi, prior = _logits(self.policy, x), self.prior(x)
+        pi, prior = self.policy.action_logits(x), self.prior(x)
         kl = categorical_kl(pi, prior) if self.direction == "policy_prior" else categorical_kl(prior, pi)
         return kl.numpy()
 
@@ -249,7 +250,7 @@ class KLToPrior(RewardModule):
             raise RuntimeError("KLToPrior.policy is not set")
         with torch.no_grad():
             prior = self.prior(obs)
-        pi = _logits(self.policy, obs)
+        pi = self.policy.action_logits(obs)
         kl = categorical_kl(pi, prior) if self.direction == "policy_prior" else categorical_kl(prior, pi)
         return kl.mean()
 

@@ -45,12 +45,13 @@ from llmguide.pipelines.runner import EVAL_SEED_OFFSET, Parts, Recipe
 
 log = logging.getLogger(__name__)
 
-register_rule("method.mode", one_of("options", "bc_finetune"), recipe="ptgm")
-register_rule("method.codes", one_of("kmeans", "random"), recipe="ptgm")
-register_rule("method.collect.policy", one_of("ppo", "expert"), recipe="ptgm")
-register_rule("method.goal_source", one_of("medoid", "centroid"), recipe="ptgm")
-register_rule("method.kl.direction", one_of("policy_prior", "prior_policy"), recipe="ptgm")
-register_rule("method.kl.mode", one_of("reward", "loss"), recipe="ptgm")
+RECIPE = f"{__name__}:PTGMRecipe"   # this recipe as method YAMLs name it (method.recipe): its rules apply there
+register_rule("method.mode", one_of("options", "bc_finetune"), recipe=RECIPE)
+register_rule("method.codes", one_of("kmeans", "random"), recipe=RECIPE)
+register_rule("method.collect.policy", one_of("ppo", "expert"), recipe=RECIPE)
+register_rule("method.goal_source", one_of("medoid", "centroid"), recipe=RECIPE)
+register_rule("method.kl.direction", one_of("policy_prior", "prior_policy"), recipe=RECIPE)
+register_rule("method.kl.mode", one_of("reward", "loss"), recipe=RECIPE)
 
 
 # --- train: the Runner's recipe --------------------------------------------------------------------
