@@ -67,6 +67,7 @@ def _synthetic(follow: float, n: int = 2000, k: int = 4, seed: int = 0):
     images, states = np.zeros((n, 1, 1, 1), np.uint8), np.zeros((n, 2), np.float32)
     space = gym.spaces.Dict({"image": gym.spaces.Box(0, 1, (1, 1, 1), np.float32),
                              "vector": gym.spaces.Box(-np.inf, np.inf, (2 + k + 1,), np.float32)})
+    torch.manual_seed(seed)   # the network's initialisation: the same test every time
     net = make_lowlevel(space, k, 32, "flat")
     train_lowlevel(net, images, states, goals, actions, p_uncond=0.2, epochs=3, batch_size=128, lr=3e-3, seed=0,
                    val_fraction=0.2)
