@@ -75,16 +75,46 @@ def test_the_mode_comes_from_the_method(capsys):
         assert probe_lm(load_config(["env=crafter", "method=ellm_oracle", *base])) is None      # no LM asked
         assert probe_lm(load_config(["env=crafter", "method=rnd", *base])) is None
     err = capsys.readouterr().err
-    assert err.count("llmguide: warning: LM probe") == 2 and "method.label_mode=generate" in err
+    assert err.count("llmguide: LM probe: score requests") == 2 and "switching this run to method.label_mode=generate" in err
 
 
-def test_train_warns_before_training(tmp_path, monkeypatch, capsys):
+def _train(server, tmp_path, name, *extra):
+    return main(["train", "env=crafter", "method=ellm", "method.embedder=bow", "llm=http",
+                 f"llm.base_url={server.base_url}", "llm.model=fault", "llm.probe_threshold=0.5",
+                 "num_envs=2", "agent.num_steps=16", "agent.hidden=16", "total_steps=32", "eval.episodes=0",
+                 "progress=false", f"run.dir={tmp_path}", f"run.name={name}", *extra])
+
+
+def test_train_warns_before_training_when_told_to_keep_score(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LLMGUIDE_CACHE_DIR", str(tmp_path / "cache"))
     with SlowScoring(stall=1.0) as server:
-        code = main(["train", "env=crafter", "method=ellm", "method.embedder=bow", "llm=http",
-                     f"llm.base_url={server.base_url}", "llm.model=fault", "llm.probe_threshold=0.5",
-                     "num_envs=2", "agent.num_steps=16", "agent.hidden=16", "total_steps=32", "eval.episodes=0",
-                     "progress=false", f"run.dir={tmp_path}", "run.name=probe"])
-    assert code == 0
+        assert _train(server, tmp_path, "probe", "llm.score_fallback=warn") == 0
     err = capsys.readouterr().err
     assert err.count("LM probe: one score request") == 1 and "method.suggester=generate" in err
+    assert "suggester: score" in (tmp_path / "probe" / "config.yaml").read_text()
+
+
+def test_an_unusable_score_server_switches_the_run_to_generate(tmp_path, monkeypatch, capsys):
+    """llm.score_fallback=switch (default): one line, the run trains in generate mode (its saved config says so)
+    and sends no further score request."""
+    monkeypatch.setenv("LLMGUIDE_CACHE_DIR", str(tmp_path / "cache"))
+    with SlowScoring(stall=1.0) as server:
+        assert _train(server, tmp_path, "switched") == 0
+        served = dict(server.served)
+    err = capsys.readouterr().err
+    assert err.count("switching this run to method.suggester=generate") == 1 and "warning: LM probe" not in err
+    assert "suggester: generate" in (tmp_path / "switched" / "config.yaml").read_text()
+    assert served["stall"] == 1 and served["ok"] > 1      # the probe's one score request; generation from then on
+
+
+def test_a_method_with_its_own_prompt_is_not_switched_and_stop_refuses(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LLMGUIDE_CACHE_DIR", str(tmp_path / "cache"))
+    with SlowScoring(stall=1.0) as server:
+        base = [f"llm.base_url={server.base_url}", "llm.model=fault", "llm=http", "llm.probe_threshold=0.5"]
+        cfg = load_config(["env=crafter", "method=ellm", "method.prompt=ellm_goal_score", *base])
+        warning = probe_lm(cfg)
+        assert "not switched: method.prompt=ellm_goal_score" in warning and cfg.method.suggester == "score"
+        assert _train(server, tmp_path, "stopped", "llm.score_fallback=stop") == 2
+    err = capsys.readouterr().err
+    assert "config error at 'method.suggester'" in err and "llm.score_fallback=stop" in err
+    assert "Traceback" not in err and not (tmp_path / "stopped" / "metrics.jsonl").exists()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from llmguide.core.config import cfg_get
@@ -44,13 +45,29 @@ def time_request(lm: HTTPLM, mode: str, max_tokens: int = 16) -> tuple[float, st
     return time.perf_counter() - start, error
 
 
+@dataclass
+class Probe:
+    """What the probe found: ``warning`` (None: the mode is usable) and, when a slow or failed ``score`` was
+    followed by one ``generate`` request, that request's seconds (None: not tried or failed)."""
+
+    warning: str | None = None
+    generate_seconds: float | None = None
+    base_url: str = ""
+
+
 def probe_http(llm_cfg: Any, mode: str, threshold: float, switch: str | None = None,
                max_tokens: int = 16) -> str | None:
     """Time one ``mode`` request to the server of ``llm_cfg``; a warning with the fix when it took longer than
     ``threshold`` seconds or failed, else None.  ``switch`` names the override that moves the run to
     ``generate`` (``method.suggester=generate``)."""
+    return probe_server(llm_cfg, mode, threshold, switch, max_tokens).warning
+
+
+def probe_server(llm_cfg: Any, mode: str, threshold: float, switch: str | None = None,
+                 max_tokens: int = 16) -> Probe:
+    """:func:`probe_http` with what it measured (:class:`Probe`)."""
     if not threshold or mode not in ("score", "generate"):
-        return None
+        return Probe()
     timeout = float(cfg_get(llm_cfg, "timeout", 30.0))
     lm = HTTPLM(str(cfg_get(llm_cfg, "base_url")), str(cfg_get(llm_cfg, "model")),
                 api_key_env=str(cfg_get(llm_cfg, "api_key_env", "OPENAI_API_KEY")), concurrency=1, timeout=timeout,
@@ -64,23 +81,25 @@ def probe_http(llm_cfg: Any, mode: str, threshold: float, switch: str | None = N
         seconds, error = time_request(lm, mode, max_tokens)
         notice.cancel()
         if error is None and seconds <= threshold:
-            return None
+            return Probe(base_url=lm.base_url)
         where = f"{lm.base_url} (model {lm.model_id!r})"
         if error is not None and "timed out" not in error:
-            return (f"LM probe: one {mode} request to {where} failed: {error}; the run goes on and counts "
-                    f"its fallbacks (lm/answered_fraction)")
+            return Probe(f"LM probe: one {mode} request to {where} failed: {error}; the run goes on and counts "
+                         f"its fallbacks (lm/answered_fraction)", base_url=lm.base_url)
         what = "echo + prompt log-probs; the method sends one per candidate" if mode == "score" else "completion"
         took = (f"got no answer within llm.timeout={timeout:g} s" if error is not None else
                 f"took {seconds:.1f} s (llm.probe_threshold={threshold:g} s)")
-        fixes = []
+        fixes, generate = [], None
         if mode == "score" and switch:
             other, other_error = time_request(lm, "generate", max_tokens)
+            generate = other if other_error is None and other <= threshold else None
             fixes.append(f"{switch} (one generate request took {other:.1f} s)" if other_error is None else switch)
         fixes.append(f"raise llm.timeout (now {timeout:g} s)")
         if mode == "score":
             fixes.append("serve the model where prompt log-probs are fast (vLLM, SGLang; llama.cpp's server is slow "
                          "at them on CPU)")
-        return f"LM probe: one {mode} request ({what}) to {where} {took}; fix: {'; or '.join(fixes)}"
+        return Probe(f"LM probe: one {mode} request ({what}) to {where} {took}; fix: {'; or '.join(fixes)}",
+                     generate, lm.base_url)
     finally:
         notice.cancel()
         lm.close()

@@ -87,21 +87,46 @@ LM_MODE_KEYS = ("suggester", "label_mode")
 def probe_lm(cfg: DictConfig) -> str | None:
     """``llm=http``: time one request of the mode the method asks in (``method.suggester`` /
     ``method.label_mode``) and print a warning with the fix when the server is slower than
-    ``llm.probe_threshold`` seconds (:mod:`llmguide.llm.probe`); the warning, or None."""
+    ``llm.probe_threshold`` seconds (:mod:`llmguide.llm.probe`); the warning, or None.
+
+    When ``score`` is unusable there and one ``generate`` request is fast, ``llm.score_fallback`` decides:
+    ``switch`` (the default) moves the run to ``generate`` (``cfg`` is changed, one line says so), unless the
+    method names its own prompt (``method.prompt`` / ``method.template``: a score prompt would not suit
+    generation), ``warn`` keeps ``score`` with the warning, ``stop`` refuses to start (a ConfigError)."""
     if str(cfg.llm.get("backend")) != "http" or not cfg.llm.get("probe_threshold"):
         return None
     key = next((k for k in LM_MODE_KEYS if cfg.method.get(k) in ("score", "generate")), None)
     if key is None:
         return None
-    from llmguide.llm.probe import probe_http
+    from omegaconf import open_dict
 
-    mode = str(cfg.method[key])
-    warning = probe_http(cfg.llm, mode, float(cfg.llm.probe_threshold),
-                         switch=f"method.{key}=generate" if mode == "score" else None,
+    from llmguide.llm.probe import probe_server
+
+    mode, fallback = str(cfg.method[key]), str(cfg.llm.get("score_fallback") or "switch")
+    if fallback not in ("switch", "warn", "stop"):
+        raise ConfigError("llm.score_fallback", f"{fallback!r}: use switch, warn or stop")
+    switch = f"method.{key}=generate" if mode == "score" else None
+    found = probe_server(cfg.llm, mode, float(cfg.llm.probe_threshold), switch=switch,
                          max_tokens=int(cfg.method.get("max_tokens") or cfg.llm.get("max_tokens") or 16))
-    if warning:
-        print(f"llmguide: warning: {warning}", file=sys.stderr, flush=True)
-    return warning
+    if not found.warning:
+        return None
+    own_prompt = [k for k in ("prompt", "template") if cfg.method.get(k)]
+    if mode == "score" and found.generate_seconds is not None:
+        if fallback == "stop":
+            raise ConfigError(f"method.{key}", f"{found.warning} (llm.score_fallback=stop)")
+        if fallback == "switch" and not own_prompt:
+            with open_dict(cfg):
+                cfg.method[key] = "generate"
+            line = (f"LM probe: score requests to {found.base_url} are too slow or fail, one generate request took "
+                    f"{found.generate_seconds:.1f} s: switching this run to {switch} (llm.score_fallback=warn keeps "
+                    "score)")
+            print(f"llmguide: {line}", file=sys.stderr, flush=True)
+            return line
+        if fallback == "switch":
+            found.warning += (f" (not switched: method.{own_prompt[0]}={cfg.method[own_prompt[0]]} is the method's "
+                              "own prompt; set a generate prompt with the switch)")
+    print(f"llmguide: warning: {found.warning}", file=sys.stderr, flush=True)
+    return found.warning
 
 
 def train_run(cfg: DictConfig, callbacks: Sequence[Any] = ()) -> Any:
@@ -109,10 +134,10 @@ def train_run(cfg: DictConfig, callbacks: Sequence[Any] = ()) -> Any:
     ``callbacks``: the caller's own :class:`~llmguide.learners.callbacks.Callback` objects (the Python API's)."""
     from llmguide.pipelines.runner import run_training
 
-    recipe = recipe_class(cfg)(cfg)
-    recipe.check_env(cfg)
-    probe_lm(cfg)
-    return run_training(cfg, recipe, callbacks)
+    cls = recipe_class(cfg)
+    cls.check_env(cfg)
+    probe_lm(cfg)          # may move the method from score to generate: before the recipe reads its config
+    return run_training(cfg, cls(cfg), callbacks)
 
 
 def run(verb: str, cfg: DictConfig) -> int | None:
@@ -120,15 +145,16 @@ def run(verb: str, cfg: DictConfig) -> int | None:
     if verb == "train":
         train_run(cfg)
         return 0
-    recipe = recipe_class(cfg)(cfg)
+    cls = recipe_class(cfg)
     if verb == "answers":
         from llmguide.pipelines.answers import build_answers
 
-        recipe.check_env(cfg)
-        return build_answers(cfg, recipe)
+        cls.check_env(cfg)
+        return build_answers(cfg, cls(cfg))
     if verb == "label":
-        recipe.check_env(cfg)
+        cls.check_env(cfg)
         probe_lm(cfg)
+    recipe = cls(cfg)
     if verb not in recipe.steps:
         raise ConfigError("method", f"method '{cfg.method.name}' has no '{verb}' step; it supports "
                                     f"{['train', *recipe.steps]}")
