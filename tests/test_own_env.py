@@ -159,6 +159,24 @@ def test_an_lm_reward_reads_the_caption_function(tmp_path):
     assert info["caption"] == "you are in room 0" and env.step(1)[-1]["caption"] == "you are in room 1"
 
 
+def test_oni_labels_the_captions_of_your_env_towards_your_goal(tmp_path, capfd):
+    """ONI on env=gym: the caption is the message, method.goal the goal its generic prompt carries."""
+    from omegaconf import OmegaConf
+
+    from llmguide.methods.oni.recipe import message_annotator, method_goal
+
+    run = llmguide.train(env=Corridor, caption=room_caption, method="oni_retrieval", llm="random",
+                         run={"dir": str(tmp_path), "name": "oni"}, **{"method.goal": "reach room 4"}, **TINY)
+    last = {k: v for r in run.metrics for k, v in r.items()}
+    assert 2 <= last["reward/oni_retrieval/unique_messages"] <= 5 and last["lm/annot_labelled"] >= 2
+    assert "oracle LM" not in capfd.readouterr().err     # no ground truth to compare with, and nothing said of it
+    cfg = OmegaConf.create(run.config)
+    prompt = message_annotator(cfg.method, None, method_goal(cfg), cfg.env.name).prompt("you are in room 3")
+    assert "Goal: reach room 4" in prompt and "Message: you are in room 3" in prompt and "Crafter" not in prompt
+    err = _refused(tmp_path, env=Corridor, caption=room_caption, method="oni_retrieval", llm="random")
+    assert err.key == "method.goal"
+
+
 def _refused(tmp_path, **kwargs) -> ConfigError:
     with pytest.raises(ConfigError) as err:
         llmguide.train(run={"dir": str(tmp_path), "name": "refused"}, **kwargs, **TINY)

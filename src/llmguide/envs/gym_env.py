@@ -192,6 +192,7 @@ class GymOracle(Oracle):
 
     family = "gym"
     goals: list[str] = []
+    ground_truth = False   # the counterfactual LMs (llm=random|constant) built on it warn about nothing
 
     def feasible(self, info: dict) -> set[str]:
         return set()

@@ -189,7 +189,8 @@ class ONIRecipe(Recipe):
     """ONI (and ELLM-BoW): PPO with an intrinsic reward from online, asynchronous LM labels."""
 
     agents = ("ppo",)
-    env_families = ("minihack", "nethack", "crafter", "craftax")   # the families with a message line
+    # the families with a message line, and your own env (env=gym: its caption is the message, method.goal the goal)
+    env_families = ("minihack", "nethack", "crafter", "craftax", "gym")
     answer_queries = staticmethod(answer_queries)   # llmguide answers: the requests a table must hold
 
     @staticmethod
@@ -204,6 +205,9 @@ class ONIRecipe(Recipe):
             raise ConfigError("method.label_rate", "ranks the LM's yes-no score margins: it needs "
                                                    f"method.label_mode=score, not {m.get('label_mode')!r}")
         use_reference_policy(self.cfg)
+        if str(self.cfg.env.name) == "gym" and not method_goal(self.cfg):
+            raise ConfigError("method.goal", "env=gym: say what the agent should achieve (method.goal=\"...\"); "
+                                             "the labeller knows nothing else of your game")
 
     def build(self, envs: Any, run: RunDir | None) -> Parts:
         cfg = self.cfg

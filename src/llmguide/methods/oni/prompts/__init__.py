@@ -89,10 +89,27 @@ _BODIES = {
     "crafter_pref_goal": ("Motif/ONI-ranking preference between two Crafter/Craftax messages towards a goal",
                           f"{_JUDGE}\nGoal: ${{goal}}\n{_PAIR}"),
 }
+# any other env (your own Gymnasium env, env=gym): its caption is the message; nothing is known of the game but
+# the goal, so these templates need one (method.goal)
+_ANY_JUDGE = "You are a helpful and honest judge of progress in a game."
+_BODIES.update({
+    "any_label_short": ("ONI helpfulness label of one message from any game towards a goal (${goal}), yes/no "
+                        "log-prob scoring", "Classify messages from a game. A message is good if it shows progress "
+                        "towards the goal. It is bad if nothing happens, something fails, or it only describes "
+                        "what is there.\nGoal: ${goal}\n\nMessage: ${message}\nGood:"),
+    "any_label": ("ONI yes/no helpfulness label of one message from any game towards a goal, answer in "
+                  "<answer></answer>",
+                  f"{_ANY_JUDGE}\nGoal: ${{goal}}\nIs the status described by the message below helpful for "
+                  "making progress towards the goal (not merely informative)?\nAnswer yes or no inside "
+                  "<answer></answer>.\n\nMessage: \"${message}\"\n<answer>"),
+    "any_pref": ("Motif/ONI-ranking preference between two messages from any game towards a goal",
+                 f"{_ANY_JUDGE}\nGoal: ${{goal}}\n{_PAIR}"),
+})
 TEMPLATES: dict[str, PromptTemplate] = {name: parse_template(name, _text(d, b)) for name, (d, b) in _BODIES.items()}
 # the templates a family's labeller gets when method.template is null: (label score, label generate, pair)
 FAMILY_TEMPLATES = {"crafter": ("crafter_label_short", "crafter_label", "crafter_pref"),
-                    "craftax": ("crafter_label_short", "crafter_label", "crafter_pref")}
+                    "craftax": ("crafter_label_short", "crafter_label", "crafter_pref"),
+                    "gym": ("any_label_short", "any_label", "any_pref")}
 
 
 def template(name: str | PromptTemplate) -> PromptTemplate:
