@@ -124,6 +124,25 @@ def _leaves(obj, key: str, out: Numbers) -> None:
             out.pvalues.append(float(obj))
 
 
+def _stored(obj, out: Numbers) -> None:
+    """The paired differences a study stored beyond its main metric (``details``: per-achievement or other
+    measures, each as :func:`llmguide.stats.paired`'s JSON: ``mean``, ``low``/``high``, ``t_low``/``t_high``,
+    ``p``) are comparisons too."""
+    if isinstance(obj, dict):
+        if isinstance(obj.get("mean"), int | float) and "p" in obj and ("low" in obj or "t_low" in obj):
+            def num(key: str) -> float:
+                v = obj.get(key)
+                return float(v) if isinstance(v, int | float) else math.nan
+
+            out.comparisons.append(Comparison(float(obj["mean"]), num("low"), num("high"), num("t_low"),
+                                              num("t_high"), obj["p"] if isinstance(obj["p"], int | float) else None))
+        for v in obj.values():
+            _stored(v, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _stored(v, out)
+
+
 def _comparison(treatment: dict, control: dict) -> Comparison | None:
     seeds = sorted(set(treatment) & set(control))
     if len(seeds) < 2:
@@ -142,6 +161,7 @@ def study_numbers(path: Path) -> Numbers:
     data = json.loads(path.read_text())
     out = Numbers()
     _leaves(data, "", out)
+    _stored({k: v for k, v in data.items() if k not in SKIP} if isinstance(data, dict) else data, out)
     arms = data.get("arms") if isinstance(data, dict) else None
     if not isinstance(arms, dict):
         return out

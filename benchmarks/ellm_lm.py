@@ -155,6 +155,7 @@ def achievement_section(plan) -> tuple[list[str], dict]:
         if not base or not any(v for arm_values in by_arm.values() for v in arm_values.values()):
             continue   # no control values, or no arm ever unlocked it
         cells = [f"{sum(base.values()) / len(base):.3f}"]
+        data.setdefault(measure, {})["arm_means"] = {a: sum(v.values()) / len(v) for a, v in by_arm.items() if v}
         for arm in arms:
             mine = by_arm.get(arm, {})
             if not set(mine) & set(base):

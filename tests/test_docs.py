@@ -76,6 +76,24 @@ def test_a_difference_its_interval_and_p_are_one_comparison(claims, tmp_path):
     assert claims.check([_doc(tmp_path, "Constant +0.075 (p 0.012; [report](REPORT)).\n")]) == (2, [])
 
 
+def test_a_stored_per_measure_difference_is_a_comparison(claims, tmp_path, monkeypatch):
+    """A paired difference a study keeps in its details (e.g. per achievement) may be quoted with its interval
+    and p; its numbers do not mix with another comparison's."""
+    import json
+
+    monkeypatch.setattr(claims, "RESULTS", tmp_path)
+    study = tmp_path / "study"
+    study.mkdir()
+    arms = {"a": {"seeds": [0, 1, 2], "values": [1.0, 2.0, 3.0]}, "b": {"seeds": [0, 1, 2], "values": [1.5, 2.0, 2.0]}}
+    detail = {"mean": 0.26, "t_low": 0.019, "t_high": 0.501, "p": 0.0372, "n": 10}
+    (study / "result.json").write_text(json.dumps({"arms": arms, "details": {"without wake_up": {"a - b": detail}}}))
+    doc = tmp_path / "d.md"
+    doc.write_text(f"Without wake_up: +0.260 (t 95% CI [+0.019, +0.501], p 0.037; [r]({study / 'result.json'})).\n")
+    assert claims.check([doc]) == (4, [])
+    doc.write_text(f"Without wake_up: +0.260 (p 0.13; [r]({study / 'result.json'})).\n")   # p of another one
+    assert len(claims.check([doc])[1]) == 1
+
+
 def test_which_claims_cite_a_study(claims, tmp_path):
     # another sentence of the paragraph cites the paragraph's link, a table row the paragraph above its table;
     # without a study link nothing is checked
