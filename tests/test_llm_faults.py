@@ -261,6 +261,7 @@ def _cli_run(tmp_path: Path, server: FaultServer, name: str, *overrides: str, ti
     cmd = [sys.executable, "-m", "llmguide.cli", "train", *overrides, "llm=http", f"llm.base_url={server.base_url}",
            "llm.model=fault", f"llm.api_key_env={KEY_ENV}", "llm.timeout=1.0", "llm.max_retries=3",
            "llm.backoff_base=0.01", "llm.backoff_max=0.05", "llm.cache.max_bytes=65536",
+           "llm.score_fallback=warn",   # the mode under test stays (the schedule's first request stalls the probe)
            f"llm.cache.path={cache_dir / 'llm_cache.sqlite'}", "progress=false", f"run.dir={tmp_path / 'runs'}",
            f"run.name={name}"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
