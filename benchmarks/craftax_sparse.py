@@ -39,9 +39,17 @@ Value per seed: success AUC (the mean training success rate over 20 equal env-st
 shared task; ``--value final``: the success rate over the last 10% of the budget.
 Run a pilot first (``--arms ppo``) to confirm the control stays near 0 at the budget.
 
+**Noisy TV** (issue 53): ``--extra env.distractors.rate=1.0`` makes the do-nothing action show a new harmless sight
+on the message line (``envs/crafter/distractors.py``; the oracle labels every sight unhelpful). Every arm gets it,
+Motif's collection included; the report adds each arm's share of steps on that action (``charts/distractor_share``).
+Name the variant so it says ``distractors``, and report it against the random labeller and against
+every-message-helpful with ``--control``.
+
     python benchmarks/craftax_sparse.py --dry-run                       # validate every arm, run nothing
     python benchmarks/craftax_sparse.py --seeds 5 --steps 1000000        # the study (about 6 min per run)
     python benchmarks/craftax_sparse.py --task collect_iron --arms ppo --seeds 3   # a pilot on another task
+    python benchmarks/craftax_sparse.py --task make_wood_pickaxe --steps 300000 --extra env.distractors.rate=1.0 \
+        --variant make_wood_pickaxe-300k-distractors     # the noisy-TV variant
 """
 
 from __future__ import annotations
@@ -193,6 +201,44 @@ def prepare(plan) -> None:
             plan.fail(arm, why)
 
 
+def distractor_share(plan) -> dict[str, dict[int, dict[str, float]]]:
+    """``{arm: {seed: {"auc": .., "final": ..}}}``: each finished run's share of steps on the distractor action
+    (``charts/distractor_share``, per episode), averaged like the study value over the budget (``auc``) and over its
+    last 10 % (``final``); empty when no run logged it (``env.distractors`` off)."""
+    from harness import auc, finished_runs
+    from llmguide.report.runs import final_value, load_run, metric_series
+
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for arm in plan.arms:
+        for seed, path in finished_runs(plan, arm).items():
+            steps, values = metric_series(load_run(path), "charts/distractor_share")
+            if len(steps):
+                out.setdefault(arm, {})[seed] = {"auc": auc(steps, values, plan.steps, plan.bins),
+                                                 "final": final_value(steps, values)}
+    return out
+
+
+def details(plan) -> tuple[list[str], dict]:
+    """With ``env.distractors`` on (a noisy TV, issue 53): each arm's share of steps on the distractor action."""
+    shares = distractor_share(plan)
+    if not shares:
+        return [], {}
+    lines = ["## Distractor share", "",
+             "The share of an episode's steps spent on the distractor action (`noop`, which shows a new harmless "
+             "sight: `env.distractors`), per arm: the mean over seeds of each run's share averaged over the budget "
+             f"(as the study value, {plan.bins} bins) and over its last 10 %, and the seeds' range of the latter.", "",
+             "| arm | seeds | share over training | share, last 10 % | range, last 10 % |", "|---|---|---|---|---|"]
+    data: dict = {}
+    for arm, by_seed in shares.items():
+        whole = [v["auc"] for v in by_seed.values()]
+        last = [v["final"] for v in by_seed.values()]
+        data[arm] = {"seeds": sorted(by_seed), "auc": sum(whole) / len(whole), "final": sum(last) / len(last),
+                     "per_seed": {str(s): v for s, v in sorted(by_seed.items())}}
+        lines.append(f"| {arm} | {len(by_seed)} | {data[arm]['auc']:.3f} | {data[arm]['final']:.3f} | "
+                     f"[{min(last):.3f}, {max(last):.3f}] |")
+    return [*lines, ""], {"distractor_share": data}
+
+
 STUDY = Study(
     name="oni_{env}_sparse",
     title="ONI and Motif on a sparse deep Craftax-Classic task (a test of the mechanism)",
@@ -214,6 +260,7 @@ STUDY = Study(
     jobs=1,
     flags=flags,
     prepare=prepare,
+    details=details,
 )
 
 if __name__ == "__main__":

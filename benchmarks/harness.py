@@ -74,6 +74,11 @@ continue interrupted ones from their checkpoint), ``--dry-run`` (print the prepa
 validate every config, run nothing), ``--prepare-only``, ``--report-only`` (no training: report what is
 in ``--runs``), ``--runs``, ``--prep`` and ``--results`` (folders), ``--notes`` (Markdown appended to
 report.md). ``python benchmarks/harness.py --index`` only regenerates the index.
+
+A call never silently replaces a report holding arms it cannot report again: when ``<variant>/result.json`` has an
+arm this call does not run and whose runs are not in ``--runs`` (a subset of arms run into a study's default
+variant, or a fresh clone reporting over the committed results), it stops with exit 2 before training and names
+them; pass ``--variant`` for the subset, or ``--replace-report``.
 """
 
 from __future__ import annotations
@@ -211,6 +216,8 @@ def build_parser(study: Study) -> argparse.ArgumentParser:
                    help="print the preparation steps and the sweeps, validate every config, run nothing")
     p.add_argument("--prepare-only", action="store_true", help="run the preparation steps only")
     p.add_argument("--report-only", action="store_true", help="no training: report the runs already in --runs")
+    p.add_argument("--replace-report", action="store_true",
+                   help="let this call's report replace one that holds arms whose runs are not in --runs")
     p.add_argument("--runs", "--out", dest="runs", type=Path, default=None,
                    help="run folder (default runs/bench/<study>/<variant>)")
     p.add_argument("--prep", type=Path, default=None, help="preparation folder (default <runs>/prep)")
@@ -790,12 +797,31 @@ def write_index(root: Path = RESULTS) -> Path:
 
 
 # --- entry point --------------------------------------------------------------------------------------
+def lost_arms(plan: Plan) -> list[str]:
+    """The arms of the report already in ``plan.out`` that this call's report would drop for good: not among this
+    call's arms, and with no finished run in its runs folder to report them again from."""
+    path = plan.out / "result.json"
+    if not path.is_file():
+        return []
+    try:
+        old = json.loads(path.read_text()).get("arms", {})
+    except (OSError, ValueError):
+        return []
+    return [arm for arm in old if arm not in plan.arms and (arm not in plan.study.arms or not finished_runs(plan, arm))]
+
+
 def main(study: Study, argv: list[str] | None = None) -> int:
     """Run ``study`` as its command line says; 0 when every run finished."""
     # benchmarks/ holds scripts named like packages (craftax.py, ray.py): keep it off the import path
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
     args = build_parser(study).parse_args(argv)
     plan = make_plan(study, args)
+    lost = [] if args.dry_run or args.prepare_only or args.replace_report else lost_arms(plan)
+    if lost:   # e.g. a subset of arms run into a study's default variant: its committed report would lose rows
+        print(f"harness: {plan.out / 'result.json'} reports arms {lost} that this call would drop (not in --arms, "
+              f"no finished run in {plan.runs}): pass --variant NAME for this subset, or --replace-report",
+              file=sys.stderr)
+        return 2
     print(f"{plan.name}/{plan.variant}: arms {plan.arms} x seeds {plan.seeds}, {plan.steps:,} steps; runs in "
           f"{plan.runs}; results in {plan.out}", flush=True)
     if study.prepare:

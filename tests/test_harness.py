@@ -370,3 +370,63 @@ def test_craftax_score_reads_each_runs_crafter_score(harness, load_benchmark, tm
     assert scores["crafter_score_all"] == pytest.approx(math.exp(math.log(11) / 22) - 1)
     assert scores["crafter_score_last10"] == pytest.approx(math.exp(math.log(51) / 22) - 1)
     assert "PPO (Hafner 2022) 4.6 %" in "\n".join(lines) and data["scoreboard"]["DreamerV3"] == 14.5
+
+
+def test_the_sparse_study_reports_each_arms_distractor_share(harness, load_benchmark, tmp_path):
+    """With env.distractors on, craftax_sparse's details give each arm's share of steps on the distractor action,
+    averaged over the budget (as the AUC) and over the last 10 %; with it off (no such key) they add nothing."""
+    sparse = load_benchmark("craftax_sparse")
+    study = sparse.STUDY
+    plan = harness.make_plan(study, harness.build_parser(study).parse_args(
+        ["--runs", str(tmp_path), "--seeds", "1", "--steps", "100", "--arms", "oni_retrieval-constant"]))
+    assert sparse.details(plan) == ([], {})
+    for arm, share in (("ppo", lambda i: 0.0), ("oni_retrieval-constant", lambda i: i / 10)):
+        run = tmp_path / arm / "seed-0"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text("seed: 0\ntotal_steps: 100\n")
+        (run / "eval.json").write_text("{}")
+        (run / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": 10 * i, "charts/success": 0.0, "charts/distractor_share": share(i)}) + "\n"
+            for i in range(1, 11)))
+    lines, data = sparse.details(plan)
+    shares = data["distractor_share"]
+    assert shares["ppo"]["final"] == 0.0
+    # logged 0.1 .. 1.0 at steps 10 .. 100: the last 10 % of steps (>= 90) averages 0.9 and 1.0
+    assert shares["oni_retrieval-constant"]["final"] == pytest.approx(0.95)
+    assert 0.4 < shares["oni_retrieval-constant"]["auc"] < 0.7
+    assert "| oni_retrieval-constant | 1 |" in "\n".join(lines)
+
+
+def test_a_subset_of_arms_never_replaces_a_report_whose_other_arms_it_cannot_report(harness, load_benchmark,
+                                                                                    tmp_path, capsys):
+    """A report holding arms that this call neither runs nor finds finished runs of (e.g. the committed report,
+    reported from another machine's runs) is kept: exit 2 before any training, naming the arms and --variant;
+    --replace-report, another --variant, or finished runs of those arms in --runs let it go on."""
+    study = load_benchmark("craftax_sparse").STUDY
+    results, runs = tmp_path / "results", tmp_path / "runs"
+    argv = ["--arms", "ppo", "--seeds", "1", "--runs", str(runs), "--results", str(results), "--report-only"]
+
+    def plan(*more):
+        return harness.make_plan(study, harness.build_parser(study).parse_args([*argv, *more]))
+
+    out = plan().out   # the study's default variant
+    out.mkdir(parents=True)
+    kept = json.dumps({"arms": {"ppo": {}, "oni_retrieval-oracle": {}, "motif-oracle": {}}})
+    (out / "result.json").write_text(kept)
+    assert harness.lost_arms(plan()) == ["oni_retrieval-oracle", "motif-oracle"]
+    assert harness.main(study, argv) == 2
+    err = capsys.readouterr().err
+    assert "['oni_retrieval-oracle', 'motif-oracle']" in err and "--variant" in err
+    assert (out / "result.json").read_text() == kept
+    # the user says so, or names another variant: the call goes on (to "no finished run", exit 1)
+    for more in (["--replace-report"], ["--variant", "subset"]):
+        assert harness.main(study, [*argv, *more]) == 1
+        assert "no finished run" in capsys.readouterr().err
+    assert harness.lost_arms(plan("--variant", "subset")) == []
+    # the dropped arms' finished runs are in --runs: the full report can be made again from them
+    for arm in ("oni_retrieval-oracle", "motif-oracle"):
+        run = runs / arm / "seed-0"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text("seed: 0\ntotal_steps: 1000000\n")
+        (run / "eval.json").write_text("{}")
+    assert harness.lost_arms(plan()) == []
