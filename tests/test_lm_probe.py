@@ -36,7 +36,25 @@ def test_a_slow_score_server_is_named_with_the_fix():
     assert "took 1." in warning and "llm.probe_threshold=0.5 s" in warning
     assert "method.suggester=generate (one generate request took 0." in warning
     assert "raise llm.timeout (now 30 s)" in warning and "vLLM" in warning
-    assert server.served["stall"] == 1 and server.served["ok"] == 1   # one request per mode, no retries
+    # a slow answer is timed twice (a first request may pay for a warm-up), then one generate request
+    assert server.served["stall"] == 2 and server.served["ok"] == 1
+
+
+class WarmingUp(FaultServer):
+    """The first request stalls ``stall`` seconds (the server warms up); every later one is answered at once."""
+
+    def _next_fault(self, scoring: bool) -> str:
+        with self._lock:
+            self.requests += 1
+            fault = "stall" if self.requests == 1 else "ok"
+            self.served[fault] += 1
+            return fault
+
+
+def test_a_slow_first_answer_is_timed_again_and_a_warm_server_keeps_score(capsys):
+    with WarmingUp(stall=1.0) as server:
+        assert probe_http(_llm(server), "score", threshold=0.5, switch="method.suggester=generate") is None
+    assert server.served["stall"] == 1 and server.served["ok"] == 1 and server.requests == 2
 
 
 def test_a_score_request_past_the_timeout_says_so(capsys):
@@ -67,8 +85,9 @@ def test_an_unreachable_server_is_one_line():
 
 
 def test_the_mode_comes_from_the_method(capsys):
-    with SlowScoring(stall=1.0) as server:
-        base = [f"llm.base_url={server.base_url}", "llm.model=fault", "llm=http", "llm.probe_threshold=0.5"]
+    # a generate request has 0.9 s (a loaded box), a score request stalls past it
+    with SlowScoring(stall=1.5) as server:
+        base = [f"llm.base_url={server.base_url}", "llm.model=fault", "llm=http", "llm.probe_threshold=0.9"]
         assert probe_lm(load_config(["env=crafter", "method=ellm", *base])) is not None        # suggester=score
         assert probe_lm(load_config(["env=crafter", "method=ellm", "method.suggester=generate", *base])) is None
         assert probe_lm(load_config(["env=minihack", "method=oni_retrieval", *base])) is not None  # label_mode=score
@@ -104,7 +123,7 @@ def test_an_unusable_score_server_switches_the_run_to_generate(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert err.count("switching this run to method.suggester=generate") == 1 and "warning: LM probe" not in err
     assert "suggester: generate" in (tmp_path / "switched" / "config.yaml").read_text()
-    assert served["stall"] == 1 and served["ok"] > 1      # the probe's one score request; generation from then on
+    assert served["stall"] == 2 and served["ok"] > 1      # the probe's two score requests; generation from then on
 
 
 def test_a_method_with_its_own_prompt_is_not_switched_and_stop_refuses(tmp_path, monkeypatch, capsys):

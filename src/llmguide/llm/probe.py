@@ -5,7 +5,9 @@ Scoring (``score``) asks the completions endpoint to echo the prompt with its lo
 candidate; servers differ widely there.  vLLM and SGLang compute prompt log-probs in the same pass as the
 prompt (fast); llama.cpp's server needs ``--logits_all`` and on CPU took 9-33 s per request, so every
 request of a run timed out and fell back.  Generation (``generate``) is fast on all of them.  The probe
-bypasses the LM cache (a cached answer says nothing about the server) and retries nothing.
+bypasses the LM cache (a cached answer says nothing about the server).  A request that answered, but slowly, is
+timed once more (a server's first request can pay for its warm-up); one that failed or timed out is not (a second
+would wait behind the abandoned one).
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ def probe_server(llm_cfg: Any, mode: str, threshold: float, switch: str | None =
     try:
         notice.start()
         seconds, error = time_request(lm, mode, max_tokens)
+        if error is None and seconds > threshold:     # answered, slowly: the server may have been warming up
+            seconds, error = time_request(lm, mode, max_tokens)
         notice.cancel()
         if error is None and seconds <= threshold:
             return Probe(base_url=lm.base_url)
