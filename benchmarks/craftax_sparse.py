@@ -218,8 +218,41 @@ def distractor_share(plan) -> dict[str, dict[int, dict[str, float]]]:
     return out
 
 
+def motif_pairs(plan) -> dict:
+    """What Motif's pairs hold when the collection met the noisy TV: distinct messages and pairs with a sight
+    (a sentence of ``envs/crafter/distractors.py``), and the oracle's labels of those pairs; empty without
+    Motif's data or without a sight in it."""
+    from llmguide.envs.crafter.distractors import all_sentences
+    from llmguide.methods.oni.motif import PairsDB
+
+    path = plan.prep / "motif-data" / "pairs.sqlite"
+    if not path.is_file():
+        return {}
+    sights = all_sentences()
+
+    def has_sight(message: str) -> bool:
+        return any(s in message for s in sights)
+
+    db = PairsDB(path)
+    try:
+        messages, labelled = db.messages(), db.labelled()
+    finally:
+        db.close()
+    with_sight = [label for a, b, label in labelled if has_sight(a) or has_sight(b)]
+    distinct = sum(1 for m in messages if has_sight(m))
+    if not distinct:
+        return {}
+    return {"distinct_messages": len(messages), "distinct_with_sight": distinct,
+            "observations_with_sight": round(sum(c for m, c in messages.items() if has_sight(m))
+                                             / max(1, sum(messages.values())), 4),
+            "pairs": len(labelled), "pairs_with_sight": len(with_sight),
+            "ties_with_sight": sum(1 for label in with_sight if label == 0.5),
+            "ties": sum(1 for *_, label in labelled if label == 0.5)}
+
+
 def details(plan) -> tuple[list[str], dict]:
-    """With ``env.distractors`` on (a noisy TV, issue 53): each arm's share of steps on the distractor action."""
+    """With ``env.distractors`` on (a noisy TV, issue 53): each arm's share of steps on the distractor action, and
+    what Motif's pairs hold."""
     shares = distractor_share(plan)
     if not shares:
         return [], {}
@@ -236,7 +269,15 @@ def details(plan) -> tuple[list[str], dict]:
                      "per_seed": {str(s): v for s, v in sorted(by_seed.items())}}
         lines.append(f"| {arm} | {len(by_seed)} | {data[arm]['auc']:.3f} | {data[arm]['final']:.3f} | "
                      f"[{min(last):.3f}, {max(last):.3f}] |")
-    return [*lines, ""], {"distractor_share": data}
+    lines.append("")
+    pairs = motif_pairs(plan) if any(a.startswith("motif") for a in plan.arms) else {}
+    if pairs:
+        lines += ["**Motif's pairs** (`<prep>/motif-data`, labelled by the oracle): "
+                  f"{pairs['distinct_with_sight']:,} of the collection's {pairs['distinct_messages']:,} distinct "
+                  f"messages hold a sight (a share {pairs['observations_with_sight']} of its observations); "
+                  f"{pairs['pairs_with_sight']:,} of the {pairs['pairs']:,} labelled pairs hold one, and "
+                  f"{pairs['ties_with_sight']:,} of those are ties ({pairs['ties']:,} ties in all).", ""]
+    return lines, {"distractor_share": data, **({"motif_pairs": pairs} if pairs else {})}
 
 
 STUDY = Study(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 
 import pytest
 
@@ -430,3 +431,31 @@ def test_a_subset_of_arms_never_replaces_a_report_whose_other_arms_it_cannot_rep
         (run / "config.yaml").write_text("seed: 0\ntotal_steps: 1000000\n")
         (run / "eval.json").write_text("{}")
     assert harness.lost_arms(plan()) == []
+
+
+def test_the_sparse_study_counts_the_sights_in_motifs_pairs(harness, load_benchmark, tmp_path):
+    """With the noisy TV on, the details say how many of Motif's distinct messages and labelled pairs hold a sight,
+    and how many of those pairs are ties; without a sight in the data they add nothing."""
+    from llmguide.envs.crafter.distractors import all_sentences
+    from llmguide.methods.oni.motif import PairsDB
+
+    sparse = load_benchmark("craftax_sparse")
+    study = sparse.STUDY
+    plan = harness.make_plan(study, harness.build_parser(study).parse_args(
+        ["--runs", str(tmp_path), "--seeds", "1", "--steps", "100", "--arms", "motif-oracle"]))
+    sight = all_sentences()[7]
+    db = PairsDB(plan.prep / "motif-data" / "pairs.sqlite")
+    db.add_messages(Counter({"": 90, "You collected wood.": 8, sight: 1, f"You collected wood. {sight}": 1}))
+    db.add_pairs([("", sight), ("", "You collected wood."), ("You collected wood.", f"You collected wood. {sight}")])
+    ids = {tuple(sorted(p)): i for i, *p in db.todo(10)}
+    db.write_labels([(ids[tuple(sorted(("", sight)))], 0.5), (ids[("", "You collected wood.")], 1.0),
+                     (ids[tuple(sorted(("You collected wood.", f"You collected wood. {sight}")))], 0.5)])
+    db.close()
+    pairs = sparse.motif_pairs(plan)
+    assert pairs == {"distinct_messages": 4, "distinct_with_sight": 2, "observations_with_sight": 0.02, "pairs": 3,
+                     "pairs_with_sight": 2, "ties_with_sight": 2, "ties": 2}
+    (plan.prep / "motif-data" / "pairs.sqlite").unlink()
+    db = PairsDB(plan.prep / "motif-data" / "pairs.sqlite")
+    db.add_messages(Counter({"": 9, "You collected wood.": 1}))
+    db.close()
+    assert sparse.motif_pairs(plan) == {}
