@@ -95,7 +95,7 @@ def scoring_ratio(task: str, contexts: int, k_history: int) -> dict:
 
     from llmguide.envs import make_env
     from llmguide.envs.babyai.env import ACTION_STRINGS
-    from llmguide.llm.hf import HFLM
+    from llmguide.llm.backends.hf import HFLM
     from llmguide.methods.glam.policy import History
 
     torch.set_num_threads(1)
@@ -167,7 +167,7 @@ def batching_ratio(task: str, num_envs: int, k_history: int, steps: int = 4, thr
     import torch
 
     from llmguide.envs.babyai.env import ACTION_STRINGS
-    from llmguide.llm.hf import HFLM
+    from llmguide.llm.backends.hf import HFLM
     from llmguide.methods.glam.policy import LMPolicy, apply_lora
 
     torch.set_num_threads(threads)

@@ -116,7 +116,7 @@ def picks_from(arm: str, answer, key: str, vocabulary: list[str], top_k: int, se
     """(picked action strings, invalid picks) from a table answer."""
     import numpy as np
 
-    from llmguide.llm.oracle import MISS_SCORE
+    from llmguide.llm.backends.oracle import MISS_SCORE
     from llmguide.llm.parsing import parse_bullets
     from llmguide.methods.ellm.suggester import top_order
 

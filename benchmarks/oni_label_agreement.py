@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out.write_text(json.dumps(result, indent=1))
         return 0
     from llmguide.envs import get_oracle
-    from llmguide.llm.cache import default_cache_path
+    from llmguide.llm.cache.store import default_cache_path
 
     cache = args.cache or default_cache_path()
     margins = scored_messages(cache, args.template)

@@ -153,7 +153,7 @@ def test_code_loop_with_only_hostile_programs_falls_back_to_zero(tmp_path, episo
 
 
 def test_code_loop_with_the_real_embedded_lm_terminates(tmp_path, episodes):
-    from llmguide.llm.embedded import EmbeddedLM
+    from llmguide.llm.backends.embedded import EmbeddedLM
 
     lm = EmbeddedLM()
     try:
@@ -304,7 +304,7 @@ def test_pipeline_steps_name_missing_inputs(tmp_path):
 # --- oracle knowledge and failed labelling ------------------------------------------------------------
 def test_oracle_lm_answers_bk_prompts_from_ground_truth(tmp_path, episodes):
     from llmguide.envs import get_oracle
-    from llmguide.llm.oracle import OracleLM
+    from llmguide.llm.backends.oracle import OracleLM
     from llmguide.methods.bk.babyai import caption_potential
     from llmguide.methods.bk.oracle import BKOracleAnswers
 

@@ -56,7 +56,7 @@ def minilm():
 
 @pytest.fixture(scope="module")
 def embedded_lm():
-    from llmguide.llm.embedded import EmbeddedLM
+    from llmguide.llm.backends.embedded import EmbeddedLM
 
     lm = EmbeddedLM(n_threads=2)
     yield lm
@@ -146,7 +146,7 @@ def test_cosine_mode_matches_paraphrases_and_pays_one_or_the_cosine(minilm):
 
 # --- suggester: oracle / all goals, signature gating with real LM calls ----------------------
 def test_signature_gating_asks_the_real_lm_only_when_the_signature_changes(embedded_lm):
-    from llmguide.llm.service import LLMService
+    from llmguide.llm.service.core import LLMService
     from llmguide.methods.ellm.prompts import template as ellm_template
 
     with LLMService(embedded_lm, max_batch=1) as service:
@@ -172,7 +172,7 @@ def test_signature_gating_asks_the_real_lm_only_when_the_signature_changes(embed
 def test_closed_vocabulary_scoring_with_the_embedded_lm(embedded_lm):
     """Facing a tree with nothing in the inventory, "collect wood" is among the top-5 goals."""
     from llmguide.envs import get_oracle
-    from llmguide.llm.service import LLMService
+    from llmguide.llm.service.core import LLMService
     from llmguide.methods.ellm.prompts import template as ellm_template
 
     vocab = get_oracle("crafter").goals
@@ -187,8 +187,8 @@ def test_closed_vocabulary_scoring_with_the_embedded_lm(embedded_lm):
 
 
 def test_unreachable_backend_falls_back_without_blocking_and_retries():
-    from llmguide.llm.http import HTTPLM
-    from llmguide.llm.service import LLMService
+    from llmguide.llm.backends.http import HTTPLM
+    from llmguide.llm.service.core import LLMService
     from llmguide.methods.ellm.prompts import template as ellm_template
 
     with socket.socket() as s:  # a port nobody listens on
@@ -208,7 +208,7 @@ def test_wrapper_never_blocks_on_a_slow_lm_and_suggestions_fill_in(embedded_lm):
     """Real Crafter vector env + real embedded LM (slow on this CPU): steps proceed at once."""
     from llmguide.envs import make_vector_env
     from llmguide.llm.embeddings import BowEmbedder
-    from llmguide.llm.service import LLMService
+    from llmguide.llm.service.core import LLMService
     from llmguide.methods.ellm.prompts import template as ellm_template
     from llmguide.methods.ellm.wrapper import ELLMGoalWrapper
 

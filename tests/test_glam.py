@@ -27,7 +27,7 @@ needs_hf = pytest.mark.skipif(not _hf_available(), reason="embedded Gemma not co
 
 @pytest.fixture(scope="module")
 def lora_policy():
-    from llmguide.llm.hf import HFLM
+    from llmguide.llm.backends.hf import HFLM
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)   # on a shared 2-core machine one thread is many times faster
@@ -209,7 +209,7 @@ def test_training_off_a_float32_cpu_refuses_a_precision_whose_action_distributio
 def test_device_check_passes_bfloat16_and_catches_a_distribution_that_differs():
     """bfloat16 on the CPU spreads the action mass as float32 does (passes); a policy whose scores differ from
     its float32 copy (here: a bias on one action's logits, as a broken kernel would give) is caught."""
-    from llmguide.llm.hf import HFLM
+    from llmguide.llm.backends.hf import HFLM
     from llmguide.methods.glam.device import parity_error
 
     threads = torch.get_num_threads()
@@ -316,7 +316,7 @@ def test_new_composition_and_heldout_levels_are_solvable_and_mention_what_they_t
 
 @needs_hf
 def test_npae_keeps_pretrained_embeddings_and_scores_with_action_heads():
-    from llmguide.llm.hf import HFLM
+    from llmguide.llm.backends.hf import HFLM
     from llmguide.methods.glam.policy import MLPHead
 
     torch.set_num_threads(1)
@@ -371,7 +371,7 @@ def test_seq2seq_lm_trains_as_policy_through_the_cli(tmp_path, method):
     from transformers import T5Config, T5ForConditionalGeneration
 
     from llmguide import cli
-    from llmguide.llm.hf import embedded_safetensors_dir
+    from llmguide.llm.backends.hf import embedded_safetensors_dir
 
     torch.manual_seed(0)
     model = tmp_path / "t5"

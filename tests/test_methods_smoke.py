@@ -115,7 +115,7 @@ def _glam(root: Path, method: str) -> list[str]:
     from transformers import T5Config, T5ForConditionalGeneration
 
     from conftest import embedded_hf_ready
-    from llmguide.llm.hf import embedded_safetensors_dir
+    from llmguide.llm.backends.hf import embedded_safetensors_dir
 
     if not embedded_hf_ready():
         pytest.skip("embedded Gemma not converted to safetensors yet (its tokenizer is the T5's)")

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from llmguide.envs.crafter.rules import CrafterOracle
-from llmguide.llm.oracle import OracleLM
-from llmguide.llm.service import LLMService
+from llmguide.llm.backends.oracle import OracleLM
+from llmguide.llm.service.core import LLMService
 from llmguide.methods.oni.annotator import MessageAnnotator, PairAnnotator
 from llmguide.methods.oni.oracle import ONIOracleAnswers
 from llmguide.methods.oni.ranking import ONIRanking
@@ -86,7 +86,7 @@ def test_oracle_labels_crafter_messages_through_the_crafter_prompts(service, mod
 
 def test_knowledge_controls_answer_the_crafter_prompts():
     from llmguide.envs.crafter.messages import ACHIEVEMENT_NAMES, SIGHTS, Change, render
-    from llmguide.llm.counterfactual import CounterfactualLM
+    from llmguide.llm.backends.counterfactual import CounterfactualLM
     from llmguide.methods.oni.prompts import template
 
     oracle_lm = OracleLM("crafter", answerers=[ONIOracleAnswers(CrafterOracle())])

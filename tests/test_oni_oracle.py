@@ -15,8 +15,8 @@ pytest.importorskip("minihack")
 
 from llmguide.envs.nethack.env import NetHackText  # noqa: E402
 from llmguide.envs.nethack.oracle import SCORE_GOAL, NetHackOracle, goal_events, task_goal  # noqa: E402
-from llmguide.llm.oracle import OracleLM  # noqa: E402
-from llmguide.llm.service import LLMService  # noqa: E402
+from llmguide.llm.backends.oracle import OracleLM  # noqa: E402
+from llmguide.llm.service.core import LLMService  # noqa: E402
 from llmguide.methods.oni.annotator import MessageAnnotator, PairAnnotator  # noqa: E402
 from llmguide.methods.oni.oracle import ONIOracleAnswers  # noqa: E402
 from llmguide.pipelines import load_config  # noqa: E402

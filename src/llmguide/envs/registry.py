@@ -61,7 +61,7 @@ class Family:
 
 
 _NETHACK = "llmguide.envs.nethack.env"
-_EXPERT = "llmguide.envs.crafter.expert:ExpertPolicy"
+_EXPERT = "llmguide.envs.crafter.expert.agent:ExpertPolicy"
 _CRAFTER_TASK = "llmguide.envs.crafter.rules:task_problem"
 _NOISY_TV = "llmguide.envs.crafter.distractors:wrap_vector"
 _NOISY_TV_TEXT = ("env.distractors.rate=P (a noisy TV): the do-nothing action shows a harmless new sight with "

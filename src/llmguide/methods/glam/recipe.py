@@ -53,7 +53,7 @@ class GLAMRecipe(TextPolicyRecipe):
     def build_policy(self) -> Any:
         """HFLM from ``cfg.llm`` (trainable), LoRA-wrapped if ``method.lora``, as an :class:`LMPolicy`."""
         from llmguide.envs.babyai.env import ACTION_STRINGS
-        from llmguide.llm.hf import HFLM
+        from llmguide.llm.backends.hf import HFLM
         from llmguide.methods.glam.device import default_dtype, require_device
         from llmguide.methods.glam.policy import LMPolicy, MLPHead, ValueHead, apply_lora, d_model_of
 

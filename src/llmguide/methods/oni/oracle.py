@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from llmguide.llm.oracle import MISS_SCORE, last_line
+from llmguide.llm.backends.oracle import MISS_SCORE, last_line
 
 
 class ONIOracleAnswers:
-    """Ground-truth message labels and pair preferences from ``env_oracle`` (an :class:`~llmguide.llm.oracle.Answerer`)."""
+    """Ground-truth message labels and pair preferences from ``env_oracle`` (an :class:`~llmguide.llm.backends.oracle.Answerer`)."""
 
     name = "oni"
 

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from llmguide.core.errors import LLMUnavailableError
+from llmguide.llm.backends.oracle import MISS_SCORE, OracleLM
 from llmguide.llm.base import Completion, LanguageModel, check_score_args
-from llmguide.llm.oracle import MISS_SCORE, OracleLM
 
 KINDS = ("random", "shuffled", "constant")
 _PREFS = {"a>b": "A > B", "b>a": "B > A", "a=b": "A = B"}
