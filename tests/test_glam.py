@@ -96,7 +96,7 @@ def test_ppo_update_raises_probability_of_positive_advantage_action(lora_policy)
     envs = make_vector_env({"name": "babyai", "task": "GoToRedBall"}, 1, seed=0)
     before_state = lora_policy.trainable_state()
     try:
-        cfg = OmegaConf.create({"epochs": 1, "minibatch": 2, "lr": 5e-3, "ent_coef": 0.0, "vf_coef": 0.0,
+        cfg = OmegaConf.create({"update_epochs": 1, "num_minibatches": 1, "lr": 5e-3, "ent_coef": 0.0, "vf_coef": 0.0,
                                 "clip_coef": 10.0})
         agent = GLAMPPO(envs, lora_policy, cfg, seed=0)
         rewarded, punished = 2, 0   # "go forward" gets +advantage, "turn left" gets -advantage
@@ -172,8 +172,8 @@ def test_train_cli_end_to_end_writes_metrics_checkpoint_and_eval(tmp_path):
 
     threads = torch.get_num_threads()
     code = cli.main(["train", "env=babyai", "method=glam", "llm=hf", "total_steps=2", "num_envs=1",
-                     "env.task=GoToRedBall", "env.max_steps=2", "agent.rollout_steps=2", "agent.minibatch=2",
-                     "agent.epochs=1", "method.k_history=1", "method.value_hidden=16", "eval.episodes=1",
+                     "env.task=GoToRedBall", "env.max_steps=2", "agent.num_steps=2", "agent.num_minibatches=1",
+                     "agent.update_epochs=1", "method.k_history=1", "method.value_hidden=16", "eval.episodes=1",
                      "progress=false", f"run.dir={tmp_path}", "run.name=glam"])
     torch.set_num_threads(threads)   # the recipe sets agent.torch_threads
     assert code == 0
@@ -195,8 +195,8 @@ def test_training_off_a_float32_cpu_refuses_a_precision_whose_action_distributio
 
     threads = torch.get_num_threads()
     code = cli.main(["train", "env=babyai", "method=glam", "llm=hf", "llm.dtype=float16", "total_steps=2",
-                     "num_envs=1", "env.task=GoToRedBall", "agent.rollout_steps=2", "agent.minibatch=2",
-                     "agent.epochs=1", "method.k_history=1", "method.value_hidden=16", "eval.episodes=0",
+                     "num_envs=1", "env.task=GoToRedBall", "agent.num_steps=2", "agent.num_minibatches=1",
+                     "agent.update_epochs=1", "method.k_history=1", "method.value_hidden=16", "eval.episodes=0",
                      "progress=false", f"run.dir={tmp_path}", "run.name=fp16"])
     torch.set_num_threads(threads)
     err = capsys.readouterr().err.strip().splitlines()
@@ -381,8 +381,8 @@ def test_seq2seq_lm_trains_as_policy_through_the_cli(tmp_path, method):
         shutil.copy(embedded_safetensors_dir() / name, model / name)
     threads = torch.get_num_threads()
     code = cli.main(["train", "env=babyai", f"method={method}", "llm=hf", f"llm.model_path={model}", "total_steps=4",
-                     "num_envs=1", "env.task=GoToRedBall", "env.max_steps=4", "agent.rollout_steps=4",
-                     "agent.minibatch=2", "method.value_hidden=8", "eval.episodes=1", "progress=false",
+                     "num_envs=1", "env.task=GoToRedBall", "env.max_steps=4", "agent.num_steps=4",
+                     "agent.num_minibatches=2", "method.value_hidden=8", "eval.episodes=1", "progress=false",
                      f"run.dir={tmp_path}", "run.name=run"])
     torch.set_num_threads(threads)
     assert code == 0
@@ -421,7 +421,7 @@ def test_micro_batches_accumulate_to_the_same_update_as_one_forward(lora_policy)
     try:
         for micro in (0, 1):
             lora_policy.load_trainable_state(start)
-            cfg = OmegaConf.create({"epochs": 1, "minibatch": 4, "micro_batch": micro, "lr": 5e-3})
+            cfg = OmegaConf.create({"update_epochs": 1, "num_minibatches": 1, "micro_batch": micro, "lr": 5e-3})
             GLAMPPO(envs, lora_policy, cfg, seed=0).ppo_update(prompts, actions, old, adv, ret)
             after[micro] = {k: v.clone() for k, v in lora_policy.trainable_state().items()}
     finally:
