@@ -6,7 +6,7 @@
 #
 #   benchmarks/glam_gpu.sh MODEL_DIR OUT SECONDS [SEEDS] [TASK]
 #
-# MODEL_DIR: a transformers folder of Gemma 3 270M (llmguide.llm.hf.convert_gguf makes one from the GGUF).
+# MODEL_DIR: a transformers folder of Gemma 3 270M (llmguide.llm.backends.hf.convert_gguf makes one from the GGUF).
 # Settings are GLAM's where the GPU allows: 32 envs, 3 observations in the prompt, 4 PPO epochs; rollouts of 16
 # steps per env (GLAM: 40) so that a short lease still sees many updates; LoRA on every block; minibatch 8
 # (GLAM: 64), because memory, measured on one H100 (80 GB), at 32 envs: GLAM bf16 minibatch 64 ~42 GB, NPAE fp32
