@@ -105,12 +105,6 @@ def train_lowlevel(net: ActorCritic, images: np.ndarray, directions: np.ndarray,
     return {"history": history, "samples": int(n)}
 
 
-def _logits(net: ActorCritic, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """``net.action_logits(obs)`` under its former name, kept only because benchmarks/ptgm_analysis.py imports it
-    (delete it once that script calls ``net.action_logits``)."""
-    return net.action_logits(obs)
-
-
 class LowLevelActor:
     """``(env obs, goal) -> action`` with the frozen low-level net; ``cfg_scale`` > 0 = classifier-free guidance.
 
