@@ -31,6 +31,7 @@ import numpy as np
 def survey(env_id: str, episodes: int, seed: int = 0, top: int = 8) -> dict:
     from llmguide.envs.nethack.env import NetHackText
     from llmguide.envs.nethack.oracle import NetHackOracle
+    from llmguide.methods.oni.oracle import helpful
 
     family = "nethack" if env_id.startswith("NetHack") else "minihack"
     env = NetHackText(env_id, family=family, reward_clip=10.0)
@@ -60,8 +61,8 @@ def survey(env_id: str, episodes: int, seed: int = 0, top: int = 8) -> dict:
         rows.append({"message": m, "episodes_with": n, "share": round(n / episodes, 4),
                      "success_with": round(float(wins_a[has].mean()), 4),
                      "success_without": round(float(wins_a[~has].mean()), 4) if (~has).any() else None,
-                     "oracle_helpful": oracle.helpful(m)})
-    helpful_any = np.array([any(oracle.helpful(m) for m in s) for s in seen])
+                     "oracle_helpful": helpful(oracle, m)})
+    helpful_any = np.array([any(helpful(oracle, m) for m in s) for s in seen])
     lift = sorted(rows, key=lambda r: (r["success_with"] - (r["success_without"] or 0.0)) * min(r["episodes_with"], 30),
                   reverse=True)
     return {"env_id": env_id, "episodes": episodes, "success": round(float(wins_a.mean()), 4),
