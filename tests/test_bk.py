@@ -258,7 +258,7 @@ def test_goal_template_example_names_no_babyai_target_and_echoes_are_dropped(tmp
     from minigrid.core.constants import COLOR_NAMES
 
     from llmguide.envs import make_env
-    from llmguide.envs.babyai.tasks import PAPER_TASKS
+    from llmguide.envs.babyai.tasks import BIG_ROOM_TASKS
     from llmguide.methods.bk.babyai import mission_target
     from llmguide.methods.bk.goal import example_goals
     from llmguide.methods.bk.prompts import template as load_template
@@ -267,7 +267,7 @@ def test_goal_template_example_names_no_babyai_target_and_echoes_are_dropped(tmp
     assert template.number >= 3
     static = template.render(window="", goals="").lower()
     targets = []
-    for task in (t for t in PAPER_TASKS if t.startswith("GoToLocal")):
+    for task in (t for t in BIG_ROOM_TASKS if t.startswith("GoToLocal")):
         env = make_env({"name": "babyai", "task": task}, 0)
         try:
             targets.append(mission_target(env.reset(seed=0)[1]["mission"]))
