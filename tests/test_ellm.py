@@ -368,7 +368,7 @@ def test_text_actions_map_to_crafter_with_success_flags_and_the_reference_rules(
     from llmguide.envs.crafter.env import CrafterText
 
     assert len(ACTION_STRINGS) == 139 and len(GOOD_ACTIONS) == 29 and "drink stone" in ACTION_STRINGS
-    env = CrafterTextActions(CrafterText(seed=3), ellm_rules=True)
+    env = CrafterTextActions(CrafterText(seed=3), lenient_rules=True)
     env.reset(seed=3)
     player, world = env._player, env.unwrapped._core._world
     target = tuple(player.pos + np.array(player.facing))
@@ -380,7 +380,7 @@ def test_text_actions_map_to_crafter_with_success_flags_and_the_reference_rules(
     assert not info["action_success"] and not info["eval_success"]
     _, reward, _, _, info = env.step(ACTION_STRINGS.index("chop tree"))
     assert info["eval_success"] and info["action_success"] and player.inventory["wood"] == 1
-    assert "collect wood" in info["events"] and reward == 1.0        # unlock reward only (ellm_rules)
+    assert "collect wood" in info["events"] and reward == 1.0        # unlock reward only (lenient_rules)
     world[target] = "grass"
     _, _, _, _, info = env.step(ACTION_STRINGS.index("make crafting table"))   # 1 wood is enough here
     assert info["eval_success"] and world[target][0] == "table" and player.inventory["wood"] == 0
