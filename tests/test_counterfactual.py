@@ -146,7 +146,7 @@ def test_a_program_has_no_counterfactual() -> None:
             return None
 
     lm = CounterfactualLM("random", OracleLM("babyai", answerers=[Program()]))
-    with pytest.raises(LLMUnavailableError, match="bk_random_phi"):
+    with pytest.raises(LLMUnavailableError, match="no counterfactual program"):
         lm.generate(["def potential(obs, caption) ..."])
 
 
