@@ -4,7 +4,7 @@ A uniformly random policy plays ``--episodes`` episodes of each task (the same e
 benchmark: ``NetHackText``, the task's own action set).  Per task it reports the success rate, and per
 distinct message (numbers kept; the exact bytes ONI's Retrieval table keys on): the share of episodes in
 which it appears, the success rate of the episodes with it and without it (the lift), and whether the
-oracle (``NetHackOracle.helpful``, no goal: any progress event) calls it helpful.  A task suits ONI when
+oracle (``methods.oni.oracle.helpful``, no goal: any progress event) calls it helpful.  A task suits ONI when
 random success is low and a message the oracle pays for is rare and lifts success: the intrinsic reward
 then marks the step that matters.  No task-specific code: the same analysis runs on every id.
 
