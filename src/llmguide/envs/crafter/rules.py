@@ -1,8 +1,8 @@
 """Crafter's rules as the env family's knowledge: names, the caption grammar, the single-task definition
 (:class:`Task`), the requirement tree read from Crafter's own constants, the Crafter score and the ground-truth
 goal oracle (which also measures the progress a message line of :mod:`llmguide.envs.crafter.messages` reports:
-the methods' message-label answerers read it).  The env (:mod:`llmguide.envs.crafter.env`), its text actions and Craftax-Classic import this
-module."""
+the methods' message-label answerers read it).  The env (:mod:`llmguide.envs.crafter.env`), its text actions
+and Craftax-Classic import this module."""
 
 from __future__ import annotations
 

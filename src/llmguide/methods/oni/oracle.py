@@ -5,8 +5,9 @@ lines (quotes stripped); a ``Goal:`` line (the ``*_goal`` templates) conditions 
 goal, as it conditions an LM's.  The env oracle must know messages: ``message_progress(message, goal=...)``,
 how much progress towards the goal a message reports (NetHack / MiniHack, from the message events; Crafter /
 Craftax-Classic, from the achievements their message line reports and the requirement tree).  ONI's label is
-:func:`helpful` (some progress), Motif's and ONI-Ranking's preference :func:`prefer` (more progress).  ``generate`` answers in the
-``<answer>`` tag; ``score`` gives 0.0 to the true answer and ``MISS_SCORE`` to the others.
+:func:`helpful` (some progress), Motif's and ONI-Ranking's preference :func:`prefer` (more progress).
+``generate`` answers in the ``<answer>`` tag; ``score`` gives 0.0 to the true answer and ``MISS_SCORE`` to the
+others.
 """
 
 from __future__ import annotations
