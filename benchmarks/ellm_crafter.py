@@ -1,7 +1,7 @@
 """ELLM reproduction: ground-truth achievements per episode during intrinsic-only pretraining.
 
 Arms (ELLM paper's controls, every one intrinsic-only, ``extrinsic_coef=0``, same PPO agent, network,
-env and budget; ELLM's text action space and rules, ``env.actions=text env.ellm_rules=true``):
+env and budget; ELLM's text action space and rules, ``env.actions=text env.lenient_rules=true``):
 
 * ``ellm-oracle``   — ELLM with ground-truth suggestions through the LM path (``method=ellm llm=oracle``)
 * ``ellm-embedded`` — ELLM with the embedded LM scoring the goal vocabulary (``method=ellm llm=embedded``)
@@ -33,7 +33,7 @@ from harness import Study, main
 from harness import plot_summary as plot  # noqa: F401  (ellm_finetune.py imports it from here)
 
 COMMON = ["env.actions=text", "agent=ppo", "eval.episodes=0", "num_envs=4", "env.max_steps=400"]
-CRAFTER_ONLY = ["env.ellm_rules=true"]  # ELLM's rule changes patch Crafter's game logic
+CRAFTER_ONLY = ["env.lenient_rules=true"]  # ELLM's rule changes patch Crafter's game logic
 ELLM = ["method=ellm", "method.suggester=score", "method.match=exact", "method.extrinsic_coef=0.0"]
 OPEN = ["method.vocabulary=actions"]   # the LM ranks all 139 action strings, not the 22 achievement ones
 ARMS = {  # name -> overrides (all intrinsic-only but the labelled upper reference)

@@ -1,4 +1,4 @@
-"""The scripted expert (``llmguide.envs.crafter.expert``) on Crafter or Craftax-Classic: achievements per
+"""The scripted expert (``llmguide.envs.crafter.expert.agent``) on Crafter or Craftax-Classic: achievements per
 episode, the Crafter / Craftax-Classic score, episode length and speed.
 
 Each seed runs ``--episodes`` episodes in parallel (one vector env of that many envs, the expert acting for
@@ -49,7 +49,7 @@ def achievement_key(target: str) -> str:
 def run_seed(env_id: str, seed: int, episodes: int, mode: str, max_steps: int, exclude: list[str],
              eps: float | None, target: str | None = None) -> dict:
     """``episodes`` parallel episodes of the expert with ``seed``: per-episode achievements and lengths, speeds."""
-    from llmguide.envs.crafter.expert import ExpertPolicy
+    from llmguide.envs.crafter.expert.agent import ExpertPolicy
     from llmguide.envs.vector import make_vector_env
 
     cfg = {"name": env_id, "max_steps": max_steps, "task": target}

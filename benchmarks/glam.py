@@ -95,7 +95,7 @@ def scoring_ratio(task: str, contexts: int, k_history: int) -> dict:
 
     from llmguide.envs import make_env
     from llmguide.envs.babyai.env import ACTION_STRINGS
-    from llmguide.llm.hf import HFLM
+    from llmguide.llm.backends.hf import HFLM
     from llmguide.methods.glam.policy import History
 
     torch.set_num_threads(1)
@@ -167,7 +167,7 @@ def batching_ratio(task: str, num_envs: int, k_history: int, steps: int = 4, thr
     import torch
 
     from llmguide.envs.babyai.env import ACTION_STRINGS
-    from llmguide.llm.hf import HFLM
+    from llmguide.llm.backends.hf import HFLM
     from llmguide.methods.glam.policy import LMPolicy, apply_lora
 
     torch.set_num_threads(threads)
@@ -275,8 +275,9 @@ def method_overrides(args: argparse.Namespace) -> dict[str, list[str]]:
     common = ["env=babyai", f"env.task={args.task}", f"num_envs={args.num_envs}", f"eval.episodes={args.eval_episodes}",
               f"eval.greedy={str(args.greedy).lower()}"]
     rollout = max(1, min(16, args.steps // (2 * args.num_envs)))
-    lm = [*common, "llm=hf", f"total_steps={args.steps}", f"agent.rollout_steps={rollout}",
-          f"method.k_history={args.k_history}", f"agent.epochs={args.epochs}", f"agent.torch_threads={args.threads}",
+    lm = [*common, "llm=hf", f"total_steps={args.steps}", f"agent.num_steps={rollout}",
+          f"agent.num_minibatches={max(1, rollout * args.num_envs // 4)}",   # minibatches of 4 prompts
+          f"method.k_history={args.k_history}", f"agent.update_epochs={args.epochs}", f"agent.torch_threads={args.threads}",
           f"llm.device={args.device}", f"llm.dtype={args.dtype}", f"method.score_batch={args.score_batch}"]
     tests = [f"method.post_tests=[{args.post_tests}]", f"method.post_test_episodes={args.post_test_episodes}"]
     lora = [f"method.lora_last_layers={args.lora_last_layers}"]

@@ -135,7 +135,7 @@ def write_report(result: dict, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="a transformers folder of the LM (llmguide.llm.hf.convert_gguf)")
+    p.add_argument("--model", required=True, help="a transformers folder of the LM (llmguide.llm.backends.hf.convert_gguf)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--variants", default=DEFAULT_VARIANTS, help="comma-separated dtype:attention:score_batch")
     p.add_argument("--task", default="GoToLocal")

@@ -6,7 +6,7 @@
 #
 #   benchmarks/glam_gpu.sh MODEL_DIR OUT SECONDS [SEEDS] [TASK]
 #
-# MODEL_DIR: a transformers folder of Gemma 3 270M (llmguide.llm.hf.convert_gguf makes one from the GGUF).
+# MODEL_DIR: a transformers folder of Gemma 3 270M (llmguide.llm.backends.hf.convert_gguf makes one from the GGUF).
 # Settings are GLAM's where the GPU allows: 32 envs, 3 observations in the prompt, 4 PPO epochs; rollouts of 16
 # steps per env (GLAM: 40) so that a short lease still sees many updates; LoRA on every block; minibatch 8
 # (GLAM: 64), because memory, measured on one H100 (80 GB), at 32 envs: GLAM bf16 minibatch 64 ~42 GB, NPAE fp32
@@ -19,6 +19,7 @@
 # do in bf16 at lr 1e-4 (most updates round away), so NPAE runs in fp32.  Every run first checks its action
 # distributions against a float32 CPU copy (agent.device_check) and stops with one line if they differ.
 # DEVICE=cpu DTYPE=float32 NUM_ENVS=2 ROLLOUT=2 MINIBATCH=4 MICRO=2 run the same script on a CPU for a smoke test.
+# MINIBATCH is prompts per gradient step: agent.num_minibatches = NUM_ENVS x ROLLOUT / MINIBATCH (divide evenly).
 set -u
 model=$1 out=$2 secs=$3 seeds=${4:-3} task=${5:-GoToLocal}
 device=${DEVICE:-cuda} dtype=${DTYPE:-bfloat16} npae_dtype=${NPAE_DTYPE:-float32} envs=${NUM_ENVS:-32} rollout=${ROLLOUT:-16} minibatch=${MINIBATCH:-64} micro=${MICRO:-16}
@@ -26,7 +27,7 @@ parallel=${PARALLEL:-4}
 mkdir -p "$out"
 common=(env=babyai "env.task=$task" "num_envs=$envs" llm=hf "llm.model_path=$model" "llm.device=$device"
         llm.max_batch=256 "method.score_batch=$envs" method.k_history=3
-        "agent.rollout_steps=$rollout" agent.epochs=4 "agent.minibatch=$minibatch" "agent.micro_batch=$micro" agent.torch_threads=2
+        "agent.num_steps=$rollout" agent.update_epochs=4 "agent.num_minibatches=$(( envs * rollout / minibatch > 0 ? envs * rollout / minibatch : 1 ))" "agent.micro_batch=$micro" agent.torch_threads=2
         total_steps=1500000 eval.episodes=0 progress=false "run.dir=$out" run.overwrite=true)
 runner="import sys; from llmguide.cli import main; sys.exit(main(sys.argv[1:]))"
 one() {   # one run: METHOD SEED

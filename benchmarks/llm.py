@@ -88,10 +88,10 @@ def bench_backend(name: str, lm, args: argparse.Namespace) -> dict:
 def bench_cache(lm, args: argparse.Namespace) -> dict:
     """Latency of a CachedLM hit versus the backend call it replaces (temporary cache file)."""
     try:
-        from llmguide.llm.cache import LLMCache
-        from llmguide.llm.cached_lm import CachedLM
+        from llmguide.llm.cache.cached_lm import CachedLM
+        from llmguide.llm.cache.store import LLMCache
     except ImportError:
-        return {"cache": "llmguide.llm.cache not available"}
+        return {"cache": "llmguide.llm.cache.store not available"}
     with tempfile.TemporaryDirectory() as tmp:
         cache = LLMCache(Path(tmp) / "bench.sqlite")
         cached = CachedLM(lm, cache, template_version="bench")
@@ -216,15 +216,15 @@ def main() -> None:
     for name in args.backends.split(","):
         start = time.perf_counter()
         if name == "embedded":
-            from llmguide.llm.embedded import EmbeddedLM
+            from llmguide.llm.backends.embedded import EmbeddedLM
 
             lm = EmbeddedLM()
         elif name == "qwen":
-            from llmguide.llm.embedded import EmbeddedLM
+            from llmguide.llm.backends.embedded import EmbeddedLM
 
             lm = EmbeddedLM(model="qwen2.5-coder-1.5b-instruct-q4_k_m", n_ctx=4096, n_threads=os.cpu_count() or 2)
         elif name == "hf":
-            from llmguide.llm.hf import HFLM
+            from llmguide.llm.backends.hf import HFLM
 
             lm = HFLM()
         else:

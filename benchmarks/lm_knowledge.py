@@ -116,7 +116,7 @@ def picks_from(arm: str, answer, key: str, vocabulary: list[str], top_k: int, se
     """(picked action strings, invalid picks) from a table answer."""
     import numpy as np
 
-    from llmguide.llm.oracle import MISS_SCORE
+    from llmguide.llm.backends.oracle import MISS_SCORE
     from llmguide.llm.parsing import parse_bullets
     from llmguide.methods.ellm.suggester import top_order
 
@@ -205,6 +205,7 @@ def oni_probe(args, arms: list[str]) -> dict:
     from llmguide.llm.factory import make_llm
     from llmguide.llm.parsing import ParseStats, parse_label
     from llmguide.llm.table import AnswerTable, build_table
+    from llmguide.methods.oni.oracle import helpful
     from llmguide.methods.oni.recipe import answer_queries, oracle_answers
     from llmguide.pipelines.answers import lm_name
 
@@ -241,7 +242,7 @@ def oni_probe(args, arms: list[str]) -> dict:
                 m = -1.0 if lab is None else lab
                 unparsed += lab is None
                 lab = 0.0 if lab is None else lab
-            truth.append(bool(oracle.helpful(q.label)))
+            truth.append(bool(helpful(oracle, q.label)))
             margin.append(m)
             label.append(lab)
             weight.append(q.weight)
@@ -392,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(path.read_text()) if path.exists() else {}
         results.update(oni_probe(args, arms))
         results["setup"] = {"data": str(args.data), "env": args.env_id, "n": args.n, "seed": args.seed,
-                            "truth": "oracle.helpful(message): the message reports an achievement"}
+                            "truth": "helpful(oracle, message): the message reports an achievement"}
         path.write_text(json.dumps(results, indent=1, sort_keys=True))
         print(json.dumps(results, indent=1, sort_keys=True))
         return 0

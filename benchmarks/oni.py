@@ -131,16 +131,17 @@ def agreement(labels: dict[str, float | None], goal: str | None = None) -> dict:
     import numpy as np
 
     from llmguide.envs.nethack.oracle import NetHackOracle
+    from llmguide.methods.oni.oracle import helpful
 
     oracle = NetHackOracle()
-    pairs = [(y > 0.5, oracle.helpful(m, goal)) for m, y in labels.items() if y is not None]
+    pairs = [(y > 0.5, helpful(oracle, m, goal)) for m, y in labels.items() if y is not None]
     if not pairs:
         return {"messages": 0}
     lm, gt = np.array(pairs).T
     return {"messages": len(pairs), "agreement": round(float((lm == gt).mean()), 4),
             "lm_yes_oracle_yes": int((lm & gt).sum()), "lm_yes_oracle_no": int((lm & ~gt).sum()),
             "lm_no_oracle_yes": int((~lm & gt).sum()), "lm_no_oracle_no": int((~lm & ~gt).sum()),
-            "oracle_helpful": sorted(m for m in labels if oracle.helpful(m, goal))}
+            "oracle_helpful": sorted(m for m in labels if helpful(oracle, m, goal))}
 
 
 def details(plan) -> tuple[list[str], dict]:

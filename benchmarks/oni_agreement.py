@@ -39,6 +39,7 @@ def main() -> None:
     import harness  # benchmarks/harness.py
     import oni  # benchmarks/oni.py
     from llmguide.envs.nethack.oracle import NetHackOracle, task_goal
+    from llmguide.methods.oni.oracle import helpful
     from llmguide.methods.oni.recipe import build_oni_module, method_goal
     from llmguide.pipelines import load_config
     from llmguide.pipelines.services import close_service, open_service
@@ -72,14 +73,14 @@ def main() -> None:
         "unparseable": int(annot.counts["unparseable"]), "fallbacks": int(annot.counts["fallbacks"]),
         "unlabelled": sum(1 for m in messages if m not in annot.labels), "all_done": bool(done),
         "lm_requests": int(annot.counts["requests"]), "seconds": round(secs, 1),
-        "oracle_labels_consistent": all((y is None) or ((y > 0.5) == oracle.helpful(m, None))
+        "oracle_labels_consistent": all((y is None) or ((y > 0.5) == helpful(oracle, m, None))
                                         for m, y in oracle_labels.items()),
-        "key_messages": {m: {"seen": m in lm, "lm_label": lm.get(m), "oracle_helpful": oracle.helpful(m, None)}
+        "key_messages": {m: {"seen": m in lm, "lm_label": lm.get(m), "oracle_helpful": helpful(oracle, m, None)}
                          for m in args_in.key_message},
         "lm_yes_oracle_no_messages": sorted(m for m, y in lm.items() if y is not None and y > 0.5
-                                            and not oracle.helpful(m, None)),
+                                            and not helpful(oracle, m, None)),
         "lm_no_oracle_yes_messages": sorted(m for m, y in lm.items() if y is not None and y <= 0.5
-                                            and oracle.helpful(m, None)),
+                                            and helpful(oracle, m, None)),
         "labels": lm})
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")

@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             args.out.write_text(json.dumps(result, indent=1))
         return 0
     from llmguide.envs import get_oracle
-    from llmguide.llm.cache import default_cache_path
+    from llmguide.llm.cache.store import default_cache_path
+    from llmguide.methods.oni.oracle import helpful
 
     cache = args.cache or default_cache_path()
     margins = scored_messages(cache, args.template)
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     msgs = list(margins)
     m = np.array([margins[k] for k in msgs])
     oracle = get_oracle(args.env)
-    truth = np.array([bool(oracle.helpful(k)) for k in msgs])
+    truth = np.array([bool(helpful(oracle, k)) for k in msgs])
     yes = m >= np.quantile(m, 1 - args.rate)
     order = np.argsort(-m)
     result = {"messages": len(msgs), "oracle_helpful": float(truth.mean()), "roc_auc": roc_auc(m, truth),

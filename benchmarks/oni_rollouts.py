@@ -29,6 +29,7 @@ def rollouts(run: str, episodes: int, seed: int = 500) -> dict:
 
     from llmguide.envs import make_env
     from llmguide.envs.nethack.oracle import NetHackOracle
+    from llmguide.methods.oni.oracle import helpful as is_helpful
     from llmguide.methods.oni.recipe import method_goal
     from llmguide.pipelines import recipe_class
 
@@ -49,7 +50,7 @@ def rollouts(run: str, episodes: int, seed: int = 500) -> dict:
             obs, r, term, trunc, info = env.step(a)
             ret, n = ret + float(r), n + 1
             acts[names[a]] += 1
-            if oracle.helpful(info["message"], goal):
+            if is_helpful(oracle, info["message"], goal):
                 helpful[" ".join(info["message"].split()[:3])] += 1
             done = term or trunc
         rets.append(round(ret, 1))

@@ -4,7 +4,7 @@ A uniformly random policy plays ``--episodes`` episodes of each task (the same e
 benchmark: ``NetHackText``, the task's own action set).  Per task it reports the success rate, and per
 distinct message (numbers kept; the exact bytes ONI's Retrieval table keys on): the share of episodes in
 which it appears, the success rate of the episodes with it and without it (the lift), and whether the
-oracle (``NetHackOracle.helpful``, no goal: any progress event) calls it helpful.  A task suits ONI when
+oracle (``methods.oni.oracle.helpful``, no goal: any progress event) calls it helpful.  A task suits ONI when
 random success is low and a message the oracle pays for is rare and lifts success: the intrinsic reward
 then marks the step that matters.  No task-specific code: the same analysis runs on every id.
 
@@ -31,6 +31,7 @@ import numpy as np
 def survey(env_id: str, episodes: int, seed: int = 0, top: int = 8) -> dict:
     from llmguide.envs.nethack.env import NetHackText
     from llmguide.envs.nethack.oracle import NetHackOracle
+    from llmguide.methods.oni.oracle import helpful
 
     family = "nethack" if env_id.startswith("NetHack") else "minihack"
     env = NetHackText(env_id, family=family, reward_clip=10.0)
@@ -60,8 +61,8 @@ def survey(env_id: str, episodes: int, seed: int = 0, top: int = 8) -> dict:
         rows.append({"message": m, "episodes_with": n, "share": round(n / episodes, 4),
                      "success_with": round(float(wins_a[has].mean()), 4),
                      "success_without": round(float(wins_a[~has].mean()), 4) if (~has).any() else None,
-                     "oracle_helpful": oracle.helpful(m)})
-    helpful_any = np.array([any(oracle.helpful(m) for m in s) for s in seen])
+                     "oracle_helpful": helpful(oracle, m)})
+    helpful_any = np.array([any(helpful(oracle, m) for m in s) for s in seen])
     lift = sorted(rows, key=lambda r: (r["success_with"] - (r["success_without"] or 0.0)) * min(r["episodes_with"], 30),
                   reverse=True)
     return {"env_id": env_id, "episodes": episodes, "success": round(float(wins_a.mean()), 4),

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 
 from llmguide.envs import make_env, make_vector_env, split_infos
 from llmguide.methods.ptgm.goals import GoalCodebook
-from llmguide.methods.ptgm.models import LowLevelActor, _logits, make_lowlevel
+from llmguide.methods.ptgm.models import LowLevelActor, make_lowlevel
 from llmguide.methods.ptgm.options import AsyncOptionsVectorEnv, lowlevel_space
 from llmguide.methods.ptgm.steps import _embed, goal_data
 
@@ -83,8 +83,7 @@ def bc(root: str) -> None:
                 vec = np.concatenate(
                     [data["state"][ids], g, np.full((len(ids), 1), 0.0 if drop else 1.0, np.float32)], 1
                 )
-                lg = _logits(
-                    net,
+                lg = net.action_logits(
                     {
                         "image": torch.as_tensor(data["image"][ids], dtype=torch.float32),
                         "vector": torch.as_tensor(vec, dtype=torch.float32),

@@ -147,7 +147,7 @@ def embedded_hf_ready() -> bool:
     (setup no longer does); False when it cannot be (the hf extras missing)."""
     try:
         from llmguide.llm.assets import embedded_gguf_path
-        from llmguide.llm.hf import convert_gguf, embedded_safetensors_dir, is_converted
+        from llmguide.llm.backends.hf import convert_gguf, embedded_safetensors_dir, is_converted
 
         target = embedded_safetensors_dir()
         if not is_converted(target):

@@ -1,7 +1,7 @@
 """A fault-injecting OpenAI-compatible server on 127.0.0.1 (stdlib ``http.server`` in a thread).
 
 It serves ``POST /v1/completions`` (plain generation, and scoring with ``echo=True, logprobs=1`` as
-:class:`llmguide.llm.http.HTTPLM` sends it), ``POST /v1/chat/completions`` and ``GET /v1/models``.
+:class:`llmguide.llm.backends.http.HTTPLM` sends it), ``POST /v1/chat/completions`` and ``GET /v1/models``.
 Request *i* (counted over all endpoints) gets the fault ``schedule[i % len(schedule)]``:
 
 ==================  ==========================================================================================

@@ -219,7 +219,7 @@ def test_a_file_that_is_not_a_table_is_refused(tmp_path):
 
 
 def test_the_suggester_reads_the_table_and_counts_misses_as_not_fresh(tmp_path):
-    from llmguide.llm.service import LLMService
+    from llmguide.llm.service.core import LLMService
     from llmguide.methods.ellm.recipe import prompt_template
     from llmguide.methods.ellm.recipe import signature_queries as answer_queries
     from llmguide.methods.ellm.suggester import GoalSuggester
@@ -305,7 +305,7 @@ def test_oni_labels_come_from_a_table_built_over_the_collected_message_line(tmp_
     the annotator reads labels from the table (a message not in it gets no label and is not asked again)."""
     from llmguide.cli import main
     from llmguide.data import EpisodeDataset
-    from llmguide.llm.service import LLMService
+    from llmguide.llm.service.core import LLMService
     from llmguide.methods.oni.annotator import MessageAnnotator
     from llmguide.methods.oni.recipe import answer_queries, family_templates
     from llmguide.pipelines import load_config

@@ -152,8 +152,29 @@ def test_code_loop_with_only_hostile_programs_falls_back_to_zero(tmp_path, episo
     assert "forbidden import 'os'" in errors[0] and "timed out" in errors[1] and "KeyError" in errors[2]
 
 
+def test_code_loop_under_a_counterfactual_lm_names_bk_s_own_control(tmp_path, episodes):
+    """The kernel's counterfactual LMs have no program; BK's code loop adds its own control to the refusal."""
+    from llmguide.core.errors import LLMUnavailableError
+    from llmguide.llm.backends.counterfactual import CounterfactualLM
+    from llmguide.llm.backends.oracle import OracleLM
+
+    class Program:
+        name = "prog"
+
+        def generate(self, prompt):
+            return "```python\ndef potential(obs, caption):\n    return 0.0\n```"
+
+        def score(self, prompt, candidates):
+            return None
+
+    lm = CounterfactualLM("random", OracleLM("babyai", answerers=[Program()]))
+    states = bk.sample_states(episodes, 2, np.random.default_rng(0))
+    with pytest.raises(LLMUnavailableError, match="no counterfactual program.*method=bk_random_phi"):
+        bk.write_potential_code(lm, states, Sandbox(SandboxLimits(timeout=2)), tmp_path, iterations=1, fix_retries=0)
+
+
 def test_code_loop_with_the_real_embedded_lm_terminates(tmp_path, episodes):
-    from llmguide.llm.embedded import EmbeddedLM
+    from llmguide.llm.backends.embedded import EmbeddedLM
 
     lm = EmbeddedLM()
     try:
@@ -258,7 +279,7 @@ def test_goal_template_example_names_no_babyai_target_and_echoes_are_dropped(tmp
     from minigrid.core.constants import COLOR_NAMES
 
     from llmguide.envs import make_env
-    from llmguide.envs.babyai.tasks import PAPER_TASKS
+    from llmguide.envs.babyai.tasks import BIG_ROOM_TASKS
     from llmguide.methods.bk.babyai import mission_target
     from llmguide.methods.bk.goal import example_goals
     from llmguide.methods.bk.prompts import template as load_template
@@ -267,7 +288,7 @@ def test_goal_template_example_names_no_babyai_target_and_echoes_are_dropped(tmp
     assert template.number >= 3
     static = template.render(window="", goals="").lower()
     targets = []
-    for task in (t for t in PAPER_TASKS if t.startswith("GoToLocal")):
+    for task in (t for t in BIG_ROOM_TASKS if t.startswith("GoToLocal")):
         env = make_env({"name": "babyai", "task": task}, 0)
         try:
             targets.append(mission_target(env.reset(seed=0)[1]["mission"]))
@@ -304,7 +325,7 @@ def test_pipeline_steps_name_missing_inputs(tmp_path):
 # --- oracle knowledge and failed labelling ------------------------------------------------------------
 def test_oracle_lm_answers_bk_prompts_from_ground_truth(tmp_path, episodes):
     from llmguide.envs import get_oracle
-    from llmguide.llm.oracle import OracleLM
+    from llmguide.llm.backends.oracle import OracleLM
     from llmguide.methods.bk.babyai import caption_potential
     from llmguide.methods.bk.oracle import BKOracleAnswers
 

@@ -10,7 +10,7 @@ import pytest
 
 from llmguide.envs.crafter.env import CrafterText
 from llmguide.envs.crafter.rules import ITEMS, SEMANTIC_NAMES, CrafterOracle
-from llmguide.llm.oracle import OracleLM
+from llmguide.llm.backends.oracle import OracleLM
 from llmguide.methods import bk
 from llmguide.methods.bk.crafter import (
     oracle_goals,

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from llmguide.cli import main
-from llmguide.llm.cache import LLMCache
-from llmguide.llm.cached_lm import CachedLM
+from llmguide.llm.cache.cached_lm import CachedLM
+from llmguide.llm.cache.store import LLMCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_llm_cache import NGramLM  # noqa: E402
@@ -53,7 +53,7 @@ def test_entries_stored_before_prompts_were_kept_export_nulls(tmp_path, capsys):
 def test_oni_labels_export_the_message_prompt_they_answer(tmp_path, capsys):
     """ONI's annotators store each label with the question that produced it (score: the prompt and the
     " yes"/" no" candidates; a pair: both messages in the prompt), so an exported label is auditable."""
-    from llmguide.llm.service import LLMService
+    from llmguide.llm.service.core import LLMService
     from llmguide.methods.oni.annotator import MessageAnnotator, PairAnnotator
 
     path = tmp_path / "c.sqlite"

@@ -33,7 +33,7 @@ def test_transformers_future_warnings_are_silenced():
 
 def test_the_embedded_lm_says_it_loads_and_llama_cpp_swa_line_is_gone():
     pytest.importorskip("llama_cpp")
-    out = _python("from llmguide.llm.embedded import EmbeddedLM\n"
+    out = _python("from llmguide.llm.backends.embedded import EmbeddedLM\n"
                   "for _ in range(2):\n"
                   "    lm = EmbeddedLM(); print(lm.score(['Caption: a tree. Goal:'], [[' chop tree', ' eat cow']])); "
                   "lm.close()")

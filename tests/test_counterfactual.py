@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from llmguide.core.errors import LLMUnavailableError
-from llmguide.llm.counterfactual import CounterfactualLM
+from llmguide.llm.backends.counterfactual import CounterfactualLM
+from llmguide.llm.backends.oracle import MISS_SCORE, OracleLM
 from llmguide.llm.factory import make_llm
-from llmguide.llm.oracle import MISS_SCORE, OracleLM
 from llmguide.pipelines import load_config
 
 
@@ -146,7 +146,7 @@ def test_a_program_has_no_counterfactual() -> None:
             return None
 
     lm = CounterfactualLM("random", OracleLM("babyai", answerers=[Program()]))
-    with pytest.raises(LLMUnavailableError, match="bk_random_phi"):
+    with pytest.raises(LLMUnavailableError, match="no counterfactual program"):
         lm.generate(["def potential(obs, caption) ..."])
 
 
@@ -259,7 +259,7 @@ def test_the_ray_lm_actor_refuses_ground_truth_answerers_only_for_ground_truth_b
 def test_a_controls_rates_reach_the_runs_lm_metrics() -> None:
     """The report shows a control's yes rate beside the oracle's own rate on the same queries (lm_stats.json):
     a shuffled control matches the latter by construction, so a gap to the oracle arm's rate is the queries'."""
-    from llmguide.llm.service import LLMService
+    from llmguide.llm.service.core import LLMService
 
     prompts, truth = _messages(400, rate=0.3)
     with LLMService(_lm("shuffled", seed=2)) as service:

@@ -52,8 +52,7 @@ def test_help_of_the_llm_block_includes_the_root_keys(capsys):
     (["method=ellm", "method.sugester=score"], "did you mean method.suggester?"),
     (["totl_steps=5"], "did you mean total_steps?"),
     (["agent.num_step=64"], "did you mean agent.num_steps?"),
-    (["env=babyai", "method=glam", "agent.num_steps=16"], "did you mean agent.rollout_steps?"),
-    (["env=babyai", "agent.rollout_steps=16"], "did you mean agent.num_steps?"),
+    (["env=babyai", "method=glam", "agent.num_step=16"], "did you mean agent.num_steps?"),   # one vocabulary
     (["method=elm"], "did you mean method=ellm?"),
 ])
 def test_unknown_keys_and_options_get_a_did_you_mean(overrides, fragment, capsys):

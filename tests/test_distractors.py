@@ -11,6 +11,7 @@ from llmguide.envs import get_oracle, make_vector_env
 from llmguide.envs.crafter import distractors as tv
 from llmguide.envs.crafter.messages import message_achievements
 from llmguide.learners.common import episode_info_metrics
+from llmguide.methods.oni.oracle import helpful
 
 
 def _cfg(name: str, rate: float, **env) -> OmegaConf:
@@ -85,9 +86,9 @@ def test_ground_truth_calls_every_sight_unhelpful_and_the_grammar_is_large():
     assert len(set(sentences)) == len(sentences) == tv.MAX_SIZE >= 4000
     oracle = get_oracle("crafter")
     for sentence in sentences:
-        assert message_achievements(sentence) == [] and not oracle.helpful(sentence)
-        assert not oracle.helpful(f"You see a cow. {sentence}", "make_wood_pickaxe")
-    assert oracle.helpful("You collect wood.")   # the labeller itself still says yes to progress
+        assert message_achievements(sentence) == [] and not helpful(oracle, sentence)
+        assert not helpful(oracle, f"You see a cow. {sentence}", "make_wood_pickaxe")
+    assert helpful(oracle, "You collect wood.")   # the labeller itself still says yes to progress
     assert tv.sentence_set(10, seed=1) == tv.sentence_set(10, seed=1) != tv.sentence_set(10, seed=2)
 
 

@@ -182,7 +182,7 @@ def test_open_event_when_the_door_really_opens():
     assert f"pick up the {door.color} key" in info["episode_events"]
 
 
-# --- BK's S20 tasks (envs/babyai/tasks.py) ----------------------------------------------------------
+# --- the big-room S20 tasks of BK (envs/babyai/tasks.py) -------------------------------------------
 @pytest.mark.parametrize("task", ["GoToLocal-RedBall-S20", "GoToLocal-PurpleBall-S20", "GoToLocal-RedKey-S20",
                                   "GoToLocal-PurpleKey-S20", "Pretraining-S20"])
 def test_bk_s20_tasks_are_bot_solvable_with_the_paper_layout(task):

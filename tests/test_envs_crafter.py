@@ -242,3 +242,25 @@ def _task_steps(env, family):
         return env.step(make_stone_pickaxe)
 
     return starve, craft
+
+
+def test_lenient_rules_and_their_old_key():
+    """``env.lenient_rules`` (ELLM's rule changes) needs the text actions; the old ``env.ellm_rules=true`` turns
+    the same rules on, with one deprecation line, and ``false`` (old runs' saved configs) changes nothing."""
+    from llmguide.envs.crafter.actions import CrafterTextActions
+
+    def rules(env_cfg):
+        env = make_env(env_cfg, 0)
+        while not isinstance(env, CrafterTextActions):
+            env = env.env
+        return env.lenient_rules
+
+    text = {"name": "crafter", "actions": "text"}
+    assert rules({**text, "lenient_rules": True}) and not rules(text)
+    assert not rules({**text, "ellm_rules": False})
+    with pytest.warns(DeprecationWarning, match="env.ellm_rules is deprecated.*env.lenient_rules"):
+        assert rules({**text, "ellm_rules": True})
+    with pytest.raises(ValueError, match="env.lenient_rules needs env.actions=text"):
+        make_env({"name": "crafter", "lenient_rules": True}, 0)
+    with pytest.raises(ValueError, match="env.lenient_rules needs"), pytest.warns(DeprecationWarning):
+        make_env({"name": "crafter", "ellm_rules": True}, 0)

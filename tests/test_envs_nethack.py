@@ -8,6 +8,7 @@ import pytest
 from llmguide.envs import get_oracle, make_env
 from llmguide.envs.nethack.env import decode_message
 from llmguide.envs.nethack.oracle import message_events
+from llmguide.methods.oni.oracle import helpful
 
 
 def test_caption_is_the_real_message_and_status_events():
@@ -88,8 +89,8 @@ def test_the_key_step_of_a_levitation_task_is_reported_as_progress():
             break
     assert {"pick up an item", "start levitating"} <= seen
     oracle = get_oracle("minihack")
-    assert oracle.helpful("You start to float in the air!") and oracle.helpful("f - an orange potion.")
-    assert not oracle.helpful("c - an uncursed flint stone (in quiver pouch).")
+    assert helpful(oracle, "You start to float in the air!") and helpful(oracle, "f - an orange potion.")
+    assert not helpful(oracle, "c - an uncursed flint stone (in quiver pouch).")
 
 
 def test_minihack_room_success_staircase_and_oracle():

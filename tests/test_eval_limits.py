@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmguide.cli import main
-from llmguide.llm.http import HTTPLM
+from llmguide.llm.backends.http import HTTPLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_server import FaultServer  # noqa: E402

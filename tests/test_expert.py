@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmguide.envs.crafter.expert import ExpertPolicy
-from llmguide.envs.crafter.expert_nav import ORIGIN, SEM, LocalMap
-from llmguide.envs.crafter.expert_plan import ACTIONS, RequirementTree
+from llmguide.envs.crafter.expert.agent import ExpertPolicy
+from llmguide.envs.crafter.expert.nav import ORIGIN, SEM, LocalMap
+from llmguide.envs.crafter.expert.plan import ACTIONS, RequirementTree
 from llmguide.envs.crafter.rules import CrafterOracle
 from llmguide.envs.vector import make_vector_env
 

@@ -27,7 +27,7 @@ needs_hf = pytest.mark.skipif(not _hf_available(), reason="embedded Gemma not co
 
 @pytest.fixture(scope="module")
 def lora_policy():
-    from llmguide.llm.hf import HFLM
+    from llmguide.llm.backends.hf import HFLM
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)   # on a shared 2-core machine one thread is many times faster
@@ -96,7 +96,7 @@ def test_ppo_update_raises_probability_of_positive_advantage_action(lora_policy)
     envs = make_vector_env({"name": "babyai", "task": "GoToRedBall"}, 1, seed=0)
     before_state = lora_policy.trainable_state()
     try:
-        cfg = OmegaConf.create({"epochs": 1, "minibatch": 2, "lr": 5e-3, "ent_coef": 0.0, "vf_coef": 0.0,
+        cfg = OmegaConf.create({"update_epochs": 1, "num_minibatches": 1, "lr": 5e-3, "ent_coef": 0.0, "vf_coef": 0.0,
                                 "clip_coef": 10.0})
         agent = GLAMPPO(envs, lora_policy, cfg, seed=0)
         rewarded, punished = 2, 0   # "go forward" gets +advantage, "turn left" gets -advantage
@@ -172,8 +172,8 @@ def test_train_cli_end_to_end_writes_metrics_checkpoint_and_eval(tmp_path):
 
     threads = torch.get_num_threads()
     code = cli.main(["train", "env=babyai", "method=glam", "llm=hf", "total_steps=2", "num_envs=1",
-                     "env.task=GoToRedBall", "env.max_steps=2", "agent.rollout_steps=2", "agent.minibatch=2",
-                     "agent.epochs=1", "method.k_history=1", "method.value_hidden=16", "eval.episodes=1",
+                     "env.task=GoToRedBall", "env.max_steps=2", "agent.num_steps=2", "agent.num_minibatches=1",
+                     "agent.update_epochs=1", "method.k_history=1", "method.value_hidden=16", "eval.episodes=1",
                      "progress=false", f"run.dir={tmp_path}", "run.name=glam"])
     torch.set_num_threads(threads)   # the recipe sets agent.torch_threads
     assert code == 0
@@ -195,8 +195,8 @@ def test_training_off_a_float32_cpu_refuses_a_precision_whose_action_distributio
 
     threads = torch.get_num_threads()
     code = cli.main(["train", "env=babyai", "method=glam", "llm=hf", "llm.dtype=float16", "total_steps=2",
-                     "num_envs=1", "env.task=GoToRedBall", "agent.rollout_steps=2", "agent.minibatch=2",
-                     "agent.epochs=1", "method.k_history=1", "method.value_hidden=16", "eval.episodes=0",
+                     "num_envs=1", "env.task=GoToRedBall", "agent.num_steps=2", "agent.num_minibatches=1",
+                     "agent.update_epochs=1", "method.k_history=1", "method.value_hidden=16", "eval.episodes=0",
                      "progress=false", f"run.dir={tmp_path}", "run.name=fp16"])
     torch.set_num_threads(threads)
     err = capsys.readouterr().err.strip().splitlines()
@@ -209,7 +209,7 @@ def test_training_off_a_float32_cpu_refuses_a_precision_whose_action_distributio
 def test_device_check_passes_bfloat16_and_catches_a_distribution_that_differs():
     """bfloat16 on the CPU spreads the action mass as float32 does (passes); a policy whose scores differ from
     its float32 copy (here: a bias on one action's logits, as a broken kernel would give) is caught."""
-    from llmguide.llm.hf import HFLM
+    from llmguide.llm.backends.hf import HFLM
     from llmguide.methods.glam.device import parity_error
 
     threads = torch.get_num_threads()
@@ -316,7 +316,7 @@ def test_new_composition_and_heldout_levels_are_solvable_and_mention_what_they_t
 
 @needs_hf
 def test_npae_keeps_pretrained_embeddings_and_scores_with_action_heads():
-    from llmguide.llm.hf import HFLM
+    from llmguide.llm.backends.hf import HFLM
     from llmguide.methods.glam.policy import MLPHead
 
     torch.set_num_threads(1)
@@ -371,7 +371,7 @@ def test_seq2seq_lm_trains_as_policy_through_the_cli(tmp_path, method):
     from transformers import T5Config, T5ForConditionalGeneration
 
     from llmguide import cli
-    from llmguide.llm.hf import embedded_safetensors_dir
+    from llmguide.llm.backends.hf import embedded_safetensors_dir
 
     torch.manual_seed(0)
     model = tmp_path / "t5"
@@ -381,8 +381,8 @@ def test_seq2seq_lm_trains_as_policy_through_the_cli(tmp_path, method):
         shutil.copy(embedded_safetensors_dir() / name, model / name)
     threads = torch.get_num_threads()
     code = cli.main(["train", "env=babyai", f"method={method}", "llm=hf", f"llm.model_path={model}", "total_steps=4",
-                     "num_envs=1", "env.task=GoToRedBall", "env.max_steps=4", "agent.rollout_steps=4",
-                     "agent.minibatch=2", "method.value_hidden=8", "eval.episodes=1", "progress=false",
+                     "num_envs=1", "env.task=GoToRedBall", "env.max_steps=4", "agent.num_steps=4",
+                     "agent.num_minibatches=2", "method.value_hidden=8", "eval.episodes=1", "progress=false",
                      f"run.dir={tmp_path}", "run.name=run"])
     torch.set_num_threads(threads)
     assert code == 0
@@ -421,7 +421,7 @@ def test_micro_batches_accumulate_to_the_same_update_as_one_forward(lora_policy)
     try:
         for micro in (0, 1):
             lora_policy.load_trainable_state(start)
-            cfg = OmegaConf.create({"epochs": 1, "minibatch": 4, "micro_batch": micro, "lr": 5e-3})
+            cfg = OmegaConf.create({"update_epochs": 1, "num_minibatches": 1, "micro_batch": micro, "lr": 5e-3})
             GLAMPPO(envs, lora_policy, cfg, seed=0).ppo_update(prompts, actions, old, adv, ret)
             after[micro] = {k: v.clone() for k, v in lora_policy.trainable_state().items()}
     finally:

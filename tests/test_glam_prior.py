@@ -140,7 +140,7 @@ def test_glam_bench_refuses_cuda(load_benchmark, monkeypatch, capsys, tmp_path):
 def test_batched_scoring_matches_sequential():
     """Several prompts of different lengths per forward (methods/glam/batched.py) = one at a time, to 1e-4."""
     torch = pytest.importorskip("torch")
-    from llmguide.llm.hf import HFLM
+    from llmguide.llm.backends.hf import HFLM
     from llmguide.methods.glam.batched import score_with_hidden
     from llmguide.methods.glam.policy import glam_prompt
 

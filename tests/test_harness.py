@@ -93,9 +93,9 @@ def test_converted_script_is_an_arm_table(harness, load_benchmark):
                      "agent.image_encoder=flat", "log_every=2400", "run.overwrite=true", "sweep.jobs=2"):
         assert override in cmd
     assert cmd.index("num_envs=4") < cmd.index("num_envs=64")     # the flag comes later and wins
-    assert "env.ellm_rules=true" not in cmd                          # Crafter-only rules
+    assert "env.lenient_rules=true" not in cmd                          # Crafter-only rules
     crafter = harness.make_plan(study, harness.build_parser(study).parse_args(["--seeds", "1"]))
-    assert "env.ellm_rules=true" in crafter.overrides and crafter.name == "ellm_crafter"
+    assert "env.lenient_rules=true" in crafter.overrides and crafter.name == "ellm_crafter"
     assert "seed=range(0,1)" in harness.sweep_command(crafter, "rnd", [0], "resume")
 
 

@@ -184,16 +184,16 @@ def test_no_module_uses_another_modules_private_names() -> None:
     "def f():\n    from llmguide.core import config as c\n    return c._MISSING",
 ])
 def test_the_private_name_check_finds_each_form(source: str) -> None:
-    assert len(_private_uses(source, "llmguide.llm.hf", _module_names())) == 1
+    assert len(_private_uses(source, "llmguide.llm.backends.hf", _module_names())) == 1
 
 
 @pytest.mark.parametrize("source", [
     "from llama_cpp._internals import LlamaModel",
     "import numpy._core as c\nc._x",
     "from llmguide.core.config import load_config, __doc__",
-    "from llmguide.llm.hf import _resolve",            # its own module
+    "from llmguide.llm.backends.hf import _resolve",            # its own module
     "from llmguide.core import config\nconfig.load_config([])",
     "self._features(obs)",
 ])
 def test_the_private_name_check_allows(source: str) -> None:
-    assert _private_uses(source, "llmguide.llm.hf", _module_names()) == []
+    assert _private_uses(source, "llmguide.llm.backends.hf", _module_names()) == []

@@ -28,7 +28,7 @@ BATCHED_TOL = 0.3
 # --- embedded ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def embedded():
-    from llmguide.llm.embedded import EmbeddedLM
+    from llmguide.llm.backends.embedded import EmbeddedLM
 
     lm = EmbeddedLM()
     yield lm
@@ -106,7 +106,7 @@ def test_embedded_is_thread_safe(embedded):
 
 # --- http: the real llama.cpp server ---------------------------------------------------------------
 def _http(server, **kw):
-    from llmguide.llm.http import HTTPLM
+    from llmguide.llm.backends.http import HTTPLM
 
     # llama-cpp-python's server sorts the full 262k vocabulary in Python for every echoed token:
     # scoring requests are slow on a loaded machine, hence the generous timeout.
@@ -141,7 +141,7 @@ def test_http_score_matches_embedded(llama_server, embedded):
 def test_http_unreachable_port_raises_llm_unavailable():
     import socket
 
-    from llmguide.llm.http import HTTPLM
+    from llmguide.llm.backends.http import HTTPLM
 
     with socket.socket() as s:          # a port nothing listens on once closed
         s.bind(("127.0.0.1", 0))
@@ -194,7 +194,7 @@ def _completion(text: str, logprobs: dict | None = None) -> dict:
 
 
 def test_http_server_without_logprobs_gives_clear_error():
-    from llmguide.llm.http import HTTPLM
+    from llmguide.llm.backends.http import HTTPLM
 
     seen = []
 
@@ -214,7 +214,7 @@ def test_http_server_without_logprobs_gives_clear_error():
 
 
 def test_http_api_key_is_read_at_call_time_sent_as_bearer_and_never_shown(monkeypatch):
-    from llmguide.llm.http import HTTPLM
+    from llmguide.llm.backends.http import HTTPLM
 
     headers = []
 
@@ -240,7 +240,7 @@ def test_http_api_key_is_read_at_call_time_sent_as_bearer_and_never_shown(monkey
 
 
 def test_http_sends_concurrency_requests_at_once():
-    from llmguide.llm.http import HTTPLM
+    from llmguide.llm.backends.http import HTTPLM
 
     n = 3
     barrier = threading.Barrier(n, timeout=30)   # only passes if n requests are in flight together
@@ -259,7 +259,7 @@ def test_http_sends_concurrency_requests_at_once():
 
 
 def test_http_scoring_maps_text_offsets_to_the_candidate_span():
-    from llmguide.llm.http import HTTPLM
+    from llmguide.llm.backends.http import HTTPLM
 
     # an echo with a straddling token: "Action:" | " go" " forward" | generated "."
     def handle(req, body):
@@ -289,7 +289,7 @@ def _converted() -> bool:
 def test_hf_cached_score_equals_naive_and_gradients_flow():
     import torch
 
-    from llmguide.llm.hf import HFLM
+    from llmguide.llm.backends.hf import HFLM
 
     lm = HFLM(trainable=True)
     contexts, cands = [FRANCE, BABYAI], [FRANCE_CANDS, BABYAI_CANDS[:2]]
@@ -316,7 +316,7 @@ def test_hf_seq2seq_scoring_encodes_context_once_and_matches_naive(tmp_path):
     import torch
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from llmguide.llm.hf import HFLM, embedded_safetensors_dir
+    from llmguide.llm.backends.hf import HFLM, embedded_safetensors_dir
 
     torch.manual_seed(0)
     config = T5Config(vocab_size=262144, d_model=16, d_ff=32, d_kv=8, num_layers=1, num_heads=2,
@@ -343,8 +343,8 @@ def test_a_converted_tokenizer_is_checked_against_the_gguf():
     from transformers import AutoTokenizer
 
     from llmguide.llm.assets import embedded_gguf_path
-    from llmguide.llm.gguf_convert import TOKENIZER_PROBE, gguf_tokenizer_error
-    from llmguide.llm.hf import embedded_safetensors_dir
+    from llmguide.llm.backends.gguf_convert import TOKENIZER_PROBE, gguf_tokenizer_error
+    from llmguide.llm.backends.hf import embedded_safetensors_dir
 
     good = AutoTokenizer.from_pretrained(str(embedded_safetensors_dir()))
     assert gguf_tokenizer_error(good, embedded_gguf_path()) is None
@@ -364,7 +364,7 @@ def test_a_converted_tokenizer_is_checked_against_the_gguf():
 
 @pytest.mark.slow
 def test_hf_converts_gguf_once_then_loads_cache(tmp_path, monkeypatch):
-    from llmguide.llm.hf import HFLM, embedded_safetensors_dir
+    from llmguide.llm.backends.hf import HFLM, embedded_safetensors_dir
 
     monkeypatch.setenv("LLMGUIDE_MODEL_DIR", str(tmp_path))
     lm = HFLM()
@@ -379,7 +379,7 @@ def test_hf_converts_gguf_once_then_loads_cache(tmp_path, monkeypatch):
 # --- oracle -----------------------------------------------------------------------------------------
 def test_oracle_reads_the_last_caption_line():
     from llmguide.envs import get_oracle
-    from llmguide.llm.oracle import MISS_SCORE, OracleLM, extract_caption
+    from llmguide.llm.backends.oracle import MISS_SCORE, OracleLM, extract_caption
 
     caption = "You see water, tree, grass. You face tree."
     prompt = f"Instructions.\nCaption: You see nothing.\n- wake up\n\nCaption: {caption}\n"
@@ -398,8 +398,8 @@ def test_oracle_reads_the_last_caption_line():
 def test_make_llm_builds_each_backend_and_the_cache(tmp_path):
     from llmguide.core.config import default_cache_dir
     from llmguide.llm import make_llm
-    from llmguide.llm.http import HTTPLM
-    from llmguide.llm.oracle import OracleLM
+    from llmguide.llm.backends.http import HTTPLM
+    from llmguide.llm.backends.oracle import OracleLM
     from llmguide.pipelines import load_config
 
     oracle = make_llm(load_config(["llm=oracle"]).llm, env_family="crafter")
@@ -411,7 +411,7 @@ def test_make_llm_builds_each_backend_and_the_cache(tmp_path):
     assert isinstance(http, HTTPLM) and http.concurrency == 2
     http.close()
 
-    from llmguide.llm.cached_lm import CachedLM
+    from llmguide.llm.cache.cached_lm import CachedLM
     cached = make_llm(load_config(["llm=http"]).llm)
     assert isinstance(cached, CachedLM) and isinstance(cached.inner, HTTPLM)
     assert cached.cache.path == default_cache_dir() / "llm_cache.sqlite"
@@ -430,7 +430,7 @@ def test_make_llm_embedded_answers_repeat_calls_from_the_cache():
     from llmguide.llm import make_llm
     from llmguide.pipelines import load_config
 
-    pytest.importorskip("llmguide.llm.cache")
+    pytest.importorskip("llmguide.llm.cache.store")
     lm = make_llm(load_config(["llm=embedded"]).llm)
     try:
         first = lm.generate([FRANCE], max_tokens=4)[0]

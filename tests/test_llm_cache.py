@@ -19,9 +19,9 @@ import pytest
 
 from llmguide.cli import main
 from llmguide.llm.base import Completion, LanguageModel
-from llmguide.llm.cache import LLMCache
-from llmguide.llm.cache_cli import cache_command
-from llmguide.llm.cached_lm import CachedLM
+from llmguide.llm.cache.cached_lm import CachedLM
+from llmguide.llm.cache.cli import cache_command
+from llmguide.llm.cache.store import LLMCache
 
 CORPUS = (
     "you see a tree. collect wood. you see water. collect drink. you see a cow. eat cow. "
@@ -161,7 +161,7 @@ def test_bad_values_are_rejected_before_writing(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys
-    from llmguide.llm.cache import LLMCache
+    from llmguide.llm.cache.store import LLMCache
     cache = LLMCache(sys.argv[1])
     tag = sys.argv[2]
     limit = int(sys.argv[3])
@@ -212,7 +212,7 @@ def test_two_processes_share_one_file(tmp_path):
     assert parent.get("a-149") == {"i": 149, "tag": "a", "text": "x" * (149 % 97)}
     assert parent.stats()["per_model"] == {"a/m": 150, "b/m": 150, "/": 1}
     reader = subprocess.run([sys.executable, "-c",
-                             "import sys, json; from llmguide.llm.cache import LLMCache;"
+                             "import sys, json; from llmguide.llm.cache.store import LLMCache;"
                              "print(json.dumps(LLMCache(sys.argv[1]).get('from-parent')))", str(path)],
                             capture_output=True, text=True, timeout=60)
     assert json.loads(reader.stdout) == {"v": 42}
@@ -292,7 +292,7 @@ def test_cached_lm_score(tmp_path):
 
 
 def test_cached_lm_with_real_embedded_backend(tmp_path):
-    embedded = pytest.importorskip("llmguide.llm.embedded")
+    embedded = pytest.importorskip("llmguide.llm.backends.embedded")
     pytest.importorskip("llama_cpp")
 
     class Counting(LanguageModel):

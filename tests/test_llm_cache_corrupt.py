@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from llmguide.cli import main
-from llmguide.llm.cache import CacheCorruptError, LLMCache
-from llmguide.llm.cache_cli import cache_command
-from llmguide.llm.cached_lm import CachedLM
+from llmguide.llm.cache.cached_lm import CachedLM
+from llmguide.llm.cache.cli import cache_command
+from llmguide.llm.cache.store import CacheCorruptError, LLMCache
 from test_llm_cache import NGramLM
 
 
@@ -120,7 +120,7 @@ def test_processes_opening_one_corrupt_cache_together_move_it_aside_once(tmp_pat
     start = time.time() + 2.0
     script = textwrap.dedent(f"""
         import sys, time
-        from llmguide.llm.cache import LLMCache
+        from llmguide.llm.cache.store import LLMCache
         time.sleep(max(0.0, {start} - time.time()))   # start together
         with LLMCache({str(path)!r}) as cache:
             cache.put("from-" + sys.argv[1], {{"text": sys.argv[1]}})

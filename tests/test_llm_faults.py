@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from fault_server import DEFAULT_SCHEDULE, GARBAGE, FaultServer
+from llmguide.llm.backends.http import HTTPLM
 from llmguide.llm.base import Completion, char_cap
-from llmguide.llm.cache import LLMCache
-from llmguide.llm.cache_cli import cache_command
-from llmguide.llm.cached_lm import CachedLM, well_formed_completion, well_formed_scores
-from llmguide.llm.http import HTTPLM
-from llmguide.llm.service import LLMService
+from llmguide.llm.cache.cached_lm import CachedLM, well_formed_completion, well_formed_scores
+from llmguide.llm.cache.cli import cache_command
+from llmguide.llm.cache.store import LLMCache
+from llmguide.llm.service.core import LLMService
 
 CANARY = "sk-canary-7d1e5f3a9b2c4e6f8a0b"
 KEY_ENV = "LLMGUIDE_FAULT_TEST_KEY"

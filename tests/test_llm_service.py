@@ -9,13 +9,13 @@ import time
 import pytest
 
 from llmguide.llm.base import Completion
-from llmguide.llm.cache import LLMCache
-from llmguide.llm.cached_lm import CachedLM
-from llmguide.llm.service import LLMService, poll
+from llmguide.llm.cache.cached_lm import CachedLM
+from llmguide.llm.cache.store import LLMCache
+from llmguide.llm.service.core import LLMService, poll
 from test_llm_cache import NGramLM  # the tiny real LM shared with the cache tests
 
-needs_http = pytest.mark.skipif(importlib.util.find_spec("llmguide.llm.http") is None,
-                                reason="llmguide.llm.http (HTTPLM, another engineer's file) is not written yet")
+needs_http = pytest.mark.skipif(importlib.util.find_spec("llmguide.llm.backends.http") is None,
+                                reason="llmguide.llm.backends.http (HTTPLM, another engineer's file) is not written yet")
 
 
 def _gated() -> NGramLM:
@@ -146,7 +146,7 @@ def test_backend_bug_becomes_counted_fallback(caplog):
         def score(self, contexts, candidates, *, normalize=False):
             raise ValueError("cannot score an empty candidate")
 
-    with LLMService(Broken()) as service, caplog.at_level(logging.WARNING, logger="llmguide.llm.service"):
+    with LLMService(Broken()) as service, caplog.at_level(logging.WARNING, logger="llmguide.llm.service.core"):
         assert service.submit_score("ctx", ["", " a"]).result(timeout=10) == [None, None]
         assert service.submit_generate("eat ", max_tokens=2).result(timeout=10).error is None  # worker alive
         m = service.lm_metrics()
@@ -275,7 +275,7 @@ def test_service_over_cached_lm_counts_cache_hits(tmp_path):
 @needs_http
 def test_unreachable_server_retries_then_falls_back():
     from conftest import free_port
-    from llmguide.llm import http
+    from llmguide.llm.backends import http
 
     lm = http.HTTPLM(f"http://127.0.0.1:{free_port()}/v1", "gemma-3-270m", max_retries=0, timeout=2.0)
     with LLMService(lm, max_retries=2, backoff_base=0.01, backoff_max=0.05) as service:
@@ -291,7 +291,7 @@ def test_unreachable_server_retries_then_falls_back():
 @needs_http
 def test_real_server_killed_and_restarted(fresh_llama_server):
     """The run goes on while the server is down (counted fallbacks) and picks up when it returns."""
-    from llmguide.llm import http
+    from llmguide.llm.backends import http
 
     server = fresh_llama_server
     lm = http.HTTPLM(server.base_url, server.model_alias, max_retries=0, timeout=30.0)
@@ -319,7 +319,7 @@ def test_real_server_killed_and_restarted(fresh_llama_server):
 def test_close_cuts_the_http_backends_retries_short():
     """The worker is inside HTTPLM's own retry loop (long backoff): close() interrupts it and returns at once."""
     from conftest import free_port
-    from llmguide.llm import http
+    from llmguide.llm.backends import http
 
     lm = http.HTTPLM(f"http://127.0.0.1:{free_port()}/v1", "m", max_retries=5, backoff_base=4.0, backoff_max=8.0,
                      timeout=2.0)
@@ -357,7 +357,7 @@ def test_http_requests_at_shutdown_print_no_traceback(order, caplog, capfd):
     """A request in flight, and one submitted while shutting down, end as fallbacks or answers; nothing logs a
     traceback (seen before: "Cannot send a request, as the client has been closed")."""
     from fault_server import FaultServer
-    from llmguide.llm import http
+    from llmguide.llm.backends import http
 
     with FaultServer(["stall"], stall=1.0) as server, caplog.at_level(logging.DEBUG, logger="llmguide"):
         lm = http.HTTPLM(server.base_url, "fault", max_retries=2, backoff_base=0.05, timeout=5.0)

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from llmguide.llm.cache import LLMCache
-from llmguide.llm.cached_lm import CachedLM
-from llmguide.llm.service import LLMService, poll
+from llmguide.llm.cache.cached_lm import CachedLM
+from llmguide.llm.cache.store import LLMCache
+from llmguide.llm.service.core import LLMService, poll
 from llmguide.methods.ellm.prompts import template as ellm_template
 from llmguide.methods.ellm.signature import state_signature
 from llmguide.methods.ellm.suggester import GoalSuggester
@@ -310,7 +310,7 @@ def test_embedded_batched_scoring_matches_one_at_a_time_and_reuses_the_prefix(em
 
 @pytest.fixture(scope="module")
 def embedded_lm():
-    from llmguide.llm.embedded import EmbeddedLM
+    from llmguide.llm.backends.embedded import EmbeddedLM
 
     lm = EmbeddedLM(n_threads=2)
     yield lm

@@ -11,11 +11,11 @@ import time
 import pytest
 
 from llmguide.core.errors import LLMGuideError, LLMUnavailableError
-from llmguide.llm.cache import LLMCache
-from llmguide.llm.cached_lm import CachedLM
-from llmguide.llm.resilience import FailureWarnings
-from llmguide.llm.service import LLMService
-from llmguide.llm.service_metrics import AnsweredTooFewError, check_answered_fraction
+from llmguide.llm.cache.cached_lm import CachedLM
+from llmguide.llm.cache.store import LLMCache
+from llmguide.llm.service.core import LLMService
+from llmguide.llm.service.metrics import AnsweredTooFewError, check_answered_fraction
+from llmguide.llm.service.resilience import FailureWarnings
 from test_llm_cache import NGramLM
 
 
@@ -156,7 +156,7 @@ def test_a_slow_lm_is_reported_mid_run_before_anything_falls_back(caplog):
 
 
 def test_lag_warnings_need_enough_requests_and_are_rate_limited():
-    from llmguide.llm.resilience import LagWarnings
+    from llmguide.llm.service.resilience import LagWarnings
 
     now = [0.0]
     lag = LagWarnings(threshold=0.5, min_requests=20, every=60, clock=lambda: now[0])

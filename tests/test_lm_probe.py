@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from llmguide.cli import main
-from llmguide.llm.probe import probe_http
+from llmguide.llm.backends.probe import probe_http
 from llmguide.pipelines import load_config, probe_lm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -18,6 +18,7 @@ from llmguide.envs.crafter.messages import (
     render,
 )
 from llmguide.envs.crafter.rules import CrafterOracle
+from llmguide.methods.oni.oracle import helpful, prefer
 
 NOOP, RIGHT, DOWN, DO, SLEEP, PLACE_STONE, PLACE_TABLE, MAKE_WOOD_PICKAXE = 0, 2, 4, 5, 6, 7, 8, 11
 
@@ -53,16 +54,16 @@ def test_the_oracle_calls_a_message_helpful_when_it_reports_progress_towards_the
     wood, sapling = "You collect wood. You get 1 wood.", "You collect a sapling. You get 1 sapling."
     pickaxe = "You make a stone pickaxe. You get 1 stone pickaxe. You lose 1 wood. You lose 1 stone."
     unhelpful = ["", "Nothing happens.", "You see a diamond.", "You are hit by a zombie. You die.", "You feel hungry."]
-    assert all(oracle.helpful(m) for m in (wood, sapling, pickaxe, "You wake up."))   # no goal: any achievement
-    assert not any(oracle.helpful(m) for m in unhelpful)
+    assert all(helpful(oracle, m) for m in (wood, sapling, pickaxe, "You wake up."))   # no goal: any achievement
+    assert not any(helpful(oracle, m) for m in unhelpful)
     # a goal: the achievement and its prerequisites in the requirement tree, nothing else
     for goal in ("make_stone_pickaxe", "make stone pickaxe", "Make a stone pickaxe."):
-        assert oracle.helpful(wood, goal) and oracle.helpful(pickaxe, goal)
-        assert oracle.helpful("You place a table. You lose 1 wood.", goal)
-        assert not oracle.helpful(sapling, goal) and not oracle.helpful("You drink water.", goal)
+        assert helpful(oracle, wood, goal) and helpful(oracle, pickaxe, goal)
+        assert helpful(oracle, "You place a table. You lose 1 wood.", goal)
+        assert not helpful(oracle, sapling, goal) and not helpful(oracle, "You drink water.", goal)
     assert oracle.goal_achievements("make progress in the game") == frozenset(oracle.goals)
-    assert oracle.prefer(wood, "Nothing happens.") == "A" and oracle.prefer("You see a cow.", pickaxe) == "B"
-    assert oracle.prefer(sapling, wood, "make_stone_pickaxe") == "B" and oracle.prefer(sapling, "", "eat cow") == "="
+    assert prefer(oracle, wood, "Nothing happens.") == "A" and prefer(oracle, "You see a cow.", pickaxe) == "B"
+    assert prefer(oracle, sapling, wood, "make_stone_pickaxe") == "B" and prefer(oracle, sapling, "", "eat cow") == "="
 
 
 def test_craftax_oracle_judges_with_craftax_costs():
@@ -70,8 +71,8 @@ def test_craftax_oracle_judges_with_craftax_costs():
     from llmguide.envs.craftax.env import CraftaxOracle
 
     stone = "You collect stone. You get 1 stone."
-    assert CraftaxOracle().helpful(stone, "place furnace") and CraftaxOracle().helpful(stone, "make iron sword")
-    assert not CraftaxOracle().helpful("You collect coal. You get 1 coal.", "make stone sword")
+    assert helpful(CraftaxOracle(), stone, "place furnace") and helpful(CraftaxOracle(), stone, "make iron sword")
+    assert not helpful(CraftaxOracle(), "You collect coal. You get 1 coal.", "make stone sword")
 
 
 # --- Crafter ------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ PTGM = [*BABYAI, "agent.image_encoder=flat", "method.codebook.k=4", "method.lowl
         "method.lowlevel.hidden=32", "method.prior.hidden=32", "method.lowlevel.gate.enforce=false"]   # tiny data
 PTGM_TRAIN = [*PTGM, "env.task=BabyAI-UnlockPickup-v0", "agent.hidden=32", "total_steps=64"]
 GLAM = [*BABYAI, "num_envs=1", "env.task=GoToRedBall", "env.max_steps=4", "llm=hf", "total_steps=4",
-        "agent.rollout_steps=4", "agent.minibatch=2", "method.value_hidden=8"]
+        "agent.num_steps=4", "agent.num_minibatches=2", "method.value_hidden=8"]
 
 # method -> (its offline steps: a key of SETUPS or None; the train overrides)
 SMOKE: dict[str, tuple[str | None, list[str]]] = {
@@ -115,7 +115,7 @@ def _glam(root: Path, method: str) -> list[str]:
     from transformers import T5Config, T5ForConditionalGeneration
 
     from conftest import embedded_hf_ready
-    from llmguide.llm.hf import embedded_safetensors_dir
+    from llmguide.llm.backends.hf import embedded_safetensors_dir
 
     if not embedded_hf_ready():
         pytest.skip("embedded Gemma not converted to safetensors yet (its tokenizer is the T5's)")

@@ -8,9 +8,9 @@ import pytest
 pytest.importorskip("llama_cpp")
 pytest.importorskip("minihack")
 
-from llmguide.llm.cache import LLMCache  # noqa: E402
-from llmguide.llm.cached_lm import CachedLM
-from llmguide.llm.service import LLMService  # noqa: E402
+from llmguide.llm.cache.cached_lm import CachedLM
+from llmguide.llm.cache.store import LLMCache  # noqa: E402
+from llmguide.llm.service.core import LLMService  # noqa: E402
 from llmguide.methods.oni.annotator import PairAnnotator  # noqa: E402
 from llmguide.methods.oni.motif import MotifReward, PairsDB, annotate_pairs, sample_pairs, train_reward_model  # noqa: E402
 from llmguide.pipelines import load_config  # noqa: E402
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def embedded():
-    from llmguide.llm.embedded import EmbeddedLM
+    from llmguide.llm.backends.embedded import EmbeddedLM
 
     lm = EmbeddedLM()
     yield lm

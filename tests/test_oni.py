@@ -18,9 +18,9 @@ import pytest
 pytest.importorskip("llama_cpp")
 
 from llmguide.llm.base import LanguageModel  # noqa: E402
-from llmguide.llm.cache import LLMCache  # noqa: E402
-from llmguide.llm.cached_lm import CachedLM
-from llmguide.llm.service import LLMService  # noqa: E402
+from llmguide.llm.cache.cached_lm import CachedLM
+from llmguide.llm.cache.store import LLMCache  # noqa: E402
+from llmguide.llm.service.core import LLMService  # noqa: E402
 from llmguide.methods.oni.annotator import (  # noqa: E402
     MessageAnnotator,
     PairAnnotator,
@@ -60,7 +60,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def embedded():
-    from llmguide.llm.embedded import EmbeddedLM
+    from llmguide.llm.backends.embedded import EmbeddedLM
 
     lm = EmbeddedLM()
     yield lm
@@ -129,10 +129,10 @@ def test_labels_persist_in_the_sqlite_cache_for_a_new_annotator_and_a_new_proces
     # a new process (another run / seed) sharing the cache file
     code = f"""
 import json
-from llmguide.llm.cache import LLMCache
-from llmguide.llm.cached_lm import CachedLM
-from llmguide.llm.embedded import EmbeddedLM
-from llmguide.llm.service import LLMService
+from llmguide.llm.cache.store import LLMCache
+from llmguide.llm.cache.cached_lm import CachedLM
+from llmguide.llm.backends.embedded import EmbeddedLM
+from llmguide.llm.service.core import LLMService
 from llmguide.methods.oni.annotator import MessageAnnotator
 lm = CachedLM(EmbeddedLM(), LLMCache({str(tmp_path / "cache.sqlite")!r}))
 with LLMService(lm) as svc:

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from llmguide.envs.crafter.rules import CrafterOracle
-from llmguide.llm.oracle import OracleLM
-from llmguide.llm.service import LLMService
+from llmguide.llm.backends.oracle import OracleLM
+from llmguide.llm.service.core import LLMService
 from llmguide.methods.oni.annotator import MessageAnnotator, PairAnnotator
-from llmguide.methods.oni.oracle import ONIOracleAnswers
+from llmguide.methods.oni.oracle import ONIOracleAnswers, helpful
 from llmguide.methods.oni.ranking import ONIRanking
 from llmguide.methods.oni.reward import ONIRetrieval
 from llmguide.pipelines import load_config
@@ -86,7 +86,7 @@ def test_oracle_labels_crafter_messages_through_the_crafter_prompts(service, mod
 
 def test_knowledge_controls_answer_the_crafter_prompts():
     from llmguide.envs.crafter.messages import ACHIEVEMENT_NAMES, SIGHTS, Change, render
-    from llmguide.llm.counterfactual import CounterfactualLM
+    from llmguide.llm.backends.counterfactual import CounterfactualLM
     from llmguide.methods.oni.prompts import template
 
     oracle_lm = OracleLM("crafter", answerers=[ONIOracleAnswers(CrafterOracle())])
@@ -94,7 +94,7 @@ def test_knowledge_controls_answer_the_crafter_prompts():
     messages += [render(Change(failed=True, seen=(k,))) for k in SIGHTS] + [render(Change(seen=(k,))) for k in SIGHTS]
     messages = [messages[i] for i in np.random.default_rng(0).permutation(len(messages))]   # a run's mixed order
     prompts = [template("crafter_label_short").render(message=m) for m in messages]
-    truth = np.array([CrafterOracle().helpful(m) for m in messages])
+    truth = np.array([helpful(CrafterOracle(), m) for m in messages])
 
     def yes(kind: str) -> np.ndarray:
         lm = oracle_lm if kind == "oracle" else CounterfactualLM(kind, oracle_lm, seed=0)
@@ -137,6 +137,6 @@ def test_oni_retrieval_with_oracle_labels_trains_on_the_message_line(tmp_path, m
     assert NOTHING in labels and "" not in labels   # the message line, not the caption ("You see ... You face ...")
     assert not any(m.startswith("You see") and "You face" in m for m in labels)
     oracle = CrafterOracle()
-    assert all(v == float(oracle.helpful(m)) for m, v in labels.items())
+    assert all(v == float(helpful(oracle, m)) for m, v in labels.items())
     records = [json.loads(x) for x in (tmp_path / "oni" / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["lm/annot_duplicate_requests"] == 0

@@ -15,10 +15,10 @@ pytest.importorskip("minihack")
 
 from llmguide.envs.nethack.env import NetHackText  # noqa: E402
 from llmguide.envs.nethack.oracle import SCORE_GOAL, NetHackOracle, goal_events, task_goal  # noqa: E402
-from llmguide.llm.oracle import OracleLM  # noqa: E402
-from llmguide.llm.service import LLMService  # noqa: E402
+from llmguide.llm.backends.oracle import OracleLM  # noqa: E402
+from llmguide.llm.service.core import LLMService  # noqa: E402
 from llmguide.methods.oni.annotator import MessageAnnotator, PairAnnotator  # noqa: E402
-from llmguide.methods.oni.oracle import ONIOracleAnswers  # noqa: E402
+from llmguide.methods.oni.oracle import ONIOracleAnswers, helpful, prefer  # noqa: E402
 from llmguide.pipelines import load_config  # noqa: E402
 
 KEY = "g - a key named The Master Key of Thievery."
@@ -40,10 +40,10 @@ def oracle_service():
 
 def test_ground_truth_helpful_means_the_message_reports_progress():
     oracle = NetHackOracle()
-    assert all(oracle.helpful(m) for m in HELPFUL)
-    assert not any(oracle.helpful(m) for m in UNHELPFUL + [""])
-    assert oracle.prefer(KEY, "It's a wall.") == "A" and oracle.prefer("Never mind.", KEY) == "B"
-    assert oracle.prefer("It's a wall.", "Never mind.") == "="
+    assert all(helpful(oracle, m) for m in HELPFUL)
+    assert not any(helpful(oracle, m) for m in UNHELPFUL + [""])
+    assert prefer(oracle, KEY, "It's a wall.") == "A" and prefer(oracle, "Never mind.", KEY) == "B"
+    assert prefer(oracle, "It's a wall.", "Never mind.") == "="
 
 
 # the reference's prompt (facebookresearch/oni rlaif/prompts.py, "defaultgoal") calls kills, level gains and gold
@@ -56,22 +56,22 @@ SCORE_NO = ["The door opens.", KEY, "f - an uncursed food ration.", "You finish 
 def test_oracle_helpfulness_is_conditioned_on_the_task_goal():
     oracle = NetHackOracle()
     assert task_goal("NetHackScore-v0") == SCORE_GOAL and task_goal("MiniHack-KeyRoom-Fixed-S5-v0") is None
-    assert all(oracle.helpful(m, SCORE_GOAL) for m in SCORE_YES)
-    assert not any(oracle.helpful(m, SCORE_GOAL) for m in SCORE_NO)
-    assert oracle.helpful("The door opens.") and oracle.helpful(KEY)  # no goal: any progress (MiniHack)
+    assert all(helpful(oracle, m, SCORE_GOAL) for m in SCORE_YES)
+    assert not any(helpful(oracle, m, SCORE_GOAL) for m in SCORE_NO)
+    assert helpful(oracle, "The door opens.") and helpful(oracle, KEY)  # no goal: any progress (MiniHack)
     for new_ability in ("You start to float in the air!", "You push the boulder into the water.  Now you can cross it!",
                         "The lava cools and solidifies."):  # progress without a goal, not towards the Score goal
-        assert oracle.helpful(new_ability) and not oracle.helpful(new_ability, SCORE_GOAL)
-    assert not oracle.helpful("a - a +1 club (weapon in hand).")  # equipping an owned item is no item gained
-    assert oracle.prefer("The door opens.", "$ - 5 gold pieces.", SCORE_GOAL) == "B"
-    assert oracle.prefer("The door opens.", "$ - 5 gold pieces.") == "="
+        assert helpful(oracle, new_ability) and not helpful(oracle, new_ability, SCORE_GOAL)
+    assert not helpful(oracle, "a - a +1 club (weapon in hand).")  # equipping an owned item is no item gained
+    assert prefer(oracle, "The door opens.", "$ - 5 gold pieces.", SCORE_GOAL) == "B"
+    assert prefer(oracle, "The door opens.", "$ - 5 gold pieces.") == "="
     # the reference's other goal strings: only their positive clause counts ("But never prefer ...")
     gold = ("Prefer agents that maximize their gold. But never prefer agents that maximize the score in other ways "
             "(e.g., by engaging in combat or killing monsters) or that go down the dungeon.")
     assert goal_events(gold) == {"collect gold", "hear gold"}
-    assert not oracle.helpful("You kill the newt!", gold) and oracle.helpful("$ - 5 gold pieces.", gold)
+    assert not helpful(oracle, "You kill the newt!", gold) and helpful(oracle, "$ - 5 gold pieces.", gold)
     stairs = task_goal("NetHackStaircase-v0")
-    assert oracle.helpful("There is a staircase down here.", stairs) and not oracle.helpful("$ - 5 gold pieces.", stairs)
+    assert helpful(oracle, "There is a staircase down here.", stairs) and not helpful(oracle, "$ - 5 gold pieces.", stairs)
     assert goal_events("win the game somehow") == goal_events(None)  # unknown words: any progress
 
 
@@ -133,7 +133,7 @@ def test_oracle_pair_preferences_from_the_same_ground_truth(oracle_service, mode
     annot.submit(pairs)
     assert annot.wait(30)
     for a, b in pairs:  # label = P(first of the sorted pair preferred)
-        expected = {"A": 1.0, "B": 0.0, "=": 0.5}[NetHackOracle().prefer(a, b)]
+        expected = {"A": 1.0, "B": 0.0, "=": 0.5}[prefer(NetHackOracle(), a, b)]
         assert annot.get((a, b)) == expected
     assert annot.get(pairs[0]) in (0.0, 1.0) and annot.get(pairs[1]) == 0.5
     assert lm.stats["oni_answers"] - asked == len(pairs) * (2 if both else 1)   # both orders: two questions
@@ -262,7 +262,7 @@ def test_nethack_score_runs_through_the_oni_recipe_with_oracle_labels(tmp_path):
     labels = state["reward_modules"][0]["state"]["annotator"]["labels"]
     assert labels and all(v in (0.0, 1.0) for v in labels.values())  # the game's messages were labelled
     oracle = NetHackOracle()
-    assert all(v == float(oracle.helpful(m, SCORE_GOAL)) for m, v in labels.items())  # the task's goal
+    assert all(v == float(helpful(oracle, m, SCORE_GOAL)) for m, v in labels.items())  # the task's goal
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["lm/annot_duplicate_requests"] == 0
 

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.slow,
 
 @pytest.fixture(scope="module")
 def qwen():
-    from llmguide.llm.embedded import EmbeddedLM
+    from llmguide.llm.backends.embedded import EmbeddedLM
 
     lm = EmbeddedLM(model="qwen2.5-coder-1.5b-instruct-q4_k_m", n_ctx=4096, n_threads=2)
     yield lm

@@ -131,7 +131,7 @@ def test_restarts_are_bounded_by_max_restarts(local_ray):
 
 def test_lm_actor_is_shared_falls_back_counted_when_killed_then_recovers(local_ray, tmp_path):
     from llmguide.distributed.lm import ActorLM
-    from llmguide.llm.service import LLMService
+    from llmguide.llm.service.core import LLMService
     from llmguide.pipelines import load_config
     from llmguide.pipelines.services import make_run_lm
 

@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "bench":
             return _run_bench(args.name, args.args)
         if args.verb == "cache":
-            from llmguide.llm.cache_cli import cache_command
+            from llmguide.llm.cache.cli import cache_command
 
             return cache_command(args.action, args.file, args.path) or 0
     except UsageError as err:

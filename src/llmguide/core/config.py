@@ -90,14 +90,6 @@ def translate_hydra_error(err: Exception, overrides: Sequence[str]) -> ConfigErr
     return ConfigError("overrides", (text.splitlines() or [type(err).__name__])[0])
 
 
-# one idea, two names: a hint when a learner's key is used where the other learner's exists
-KEY_HINTS = {
-    "agent.num_steps": ("agent.rollout_steps", "GLAM's learner (agent=glam) names its rollout length per env "
-                                               "rollout_steps"),
-    "agent.rollout_steps": ("agent.num_steps", "PPO and DQN name the rollout length per env num_steps"),
-}
-
-
 def flat_keys(node: Any, prefix: str = "") -> list[str]:
     """The dotted paths of every leaf of a config node."""
     if not isinstance(node, DictConfig | dict):
@@ -107,14 +99,11 @@ def flat_keys(node: Any, prefix: str = "") -> list[str]:
 
 def did_you_mean(key: str, overrides: Sequence[str] = ()) -> str:
     """``"; did you mean X?"`` for an unknown ``key`` (difflib over the keys the config's group choices
-    declare, and :data:`KEY_HINTS`), or ``""``."""
+    declare), or ``""``."""
     try:
         known = flat_keys(compose_config([o for o in overrides if o.split("=", 1)[0] in GROUPS]))
     except (HydraException, OmegaConfBaseException):
         return ""
-    if key in KEY_HINTS and KEY_HINTS[key][0] in known:
-        other, why = KEY_HINTS[key]
-        return f"; did you mean {other}? ({why})"
     parent = key.rpartition(".")[0]
     close = difflib.get_close_matches(key, known, n=2, cutoff=0.8) or [
         k for k in difflib.get_close_matches(key, [k for k in known if k.rpartition(".")[0] == parent], n=2,

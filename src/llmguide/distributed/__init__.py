@@ -50,7 +50,7 @@ def _check(cfg: Any) -> None:
         raise ConfigError("runners", "env=craftax is one batched JAX env in the learner process; use runners=0")
     llm = cfg.get("llm", {})
     if bool(llm.get("actor", False)) and bool(llm.get("trainable", False)):
-        raise ConfigError("llm.actor", "a trainable LM (GLAM) trains in the learner process; use llm.actor=false")
+        raise ConfigError("llm.actor", "a trainable LM trains in the learner process; use llm.actor=false")
     restarts = cfg.get("ray", {}).get("max_restarts", 0)
     if restarts is not None and int(restarts) < -1:
         raise ConfigError("ray.max_restarts", f"must be >= -1 (-1: always restart), got {restarts}")

@@ -1,7 +1,7 @@
 """``llm.actor=true``: the LM service as one named Ray actor shared by every run on the cluster.
 
 :class:`LMActor` holds the configured backend (embedded, http, hf, oracle) wrapped in its persistent
-cache and an :class:`~llmguide.llm.service.LLMService`, so batching and de-duplication of in-flight
+cache and an :class:`~llmguide.llm.service.core.LLMService`, so batching and de-duplication of in-flight
 requests span every run that talks to it (a sweep's runs ask the same questions).  It is a threaded actor
 (``max_concurrency``): concurrent calls from several runs meet in its service queue.  Its name is derived
 from the LM config (backend, model, cache, env family), so runs with the same LM share one actor and runs
@@ -41,7 +41,7 @@ class LMActor:
 
     def __init__(self, llm_cfg: dict, env_family: str | None, template_version: str | None):
         from llmguide.llm.factory import make_llm
-        from llmguide.llm.service import LLMService
+        from llmguide.llm.service.core import LLMService
 
         cfg = {**llm_cfg, "actor": False}
         self.lm = make_llm(cfg, env_family, template_version, online=True)

@@ -61,11 +61,11 @@ class Family:
 
 
 _NETHACK = "llmguide.envs.nethack.env"
-_EXPERT = "llmguide.envs.crafter.expert:ExpertPolicy"
+_EXPERT = "llmguide.envs.crafter.expert.agent:ExpertPolicy"
 _CRAFTER_TASK = "llmguide.envs.crafter.rules:task_problem"
 _NOISY_TV = "llmguide.envs.crafter.distractors:wrap_vector"
 _NOISY_TV_TEXT = ("env.distractors.rate=P (a noisy TV): the do-nothing action shows a harmless new sight with "
-                  "probability P, appended to the message line; nothing else changes; ground truth calls it unhelpful")
+                  "probability P, appended to the message line; nothing else changes; ground truth finds no progress in it")
 FAMILIES: dict[str, Family] = {
     "crafter": Family("llmguide.envs.crafter.env:make_crafter", "llmguide.envs.crafter.actions:make_oracle",
                       env_id="llmguide/Crafter-v0", tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",

@@ -1,4 +1,5 @@
-"""Learners: PPO (``ppo``), dueling double DQN (``dqn``), evaluation; networks over Dict observations.
+"""Learners on one base (``base``; on-policy: ``on_policy``): PPO (``ppo``), dueling double DQN (``dqn``),
+evaluation; networks over Dict observations.
 
 Importing this package registers validation rules for the ``agent.*`` keys of conf/agent/*.yaml.
 """
@@ -10,6 +11,7 @@ for _key, _rule in {
     "agent.vf_coef": non_negative, "agent.max_grad_norm": positive, "agent.int_gamma": in_range(0.0, 1.0),
     "agent.recurrent": one_of(None, "gru", "lstm"), "agent.image_encoder": one_of("cnn", "flat"),
     "agent.torch_threads": non_negative,
+    "agent.num_steps": positive, "agent.num_minibatches": positive, "agent.update_epochs": non_negative,
     "agent.n_step": positive, "agent.buffer_size": positive, "agent.batch_size": positive,
     "agent.learning_starts": non_negative, "agent.train_every": positive,
     "agent.target_update_every": positive, "agent.eps_start": in_range(0.0, 1.0),

@@ -14,7 +14,6 @@ target drops the bootstrap term only on termination.  A non-finite loss or param
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,23 +25,11 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
 from llmguide.envs.vector import split_infos
 from llmguide.learners import common
-from llmguide.learners.callbacks import Callback, as_callback
-from llmguide.learners.common import (
-    EpisodeTracker,
-    agent_config,
-    crossed,
-    load_modules_state,
-    mix_rewards,
-    modules_state,
-    rng_state,
-    set_rng_state,
-    stack_obs,
-    true_next_obs,
-)
+from llmguide.learners.base import Learner
+from llmguide.learners.common import agent_config, crossed, mix_rewards, stack_obs, true_next_obs
 from llmguide.learners.networks import DuelingQNet, obs_to_tensor
 from llmguide.rewards.base import RewardModule, StepTransition, TransitionBatch
 
@@ -151,8 +138,10 @@ def double_dqn_targets(q_net: nn.Module, target_net: nn.Module, batch: dict[str,
         return batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * q_next
 
 
-class DQN:
+class DQN(Learner):
     """Goal-conditioned dueling double DQN on a Gymnasium vector env with Dict observations."""
+
+    algo = "dqn"
 
     def __init__(self, envs, cfg_agent: Any, reward_modules: Sequence[tuple[float, RewardModule]] = (),
                  extrinsic_coef: float = 1.0, run: RunDir | None = None, seed: int = 0,
@@ -160,10 +149,8 @@ class DQN:
                  goal_provider: Callable[[], np.ndarray] | None = None):
         if not isinstance(envs.single_action_space, spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {envs.single_action_space}")
-        self.envs, self.num_envs, self.cfg = envs, envs.num_envs, cfg_agent
-        self.reward_modules = list(reward_modules)
-        self.extrinsic_coef = float(extrinsic_coef)
-        self.run, self.seed, self.device = run, int(seed), torch.device(device)
+        super().__init__(envs, run=run, seed=seed, reward_modules=reward_modules, extrinsic_coef=extrinsic_coef)
+        self.cfg, self.device = cfg_agent, torch.device(device)
         cfg_agent = agent_config(cfg_agent, "dqn")   # conf/agent/dqn.yaml: the defaults
         c = lambda key, default=None: cfg_agent[key]  # noqa: E731
         self.lr = float(c("lr", 1e-4))
@@ -199,15 +186,11 @@ class DQN:
         self.optimizer = torch.optim.Adam(self.q_net.parameters(), lr=self.lr, eps=float(c("adam_eps", 1.5e-4)))
         self.replay = ReplayBuffer(obs_space, int(c("buffer_size", 100_000)))
         self.nstep = NStepBuffer(self.n_step, self.gamma, self.num_envs)
-        self.rng = np.random.default_rng(self.seed)
-        self.global_step = 0
-        self.updates = 0
-        self.counters: dict[str, int] = {}
-        self.episodes: deque[dict[str, Any]] = deque(maxlen=10_000)
-        self.last_metrics: dict[str, float] = {}
         self._explore_fn: Callable[[dict], np.ndarray] | None = None
         self._explore_prob = 0.0
-        self._next_obs: dict[str, np.ndarray] | None = None
+        self._next_obs: dict[str, np.ndarray] = {}
+        self._next_log = 0
+        self._train_metrics: dict[str, float] = {}
 
     # --- acting ---------------------------------------------------------------------------
     def epsilon(self, step: int | None = None) -> float:
@@ -259,10 +242,6 @@ class DQN:
             raise ValueError(f"goal_provider returned shape {goal.shape}, expected {(self.num_envs, self.goal_dim)}")
         return goal
 
-    def _log(self, metrics: dict[str, Any]) -> None:
-        if self.run is not None:
-            self.run.log(self.global_step, metrics)
-
     def train_step(self) -> dict[str, float]:
         """One gradient step on a replay minibatch (Huber loss to the double-DQN n-step target)."""
         batch = self.replay.sample(self.batch_size, self.rng, self.device)
@@ -277,124 +256,94 @@ class DQN:
         self.updates += 1
         return {"losses/td_loss": loss.item(), "losses/q_values": q.mean().item()}
 
-    def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
-              progress: bool = True) -> DQN:
-        """Train until ``global_step >= total_steps`` (a total, so a resumed run continues)."""
-        callback = as_callback(callback)
-        callback.init(self)
-        callback.on_training_start()
+    def _on_reset(self, obs: dict[str, np.ndarray], infos: dict) -> None:
+        self._next_obs = obs
+        self.nstep.clear()
+
+    def _on_learn_start(self) -> None:
+        self._next_log = (self.global_step // self.log_interval + 1) * self.log_interval
+        self._train_metrics = {}
+
+    def _iteration(self, total_steps: int) -> None:
+        """``chunk_steps`` ε-greedy steps per env, their rewards into the n-step replay, the gradient steps the
+        chunk crossed, the target copy when due; metrics logged every ``log_interval`` env steps."""
         N, K = self.num_envs, self.chunk_steps
-        if self._next_obs is None:
-            self._next_obs, _ = self.envs.reset(seed=self.seed + self.global_step)
-            self.nstep.clear()
-        tracker = EpisodeTracker(N)
-        bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc="dqn")
-        start_time, start_step = time.perf_counter(), self.global_step
-        next_log = (self.global_step // self.log_interval + 1) * self.log_interval
-        train_metrics: dict[str, float] = {}
-        stop = False
-        while self.global_step < total_steps and not stop:
-            chunk_start = self.global_step
-            obs_steps, next_obs_steps, infos_steps = [], [], []
-            actions, rewards, terms, truncs = [], [], [], []
-            for _ in range(K):
-                if self.global_step >= total_steps:
-                    break
-                goal = self._current_goal()
-                obs = self._with_goal(self._next_obs, goal)
-                action = self.act(obs, epsilon=self.epsilon())
-                next_obs, reward, terminated, truncated, infos = self.envs.step(action)
-                done = np.logical_or(terminated, truncated)
-                env_infos = split_infos(infos, N)
-                obs_steps.append(obs)
-                next_obs_steps.append(self._with_goal(true_next_obs(next_obs, infos, done), goal))
-                terminated = np.asarray(terminated, dtype=bool)
-                truncated = np.logical_and(truncated, np.logical_not(terminated))
-                infos_steps.append(env_infos)
-                actions.append(action)
-                rewards.append(np.asarray(reward, dtype=np.float32))
-                terms.append(np.asarray(terminated, dtype=bool))
-                truncs.append(np.asarray(truncated, dtype=bool))
-                self.global_step += N
-                for record in tracker.step(np.asarray(reward, dtype=np.float64), done, env_infos):
-                    self.episodes.append({"step": self.global_step, **record})
-                    bar.episode(record["charts/episodic_return"], record["charts/episodic_length"])
-                    self._log(record)
-                step = StepTransition(obs=obs, actions=action, next_obs=next_obs_steps[-1], rewards=rewards[-1],
-                                      terminated=terms[-1], truncated=truncs[-1], infos=env_infos,
-                                      step=self.global_step)
-                for _, module in self.reward_modules:
-                    module.watch(step)
-                self._next_obs = next_obs
-                if not callback.on_step(step):
-                    stop = True
-                    break
-
-            ext = np.stack(rewards)
-            batch = TransitionBatch(obs=stack_obs(obs_steps), actions=np.stack(actions),
-                                    next_obs=stack_obs(next_obs_steps), rewards=ext, terminated=np.stack(terms),
-                                    truncated=np.stack(truncs), infos=infos_steps)
-            int_rewards, metrics = mix_rewards(batch, self.reward_modules, self.counters)
+        chunk_start = self.global_step
+        obs_steps, next_obs_steps, infos_steps = [], [], []
+        actions, rewards, terms, truncs = [], [], [], []
+        for _ in range(K):
+            if self.global_step >= total_steps:
+                break
+            goal = self._current_goal()
+            obs = self._with_goal(self._next_obs, goal)
+            action = self.act(obs, epsilon=self.epsilon())
+            next_obs, reward, terminated, truncated, infos = self.envs.step(action)
+            done = np.logical_or(terminated, truncated)
+            env_infos = split_infos(infos, N)
+            obs_steps.append(obs)
+            next_obs_steps.append(self._with_goal(true_next_obs(next_obs, infos, done), goal))
+            terminated = np.asarray(terminated, dtype=bool)
+            truncated = np.logical_and(truncated, np.logical_not(terminated))
+            infos_steps.append(env_infos)
+            actions.append(action)
+            rewards.append(np.asarray(reward, dtype=np.float32))
+            terms.append(np.asarray(terminated, dtype=bool))
+            truncs.append(np.asarray(truncated, dtype=bool))
+            self.global_step += N
+            self._record_episodes(reward, done, env_infos)
+            step = StepTransition(obs=obs, actions=action, next_obs=next_obs_steps[-1], rewards=rewards[-1],
+                                  terminated=terms[-1], truncated=truncs[-1], infos=env_infos,
+                                  step=self.global_step)
             for _, module in self.reward_modules:
-                metrics.update({f"reward/{module.name}/{k}": v for k, v in module.update(batch).items()})
-            total = self.extrinsic_coef * ext + int_rewards
-            for t in range(len(obs_steps)):
-                for i in range(N):
-                    for tr in self.nstep.push(i, {k: v[i] for k, v in obs_steps[t].items()}, actions[t][i],
-                                              total[t, i], {k: v[i] for k, v in next_obs_steps[t].items()},
-                                              bool(terms[t][i]), bool(truncs[t][i])):
-                        self.replay.add(tr)
+                module.watch(step)
+            self._next_obs = next_obs
+            if not self._on_step(step):
+                break
 
-            # one update per train_every env steps crossed in this chunk (after learning_starts)
-            n_updates = self.global_step // self.train_every - chunk_start // self.train_every
-            if self.global_step >= self.learning_starts and self.replay.size >= self.batch_size:
-                for _ in range(n_updates):
-                    train_metrics = self.train_step()
-                common.check_parameters(self.global_step, self.q_net)
-            if crossed(self.global_step, chunk_start, self.target_update_every):
-                self.target_net.load_state_dict(self.q_net.state_dict())
+        ext = np.stack(rewards)
+        batch = TransitionBatch(obs=stack_obs(obs_steps), actions=np.stack(actions),
+                                next_obs=stack_obs(next_obs_steps), rewards=ext, terminated=np.stack(terms),
+                                truncated=np.stack(truncs), infos=infos_steps)
+        int_rewards, metrics = mix_rewards(batch, self.reward_modules, self.counters)
+        for _, module in self.reward_modules:
+            metrics.update({f"reward/{module.name}/{k}": v for k, v in module.update(batch).items()})
+        total = self.extrinsic_coef * ext + int_rewards
+        for t in range(len(obs_steps)):
+            for i in range(N):
+                for tr in self.nstep.push(i, {k: v[i] for k, v in obs_steps[t].items()}, actions[t][i],
+                                          total[t, i], {k: v[i] for k, v in next_obs_steps[t].items()},
+                                          bool(terms[t][i]), bool(truncs[t][i])):
+                    self.replay.add(tr)
 
-            bar.update(self.global_step - chunk_start, lm_stats=callback.progress_stats)
-            if self.global_step >= next_log or self.global_step >= total_steps:
-                next_log = (self.global_step // self.log_interval + 1) * self.log_interval
-                sps = (self.global_step - start_step) / max(time.perf_counter() - start_time, 1e-9)
-                metrics.update(train_metrics)
-                metrics.update({"charts/epsilon": self.epsilon(), "charts/sps": sps,
-                                "charts/extrinsic_reward": float(ext.mean()),
-                                "charts/intrinsic_reward": float(int_rewards.mean()),
-                                "charts/replay_size": self.replay.size})
-                self.last_metrics = metrics
-                self._log(metrics)
-            callback.on_rollout_end(metrics)
-        bar.close()
-        callback.on_training_end()
-        return self
+        # one update per train_every env steps crossed in this chunk (after learning_starts)
+        n_updates = self.global_step // self.train_every - chunk_start // self.train_every
+        if self.global_step >= self.learning_starts and self.replay.size >= self.batch_size:
+            for _ in range(n_updates):
+                self._train_metrics = self.train_step()
+            common.check_parameters(self.global_step, self.q_net)
+        if crossed(self.global_step, chunk_start, self.target_update_every):
+            self.target_net.load_state_dict(self.q_net.state_dict())
+
+        log = self.global_step >= self._next_log or self.global_step >= total_steps
+        if log:
+            self._next_log = (self.global_step // self.log_interval + 1) * self.log_interval
+            metrics.update(self._train_metrics)
+            metrics.update({"charts/epsilon": self.epsilon(), "charts/sps": self._sps(),
+                            "charts/extrinsic_reward": float(ext.mean()),
+                            "charts/intrinsic_reward": float(int_rewards.mean()),
+                            "charts/replay_size": self.replay.size})
+        self._end_iteration(metrics, self.global_step - chunk_start, log=log)
 
     # --- checkpoints ----------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Networks, optimiser, counters, RNG states, reward modules (and replay if configured)."""
-        state = {
-            "algo": "dqn", "q_net": self.q_net.state_dict(), "target_net": self.target_net.state_dict(),
-            "optimizer": self.optimizer.state_dict(), "global_step": self.global_step, "updates": self.updates,
-            "counters": dict(self.counters), "rng": rng_state(), "agent_rng": self.rng.bit_generator.state,
-            "reward_modules": modules_state(self.reward_modules),
-        }
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """Both networks, and the replay if ``checkpoint_replay`` (without it, learning waits for it to refill)."""
+        state: dict[str, Any] = {"q_net": self.q_net.state_dict(), "target_net": self.target_net.state_dict()}
         if self.checkpoint_replay:
             state["replay"] = self.replay.state_dict()
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; without a saved replay, learning waits for it to refill."""
-        if state.get("algo") != "dqn":
-            raise ValueError(f"checkpoint is for agent '{state.get('algo')}', not 'dqn'")
+    def _load_checkpoint_state(self, state: dict[str, Any]) -> None:
         self.q_net.load_state_dict(state["q_net"])
         self.target_net.load_state_dict(state["target_net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.global_step, self.updates = int(state["global_step"]), int(state["updates"])
-        self.counters = dict(state.get("counters", {}))
-        set_rng_state(state["rng"])
-        self.rng.bit_generator.state = state["agent_rng"]
-        load_modules_state(self.reward_modules, state["reward_modules"])
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
-        self._next_obs = None

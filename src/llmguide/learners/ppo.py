@@ -21,8 +21,6 @@ update the callbacks see ``on_rollout_end`` (checkpoints, evaluation, LM statist
 
 from __future__ import annotations
 
-import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,78 +29,41 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
 from llmguide.envs.vector import split_infos
-from llmguide.learners.callbacks import Callback, as_callback
 from llmguide.learners.common import (
-    EpisodeTracker,
     agent_config,
     check_loss,
     check_parameters,
-    load_modules_state,
     mix_rewards,
-    modules_state,
-    rng_state,
-    set_rng_state,
     stack_obs,
     true_next_obs,
 )
 from llmguide.learners.networks import ActorCritic, obs_to_tensor
+from llmguide.learners.on_policy import OnPolicyLearner, compute_gae
 from llmguide.rewards.base import RewardModule, StepTransition, TransitionBatch
 
 
-def compute_gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, last_value: np.ndarray,
-                gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """Generalised advantage estimation over (T, N) arrays; returns (advantages, returns).
-
-    ``values[t] = V(s_t)``, ``last_value = V(s_T)`` and ``dones[t]`` = transition t ended the
-    episode, so neither V(s_{t+1}) nor later advantages leak across an episode boundary.
-    """
-    T = rewards.shape[0]
-    advantages = np.zeros_like(rewards, dtype=np.float32)
-    last_gae = np.zeros_like(last_value, dtype=np.float32)
-    for t in reversed(range(T)):
-        next_value = last_value if t == T - 1 else values[t + 1]
-        nonterminal = 1.0 - dones[t].astype(np.float32)
-        delta = rewards[t] + gamma * next_value * nonterminal - values[t]
-        last_gae = delta + gamma * lam * nonterminal * last_gae
-        advantages[t] = last_gae
-    return advantages, advantages + values
-
-
-class PPO:
+class PPO(OnPolicyLearner):
     """Proximal Policy Optimisation on a Gymnasium vector env with Dict observations."""
+
+    algo = "ppo"
 
     def __init__(self, envs, cfg_agent: Any, reward_modules: Sequence[tuple[float, RewardModule]] = (),
                  extrinsic_coef: float = 1.0, run: RunDir | None = None, seed: int = 0,
                  device: str = "cpu"):
         if not isinstance(envs.single_action_space, spaces.Discrete):
             raise TypeError(f"PPO needs a Discrete action space, got {envs.single_action_space}")
-        self.envs = envs
-        self.num_envs = envs.num_envs
+        super().__init__(envs, run=run, seed=seed, reward_modules=reward_modules, extrinsic_coef=extrinsic_coef)
         self.cfg = cfg_agent
-        self.reward_modules = list(reward_modules)
-        self.extrinsic_coef = float(extrinsic_coef)
-        self.run = run
-        self.seed = int(seed)
         self.device = torch.device(device)
 
         cfg_agent = agent_config(cfg_agent, "ppo")   # conf/agent/ppo.yaml: the defaults
         c = lambda key, default=None: cfg_agent[key]  # noqa: E731
+        self._read_settings(cfg_agent)   # num_steps, update_epochs, num_minibatches, gamma, ... (on_policy.py)
         self.lr = float(c("lr", 2.5e-4))
         self.anneal_lr = bool(c("anneal_lr", True))
-        self.num_steps = int(c("num_steps", 128))
-        self.gamma = float(c("gamma", 0.99))
-        self.gae_lambda = float(c("gae_lambda", 0.95))
-        self.num_minibatches = int(c("num_minibatches", 4))
-        self.update_epochs = int(c("update_epochs", 4))
-        self.norm_adv = bool(c("norm_adv", True))
-        self.clip_coef = float(c("clip_coef", 0.2))
         self.clip_vloss = bool(c("clip_vloss", True))
-        self.ent_coef = float(c("ent_coef", 0.01))
-        self.vf_coef = float(c("vf_coef", 0.5))
-        self.max_grad_norm = float(c("max_grad_norm", 0.5))
         self.target_kl = c("target_kl", None)
         # an extra loss term on each minibatch's observations, e.g. PTGM's KL to a prior (kl.mode=loss)
         self.policy_penalty: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None
@@ -119,13 +80,7 @@ class PPO:
                                two_value_heads=self.two_value_heads,
                                image_encoder=str(c("image_encoder", "cnn"))).to(self.device)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.lr, eps=float(c("adam_eps", 1e-5)))
-        self.rng = np.random.default_rng(self.seed)  # minibatch shuffling
-        self.global_step = 0
-        self.updates = 0
-        self.counters: dict[str, int] = {}
-        self.episodes: deque[dict[str, Any]] = deque(maxlen=10_000)
-        self.last_metrics: dict[str, float] = {}
-        self._next_obs: dict[str, np.ndarray] | None = None
+        self._next_obs: dict[str, np.ndarray] = {}
         self._act_state = None
 
     # --- acting ---------------------------------------------------------------------------
@@ -149,136 +104,97 @@ class PPO:
         return action.cpu().numpy()
 
     # --- training -------------------------------------------------------------------------
-    def _log(self, metrics: dict[str, Any]) -> None:
-        if self.run is not None:
-            self.run.log(self.global_step, metrics)
-
-    def _begin(self, total_steps: int, callback: Callback | Sequence[Callback] | None, progress: bool,
-               desc: str) -> tuple[Callback, EpisodeTracker, Progress, float, int]:
-        """The start of a ``learn`` call (shared with subclasses that roll out differently): the callback is
-        initialised and told training starts, the envs are reset on the first call (:meth:`_on_reset`),
-        and a fresh episode tracker, progress bar, start time and start step are returned."""
-        callback = as_callback(callback)
-        callback.init(self)
-        callback.on_training_start()
-        if self._next_obs is None:
-            self._next_obs, _ = self.envs.reset(seed=self.seed + self.global_step)
-            self._on_reset()
-        tracker = EpisodeTracker(self.num_envs)
-        bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc=desc)
-        return callback, tracker, bar, time.perf_counter(), self.global_step
-
-    def _on_reset(self) -> None:
-        """Rollout state after the first env reset: no env done, the core's initial (recurrent) state."""
+    def _on_reset(self, obs: dict[str, np.ndarray], infos: dict) -> None:
+        """Rollout state after an env reset: no env done, the core's initial (recurrent) state."""
+        self._next_obs = obs
         self._next_done = np.zeros(self.num_envs, dtype=bool)
         self._state = self.net.initial_state(self.num_envs, self.device)
 
-    def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
-              progress: bool = True) -> PPO:
-        """Train until ``global_step >= total_steps`` (a total, so a resumed run continues)."""
-        callback, tracker, bar, start_time, start_step = self._begin(total_steps, callback, progress, "ppo")
+    def _iteration(self, total_steps: int) -> None:
+        """One rollout of ``num_steps`` steps per env, its rewards and advantages, then the clipped update."""
         N, T = self.num_envs, self.num_steps
         envs, net, dev = self.envs, self.net, self.device
         heads = net.n_value_heads
-        stop = False
+        if self.anneal_lr:
+            frac = max(1.0 - self.global_step / total_steps, 0.0)
+            self.optimizer.param_groups[0]["lr"] = frac * self.lr
 
-        while self.global_step < total_steps and not stop:
-            if self.anneal_lr:
-                frac = max(1.0 - self.global_step / total_steps, 0.0)
-                self.optimizer.param_groups[0]["lr"] = frac * self.lr
-
-            # ---- rollout ----
-            initial_state = tuple(s.clone() for s in self._state) if self._state is not None else None
-            first_done = self._next_done.copy()
-            obs_steps, next_obs_steps, infos_steps = [], [], []
-            actions = np.zeros((T, N), dtype=np.int64)
-            logprobs = np.zeros((T, N), dtype=np.float32)
-            values = np.zeros((T, N, heads), dtype=np.float32)
-            ext_rewards = np.zeros((T, N), dtype=np.float32)
-            terms = np.zeros((T, N), dtype=bool)
-            truncs = np.zeros((T, N), dtype=bool)
-            bootstrap = np.zeros((T, N, heads), dtype=np.float32)  # V(final_obs) of truncated transitions
-            for t in range(T):
-                obs_steps.append(self._next_obs)
-                with torch.no_grad():
-                    x = obs_to_tensor(self._next_obs, dev)
-                    done_t = torch.as_tensor(self._next_done, dtype=torch.float32, device=dev)
-                    action, logprob, _, value, self._state = net.get_action_and_value(x, self._state, done_t)
-                actions[t] = action.cpu().numpy()
-                logprobs[t] = logprob.cpu().numpy()
-                values[t] = value.cpu().numpy()
-                next_obs, reward, terminated, truncated, infos = envs.step(actions[t])
-                terms[t], truncs[t] = terminated, np.logical_and(truncated, np.logical_not(terminated))
-                done = np.logical_or(terminated, truncated)
-                env_infos = split_infos(infos, N)
-                ext_rewards[t] = reward
-                infos_steps.append(env_infos)
-                real_next = true_next_obs(next_obs, infos, done)
-                next_obs_steps.append(real_next)
-                if truncs[t].any():
-                    bootstrap[t] = self._truncation_values(real_next, truncs[t])
-                self.global_step += N
-                for record in tracker.step(np.asarray(reward, dtype=np.float64), done, env_infos):
-                    self.episodes.append({"step": self.global_step, **record})
-                    bar.episode(record["charts/episodic_return"], record["charts/episodic_length"])
-                    self._log(record)
-                step = StepTransition(obs=obs_steps[-1], actions=actions[t], next_obs=real_next,
-                                      rewards=ext_rewards[t], terminated=terms[t], truncated=truncs[t],
-                                      infos=env_infos, step=self.global_step)
-                for _, module in self.reward_modules:
-                    module.watch(step)
-                stop = not callback.on_step(step) or stop
-                self._next_obs, self._next_done = next_obs, done
-            dones = np.logical_or(terms, truncs)
-
-            # ---- rewards: extrinsic + intrinsic modules (computed on the whole rollout) ----
-            batch = TransitionBatch(obs=stack_obs(obs_steps), actions=actions, next_obs=stack_obs(next_obs_steps),
-                                    rewards=ext_rewards, terminated=terms, truncated=truncs, infos=infos_steps)
-            int_rewards, metrics = mix_rewards(batch, self.reward_modules, self.counters)
-            for _, module in self.reward_modules:
-                metrics.update({f"reward/{module.name}/{k}": v for k, v in module.update(batch).items()})
-
-            # ---- advantages ----
+        # ---- rollout ----
+        initial_state = tuple(s.clone() for s in self._state) if self._state is not None else None
+        first_done = self._next_done.copy()
+        obs_steps, next_obs_steps, infos_steps = [], [], []
+        actions = np.zeros((T, N), dtype=np.int64)
+        logprobs = np.zeros((T, N), dtype=np.float32)
+        values = np.zeros((T, N, heads), dtype=np.float32)
+        ext_rewards = np.zeros((T, N), dtype=np.float32)
+        terms = np.zeros((T, N), dtype=bool)
+        truncs = np.zeros((T, N), dtype=bool)
+        bootstrap = np.zeros((T, N, heads), dtype=np.float32)  # V(final_obs) of truncated transitions
+        for t in range(T):
+            obs_steps.append(self._next_obs)
             with torch.no_grad():
-                last_value = net.get_value(obs_to_tensor(self._next_obs, dev), self._state,
-                                           torch.as_tensor(self._next_done, dtype=torch.float32, device=dev))
-                last_value = last_value.cpu().numpy()
-            if self.two_value_heads:
-                adv_ext, ret_ext = compute_gae(self.extrinsic_coef * ext_rewards + self.gamma * bootstrap[..., 0],
-                                               values[..., 0], dones, last_value[:, 0], self.gamma, self.gae_lambda)
-                int_dones = dones if self.int_episodic else np.zeros_like(dones)
-                int_boot = self.int_gamma * bootstrap[..., 1] if self.int_episodic else 0.0
-                adv_int, ret_int = compute_gae(int_rewards + int_boot, values[..., 1], int_dones, last_value[:, 1],
-                                               self.int_gamma, self.gae_lambda)
-                advantages = adv_ext + adv_int
-                returns = np.stack([ret_ext, ret_int], axis=-1)
-            else:
-                rewards = self.extrinsic_coef * ext_rewards + int_rewards + self.gamma * bootstrap[..., 0]
-                advantages, ret = compute_gae(rewards, values[..., 0], dones, last_value[:, 0],
-                                              self.gamma, self.gae_lambda)
-                returns = ret[..., None]
+                x = obs_to_tensor(self._next_obs, dev)
+                done_t = torch.as_tensor(self._next_done, dtype=torch.float32, device=dev)
+                action, logprob, _, value, self._state = net.get_action_and_value(x, self._state, done_t)
+            actions[t] = action.cpu().numpy()
+            logprobs[t] = logprob.cpu().numpy()
+            values[t] = value.cpu().numpy()
+            next_obs, reward, terminated, truncated, infos = envs.step(actions[t])
+            terms[t], truncs[t] = terminated, np.logical_and(truncated, np.logical_not(terminated))
+            done = np.logical_or(terminated, truncated)
+            env_infos = split_infos(infos, N)
+            ext_rewards[t] = reward
+            infos_steps.append(env_infos)
+            real_next = true_next_obs(next_obs, infos, done)
+            next_obs_steps.append(real_next)
+            if truncs[t].any():
+                bootstrap[t] = self._truncation_values(real_next, truncs[t])
+            self.global_step += N
+            self._record_episodes(reward, done, env_infos)
+            step = StepTransition(obs=obs_steps[-1], actions=actions[t], next_obs=real_next,
+                                  rewards=ext_rewards[t], terminated=terms[t], truncated=truncs[t],
+                                  infos=env_infos, step=self.global_step)
+            for _, module in self.reward_modules:
+                module.watch(step)
+            self._on_step(step)
+            self._next_obs, self._next_done = next_obs, done
+        dones = np.logical_or(terms, truncs)
 
-            # ---- update ----
-            starts = np.concatenate([first_done[None], dones[:-1]], axis=0)  # obs t begins an episode
-            metrics.update(self._update(batch.obs, actions, logprobs, values, advantages, returns,
-                                        starts, initial_state))
-            metrics.update({"charts/extrinsic_reward": float(ext_rewards.mean()),
-                            "charts/intrinsic_reward": float(int_rewards.mean())})
-            self._end_rollout(metrics, N * T, start_step, start_time, bar, callback)
-        bar.close()
-        callback.on_training_end()
-        return self
+        # ---- rewards: extrinsic + intrinsic modules (computed on the whole rollout) ----
+        batch = TransitionBatch(obs=stack_obs(obs_steps), actions=actions, next_obs=stack_obs(next_obs_steps),
+                                rewards=ext_rewards, terminated=terms, truncated=truncs, infos=infos_steps)
+        int_rewards, metrics = mix_rewards(batch, self.reward_modules, self.counters)
+        for _, module in self.reward_modules:
+            metrics.update({f"reward/{module.name}/{k}": v for k, v in module.update(batch).items()})
 
-    def _end_rollout(self, metrics: dict[str, float], env_steps: int, start_step: int, start_time: float,
-                     bar: Any, callback: Any) -> None:
-        """After an update: learning rate and steps/s into ``metrics``, logged, the bar and the callbacks told."""
-        self.updates += 1
-        sps = (self.global_step - start_step) / max(time.perf_counter() - start_time, 1e-9)
-        metrics.update({"charts/learning_rate": self.optimizer.param_groups[0]["lr"], "charts/sps": sps})
-        self.last_metrics = metrics
-        self._log(metrics)
-        bar.update(env_steps, lm_stats=callback.progress_stats)
-        callback.on_rollout_end(metrics)
+        # ---- advantages ----
+        with torch.no_grad():
+            last_value = net.get_value(obs_to_tensor(self._next_obs, dev), self._state,
+                                       torch.as_tensor(self._next_done, dtype=torch.float32, device=dev))
+            last_value = last_value.cpu().numpy()
+        if self.two_value_heads:
+            adv_ext, ret_ext = compute_gae(self.extrinsic_coef * ext_rewards + self.gamma * bootstrap[..., 0],
+                                           values[..., 0], dones, last_value[:, 0], self.gamma, self.gae_lambda)
+            int_dones = dones if self.int_episodic else np.zeros_like(dones)
+            int_boot = self.int_gamma * bootstrap[..., 1] if self.int_episodic else 0.0
+            adv_int, ret_int = compute_gae(int_rewards + int_boot, values[..., 1], int_dones, last_value[:, 1],
+                                           self.int_gamma, self.gae_lambda)
+            advantages = adv_ext + adv_int
+            returns = np.stack([ret_ext, ret_int], axis=-1)
+        else:
+            rewards = self.extrinsic_coef * ext_rewards + int_rewards + self.gamma * bootstrap[..., 0]
+            advantages, ret = compute_gae(rewards, values[..., 0], dones, last_value[:, 0],
+                                          self.gamma, self.gae_lambda)
+            returns = ret[..., None]
+
+        # ---- update ----
+        starts = np.concatenate([first_done[None], dones[:-1]], axis=0)  # obs t begins an episode
+        metrics.update(self._update(batch.obs, actions, logprobs, values, advantages, returns,
+                                    starts, initial_state))
+        metrics.update({"charts/extrinsic_reward": float(ext_rewards.mean()),
+                        "charts/intrinsic_reward": float(int_rewards.mean())})
+        metrics["charts/learning_rate"] = self.optimizer.param_groups[0]["lr"]
+        self._end_rollout(metrics, N * T)
 
     @torch.no_grad()
     def _truncation_values(self, next_obs: dict[str, np.ndarray], truncated: np.ndarray) -> np.ndarray:
@@ -288,11 +204,6 @@ class PPO:
         d = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
         value = self.net.get_value(x, self._state, d).cpu().numpy().reshape(self.num_envs, -1)
         return np.where(truncated[:, None], value, 0.0).astype(np.float32)
-
-    def _minibatches(self, order: np.ndarray, per_mb: int) -> list[np.ndarray]:
-        """Index sets of one epoch's minibatches: consecutive ``per_mb`` slices of ``order`` (CleanRL's; a
-        batch that ``num_minibatches`` does not divide ends with a smaller minibatch)."""
-        return [order[start:start + per_mb] for start in range(0, len(order), per_mb)]
 
     def _update(self, obs: dict[str, np.ndarray], actions, logprobs, values, advantages, returns,
                 starts, initial_state) -> dict[str, float]:
@@ -367,25 +278,8 @@ class PPO:
         }
 
     # --- checkpoints ----------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Network, optimiser, step counters, RNG states and the reward modules' states."""
-        return {
-            "algo": "ppo", "net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "global_step": self.global_step, "updates": self.updates, "counters": dict(self.counters),
-            "rng": rng_state(), "agent_rng": self.rng.bit_generator.state,
-            "reward_modules": modules_state(self.reward_modules),
-        }
+    def _checkpoint_state(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore everything :meth:`state_dict` saved; the envs restart on the next ``learn``."""
-        if state.get("algo") != "ppo":
-            raise ValueError(f"checkpoint is for agent '{state.get('algo')}', not 'ppo'")
+    def _load_checkpoint_state(self, state: dict[str, Any]) -> None:
         self.net.load_state_dict(state["net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.global_step = int(state["global_step"])
-        self.updates = int(state["updates"])
-        self.counters = dict(state.get("counters", {}))
-        set_rng_state(state["rng"])
-        self.rng.bit_generator.state = state["agent_rng"]
-        load_modules_state(self.reward_modules, state["reward_modules"])
-        self._next_obs = None

@@ -98,7 +98,7 @@ class LanguageModel(ABC):
         """Counters of this backend's I/O (HTTP requests, retries, errors by kind, truncations ...).
 
         Wrappers (the cache) merge their inner backend's counters with their own.  Read by
-        :meth:`llmguide.llm.service.LLMService.lm_metrics`; the default backend has none.
+        :meth:`llmguide.llm.service.core.LLMService.lm_metrics`; the default backend has none.
         """
         return {}
 

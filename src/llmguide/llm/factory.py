@@ -20,8 +20,8 @@ from llmguide.core.config import (
 )
 from llmguide.core.errors import ConfigError
 from llmguide.llm.base import LanguageModel
-from llmguide.llm.cache import DEFAULT_MAX_BYTES, LLMCache
-from llmguide.llm.cached_lm import CachedLM
+from llmguide.llm.cache.cached_lm import CachedLM
+from llmguide.llm.cache.store import DEFAULT_MAX_BYTES, LLMCache
 
 log = logging.getLogger(__name__)
 
@@ -104,13 +104,13 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
     _validate(llm_cfg)
     backend = cfg_get(llm_cfg, "backend")
     if backend == "embedded":
-        from llmguide.llm.embedded import EmbeddedLM
+        from llmguide.llm.backends.embedded import EmbeddedLM
 
         return EmbeddedLM(model_path=cfg_get(llm_cfg, "model_path"), n_ctx=int(cfg_get(llm_cfg, "n_ctx", 2048)),
                           n_threads=lm_threads(cfg_get(llm_cfg, "n_threads"), online), seed=int(cfg_get(llm_cfg, "seed", 0)),
                           model=cfg_get(llm_cfg, "model"), chat=cfg_get(llm_cfg, "chat", "auto"))
     if backend == "http":
-        from llmguide.llm.http import HTTPLM
+        from llmguide.llm.backends.http import HTTPLM
 
         for key in ("base_url", "model"):
             if not cfg_get(llm_cfg, key):
@@ -123,13 +123,13 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
                       backoff_max=float(cfg_get(llm_cfg, "backoff_max", 8.0)),
                       max_response_bytes=int(cfg_get(llm_cfg, "max_response_bytes", 8 * 2**20)))
     if backend == "hf":
-        from llmguide.llm.hf import HFLM
+        from llmguide.llm.backends.hf import HFLM
 
         return HFLM(model_path=cfg_get(llm_cfg, "model_path"), gguf_file=cfg_get(llm_cfg, "gguf_file"),
                     device=cfg_get(llm_cfg, "device", "cpu"), dtype=cfg_get(llm_cfg, "dtype", "float32"),
                     trainable=bool(cfg_get(llm_cfg, "trainable", False)), max_batch=int(cfg_get(llm_cfg, "max_batch", 16)))
     if backend in GROUND_TRUTH_BACKENDS:
-        from llmguide.llm.oracle import OracleLM
+        from llmguide.llm.backends.oracle import OracleLM
 
         family = env_family or cfg_get(llm_cfg, "env_family")
         if not family:
@@ -137,7 +137,7 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
         oracle = OracleLM(family, answerers, actions)
         if backend == "oracle":
             return oracle
-        from llmguide.llm.counterfactual import CounterfactualLM
+        from llmguide.llm.backends.counterfactual import CounterfactualLM
 
         return CounterfactualLM(backend, oracle, seed=int(cfg_get(llm_cfg, "seed", 0)),
                                 positive_rate=float(cfg_get(llm_cfg, "positive_rate", 0.5)),

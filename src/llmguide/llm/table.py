@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from llmguide.core.errors import LLMGuideError
+from llmguide.llm.backends.oracle import MISS_SCORE
 from llmguide.llm.base import Completion, LanguageModel, canonical_json, check_score_args
-from llmguide.llm.oracle import MISS_SCORE
 
 FORMAT = "llmguide-answer-table/1"
 _SCHEMA = """

@@ -87,7 +87,7 @@ LM_MODE_KEYS = ("suggester", "label_mode")
 def probe_lm(cfg: DictConfig) -> str | None:
     """``llm=http``: time one request of the mode the method asks in (``method.suggester`` /
     ``method.label_mode``) and print a warning with the fix when the server is slower than
-    ``llm.probe_threshold`` seconds (:mod:`llmguide.llm.probe`); the warning, or None.
+    ``llm.probe_threshold`` seconds (:mod:`llmguide.llm.backends.probe`); the warning, or None.
 
     When ``score`` is unusable there and one ``generate`` request is fast, ``llm.score_fallback`` decides:
     ``switch`` (the default) moves the run to ``generate`` (``cfg`` is changed, one line says so), unless the
@@ -100,7 +100,7 @@ def probe_lm(cfg: DictConfig) -> str | None:
         return None
     from omegaconf import open_dict
 
-    from llmguide.llm.probe import probe_server
+    from llmguide.llm.backends.probe import probe_server
 
     mode, fallback = str(cfg.method[key]), str(cfg.llm.get("score_fallback") or "switch")
     if fallback not in ("switch", "warn", "stop"):

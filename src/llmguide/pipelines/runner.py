@@ -47,7 +47,7 @@ from llmguide.learners.callbacks import (
     TrainingStopped,
 )
 from llmguide.learners.common import NonFiniteError
-from llmguide.llm.service_metrics import check_answered_fraction
+from llmguide.llm.service.metrics import check_answered_fraction
 from llmguide.pipelines.summary import TrainResult, summary_line
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The run's language model and its one :class:`~llmguide.llm.service.LLMService`, built in one place.
+"""The run's language model and its one :class:`~llmguide.llm.service.core.LLMService`, built in one place.
 
 Every method that asks an LM (ELLM's suggester, ONI's labeller, BK's and Motif's label steps, an
 LM-backed reward of the standard recipe) gets its service from :func:`open_service`: the backend and
@@ -22,9 +22,9 @@ from omegaconf import DictConfig
 from llmguide.core.config import cfg_get, non_negative, positive, register_rule
 from llmguide.core.errors import ConfigError, StorageError, file_ancestor
 from llmguide.llm.base import LanguageModel
-from llmguide.llm.cache import default_cache_path
+from llmguide.llm.cache.store import default_cache_path
 from llmguide.llm.factory import GROUND_TRUTH_BACKENDS, make_llm
-from llmguide.llm.service import LLMService
+from llmguide.llm.service.core import LLMService
 
 # what the progress bar shows of a run's LM: calls sent, the fraction of requests answered, fallbacks
 LM_PROGRESS = {"calls": "lm/calls", "answered": "lm/answered_fraction", "fallbacks": "lm/fallbacks",

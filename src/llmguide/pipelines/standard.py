@@ -1,6 +1,6 @@
 """The standard recipe: PPO or DQN with the reward module named by ``method.reward`` (RND, NovelD, ICM,
 APT, a user's reward class from a file).  A reward class whose constructor takes ``service`` gets the
-run's :class:`~llmguide.llm.service.LLMService` (cache, batching, ``lm/*``), so an LM-backed reward needs
+run's :class:`~llmguide.llm.service.core.LLMService` (cache, batching, ``lm/*``), so an LM-backed reward needs
 no recipe of its own.
 """
 

@@ -109,7 +109,7 @@ def register_reward(name: str, factory: RewardFactory) -> None:
 
 
 def wants_lm(method_cfg: DictConfig | Mapping[str, Any]) -> bool:
-    """True when the method's reward class takes a ``service`` (an :class:`~llmguide.llm.service.LLMService`)."""
+    """True when the method's reward class takes a ``service`` (an :class:`~llmguide.llm.service.core.LLMService`)."""
     target = method_cfg.get("reward")
     return bool(target) and "service" in inspect.signature(load_class(str(target)).__init__).parameters
 

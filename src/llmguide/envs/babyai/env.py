@@ -38,7 +38,7 @@ from minigrid.envs.babyai.core.verifier import (
 )
 
 from llmguide.core.config import cfg_get
-from llmguide.envs.babyai.tasks import PAPER_TASKS, build_bk_level, parse_task
+from llmguide.envs.babyai.tasks import BIG_ROOM_TASKS, build_big_room_level, parse_task
 
 ACTION_STRINGS = ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
 HELD_OUT = ("yellow box", "red key", "red door", "green ball", "grey door")
@@ -132,14 +132,14 @@ CUSTOM_TASKS = {"PickupLocal": (["pickup"], None), "Open": (["open"], None),
                 "MixedTrainLocal": (list(LocalLevel.MIXED), "train"),
                 "MixedTestLocal": (list(LocalLevel.MIXED), "test"),
                 "PickupPickupLocal": (["pickup_pickup"], None)}
-TASKS = sorted([*STOCK_TASKS, *CUSTOM_TASKS, *PAPER_TASKS])
+TASKS = sorted([*STOCK_TASKS, *CUSTOM_TASKS, *BIG_ROOM_TASKS])
 
 
 def _build_levels(task: str, max_steps: int | None, room_size: int | None = None,
                   num_dists: int | None = None) -> list[RoomGridLevel]:
-    bk_level = build_bk_level(task, room_size, num_dists, max_steps)
-    if bk_level is not None:
-        return [bk_level]
+    big_room = build_big_room_level(task, room_size, num_dists, max_steps)
+    if big_room is not None:
+        return [big_room]
     kwargs: dict[str, Any] = {"max_steps": max_steps} if max_steps else {}
     if num_dists is not None:
         kwargs["num_dists"] = int(num_dists)
@@ -166,7 +166,7 @@ def task_problem(env_cfg: Any) -> str | None:
     try:
         if task in CUSTOM_TASKS or parse_task(task) is not None:
             return None
-    except ValueError as err:   # a BK task name with an unknown colour
+    except ValueError as err:   # a big-room task name with an unknown colour
         return str(err).removeprefix("env.task: ")
     env_id = STOCK_TASKS.get(task, task)
     if env_id.startswith("BabyAI-") and env_id in gym.registry:

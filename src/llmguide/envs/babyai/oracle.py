@@ -1,5 +1,5 @@
-"""BabyAI-Text's oracle: the goal vocabulary, prerequisites from missions, feasibility from captions, and
-BK's oracle knowledge (answers to BK's labelling prompts under ``llm=oracle``)."""
+"""BabyAI-Text's oracle: the goal vocabulary, prerequisites from missions, feasibility from captions (the
+methods' own oracle answerers, e.g. :mod:`llmguide.methods.bk.babyai`, build on it)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
-"""BK's BabyAI-Text tasks (Zhang et al. 2024, ``babyai_envs/``): one big room, a few distractors.
+"""Big-room BabyAI-Text tasks: one big room, a few distractors (the tasks of BK, Zhang et al. 2024, ``babyai_envs/``;
+any method can run on them, as the bot and the baselines do).
 
 - ``GoToLocal-<Color><Type>-S<N>``: one ``N``×``N`` room, the target object (e.g. the red ball) and
   ``num_dists`` distractors (7 by default; never a second copy of the target), mission "go to the
   red ball", ``max_steps = N²`` (400 for S20), success reward ``1 − 0.9·steps/max_steps``.
   The paper's tasks are ``GoToLocal-{RedBall,PurpleBall,RedKey,PurpleKey}-S20``.
 - ``Pretraining-S<N>``: the same room with ``num_dists + 1`` random objects and a "go to" mission
-  on a random one of them: the data-collection task of BK's RND pre-collection.
+  on a random one of them: a data-collection task (BK's RND pre-collection).
 
 Env options (``env.room_size``, ``env.num_dists``, ``env.max_steps``) override the name's defaults.
 """
@@ -18,8 +19,8 @@ from minigrid.core.constants import COLOR_NAMES
 from minigrid.envs.babyai.core.roomgrid_level import RejectSampling, RoomGridLevel
 from minigrid.envs.babyai.core.verifier import GoToInstr, ObjDesc
 
-PAPER_TASKS = ("GoToLocal-RedBall-S20", "GoToLocal-PurpleBall-S20", "GoToLocal-RedKey-S20",
-               "GoToLocal-PurpleKey-S20", "Pretraining-S20")
+BIG_ROOM_TASKS = ("GoToLocal-RedBall-S20", "GoToLocal-PurpleBall-S20", "GoToLocal-RedKey-S20",
+                  "GoToLocal-PurpleKey-S20", "Pretraining-S20")
 _GOTO = re.compile(r"^GoToLocal-(?P<color>[A-Z][a-z]+)(?P<kind>Ball|Key|Box)-S(?P<size>\d+)$")
 _PRETRAIN = re.compile(r"^Pretraining-S(?P<size>\d+)$")
 DEFAULT_DISTRACTORS = 7
@@ -51,7 +52,7 @@ class SingleRoomGoTo(RoomGridLevel):
 
 
 def parse_task(task: str) -> dict | None:
-    """``{"target", "room_size"}`` for a BK task name, else None."""
+    """``{"target", "room_size"}`` for a big-room task name, else None."""
     m = _GOTO.match(task)
     if m:
         color = m["color"].lower()
@@ -64,9 +65,9 @@ def parse_task(task: str) -> dict | None:
     return None
 
 
-def build_bk_level(task: str, room_size: int | None = None, num_dists: int | None = None,
-                   max_steps: int | None = None) -> SingleRoomGoTo | None:
-    """The level of a BK task name (options override its defaults), or None if ``task`` is not one."""
+def build_big_room_level(task: str, room_size: int | None = None, num_dists: int | None = None,
+                         max_steps: int | None = None) -> SingleRoomGoTo | None:
+    """The level of a big-room task name (options override its defaults), or None if ``task`` is not one."""
     spec = parse_task(task)
     if spec is None:
         return None

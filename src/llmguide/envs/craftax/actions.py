@@ -11,7 +11,7 @@ with NumPy over the N envs of :class:`~llmguide.envs.craftax.env.CraftaxVectorEn
   to sleep, any other action raised an achievement counter or hit the creature it faced (JAX side:
   :func:`llmguide.envs.craftax.text.action_effects`).
 
-ELLM's rule changes (``env.ellm_rules``) are Crafter-only: they patch Crafter's Python game logic.
+ELLM's rule changes (``env.lenient_rules``) are Crafter-only: they patch Crafter's Python game logic.
 """
 
 from __future__ import annotations

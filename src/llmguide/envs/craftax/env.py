@@ -36,7 +36,7 @@ from llmguide.core.config import cfg_get
 from llmguide.envs.craftax import text as tx
 from llmguide.envs.craftax.actions import action_flags, primitive_actions
 from llmguide.envs.crafter.actions import ACTION_STRINGS
-from llmguide.envs.crafter.env import CrafterText
+from llmguide.envs.crafter.env import CrafterText, lenient_rules
 from llmguide.envs.crafter.rules import ACHIEVEMENTS, GOALS, ITEMS, SEMANTIC_NAMES, CrafterOracle, make_task
 
 SCORE_NAME = "Craftax-Classic"
@@ -383,8 +383,8 @@ def _max_steps(env_cfg: Any) -> int | None:
 def _check_obs(env_cfg: Any) -> None:
     if cfg_get(env_cfg, "obs", "symbolic") != "symbolic":
         raise ValueError("env.obs: env=craftax has only the symbolic observation (Crafter's semantic view)")
-    if cfg_get(env_cfg, "ellm_rules", False):
-        raise ValueError("env.ellm_rules: ELLM's rule changes patch Crafter's Python game logic; "
+    if lenient_rules(env_cfg):
+        raise ValueError("env.lenient_rules: the lenient rules patch Crafter's Python game logic; "
                          "env=craftax has Craftax-Classic's rules only")
 
 

@@ -14,7 +14,7 @@ Each step's ``info`` gains, as in the ELLM reference:
 * ``eval_success``: the game effect happened (an achievement counter rose, the attacked creature lost
   health, the agent moved, fell asleep, or did nothing on purpose).
 
-``ellm_rules=True`` applies the reference's rule changes: a table costs 1 wood (Crafter: 2), attacks do
+``lenient_rules=True`` applies the reference's rule changes: a table costs 1 wood (Crafter: 2), attacks do
 at least 5 damage (Crafter: 1 without a sword), and the env reward is the unlock reward only (no health
 term).
 """
@@ -74,13 +74,13 @@ class CrafterTextActions(gym.Wrapper):
 
     action_strings = ACTION_STRINGS
 
-    def __init__(self, env: gym.Env, ellm_rules: bool = False):
+    def __init__(self, env: gym.Env, lenient_rules: bool = False):
         super().__init__(env)
         from crafter import constants
 
         self._primitive = {a: constants.actions.index(PRIMITIVE.get(a, "noop")) for a in ACTION_STRINGS}
         self.action_space = gym.spaces.Discrete(len(ACTION_STRINGS))
-        self.ellm_rules = bool(ellm_rules)
+        self.lenient_rules = bool(lenient_rules)
         self._unlocked: set[str] = set()
 
     @property
@@ -90,8 +90,8 @@ class CrafterTextActions(gym.Wrapper):
     def reset(self, **kwargs: Any):
         obs, info = self.env.reset(**kwargs)
         self._unlocked = set()
-        if self.ellm_rules:
-            _apply_ellm_rules(self._player)
+        if self.lenient_rules:
+            _apply_lenient_rules(self._player)
         return obs, {**info, "action_text": "", "action_success": False, "eval_success": False}
 
     def step(self, action: int):
@@ -108,7 +108,7 @@ class CrafterTextActions(gym.Wrapper):
         held = noun is not None and player.inventory.get(noun.replace(" ", "_"), 0) > 0
         info.update(action_text=text, eval_success=eval_success,
                     action_success=bool(eval_success or (noun is not None and (noun == faced or held))))
-        if self.ellm_rules:  # the unlock reward only (Crafter adds a health term)
+        if self.lenient_rules:  # the unlock reward only (Crafter adds a health term)
             new = {k for k, v in player.achievements.items() if v > 0} - self._unlocked
             self._unlocked |= new
             if self.env.unwrapped.task is None:
@@ -129,8 +129,8 @@ class CrafterTextActions(gym.Wrapper):
         return health is not None and faced_obj is not None and faced_obj.health < health
 
 
-def _apply_ellm_rules(player: Any) -> None:
-    """The reference's rules on one Crafter player: a table costs 1 wood, attacks do >= 5 damage."""
+def _apply_lenient_rules(player: Any) -> None:
+    """The lenient rules (ELLM's reference) on one Crafter player: a table costs 1 wood, attacks do >= 5 damage."""
     place, do_object = player._place, player._do_object
 
     def cheap_table(self: Any, name: str, target: Any, material: Any) -> None:

@@ -14,6 +14,7 @@ render is skipped entirely in symbolic mode.
 from __future__ import annotations
 
 import collections
+import warnings
 from typing import Any
 
 import crafter
@@ -254,15 +255,31 @@ _task_name = task_name  # the name Craftax-Classic and older code import
 
 def make_crafter(env_cfg: Any, seed: int | None = None) -> gym.Env:
     """Build :class:`CrafterText` from an ``env`` config (keys obs, task, max_steps, size), with ELLM's
-    139 text actions when ``actions: text`` (and its rule changes with ``ellm_rules: true``)."""
+    139 text actions when ``actions: text`` (and its lenient rules with ``lenient_rules: true``)."""
     max_steps = cfg_get(env_cfg, "max_steps")
     env = CrafterText(obs=cfg_get(env_cfg, "obs", "symbolic"), task=cfg_get(env_cfg, "task"),
                       max_steps=None if max_steps is None else int(max_steps),
                       size=int(cfg_get(env_cfg, "size", 9)), seed=seed)
+    lenient = lenient_rules(env_cfg)
     if cfg_get(env_cfg, "actions", "primitive") == "text":
         from llmguide.envs.crafter.actions import CrafterTextActions
 
-        return CrafterTextActions(env, ellm_rules=bool(cfg_get(env_cfg, "ellm_rules", False)))
-    if cfg_get(env_cfg, "ellm_rules", False):
-        raise ValueError("env.ellm_rules needs env.actions=text (ELLM's rules come with its action space)")
+        return CrafterTextActions(env, lenient_rules=lenient)
+    if lenient:
+        raise ValueError("env.lenient_rules needs env.actions=text (the lenient rules come with the text actions)")
     return env
+
+
+# The old name of env.lenient_rules (it named the paper the rules come from), accepted for this release only:
+# true turns the lenient rules on, with one deprecation line.
+OLD_LENIENT_RULES_KEY = "ellm_rules"
+
+
+def lenient_rules(env_cfg: Any) -> bool:
+    """``env.lenient_rules`` (a table costs 1 wood, attacks do >= 5 damage, the reward is the unlock reward only:
+    the rule changes of ELLM's reference); its old name ``env.ellm_rules=true`` also, with a deprecation line."""
+    if cfg_get(env_cfg, OLD_LENIENT_RULES_KEY):
+        warnings.warn(f"env.{OLD_LENIENT_RULES_KEY} is deprecated, removed in the next release: use env.lenient_rules",
+                      DeprecationWarning, stacklevel=2)
+        return True
+    return bool(cfg_get(env_cfg, "lenient_rules", False))

@@ -25,7 +25,7 @@ Crafter builds its :class:`Change` from two :class:`Snapshot` s of its Python st
 rules); Craftax-Classic computes the same differences inside its jitted step
 (:func:`llmguide.envs.craftax.text.message_key`) and decodes them into a :class:`Change` on the host, once per
 distinct key.  Both render with :func:`render`, so the strings are the same.  :func:`message_achievements`
-reads the achievements back from a message (the oracle's ONI/Motif labels).
+reads the achievements back from a message (the oracle's message ground truth).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Crafter's rules as the env family's knowledge: names, the caption grammar, the single-task definition
 (:class:`Task`), the requirement tree read from Crafter's own constants, the Crafter score and the ground-truth
-goal oracle (which also judges the message line of :mod:`llmguide.envs.crafter.messages`: ONI's and Motif's
-oracle labels).  The env (:mod:`llmguide.envs.crafter.env`), its text actions and Craftax-Classic import this
-module."""
+goal oracle (which also measures the progress a message line of :mod:`llmguide.envs.crafter.messages` reports:
+the methods' message-label answerers read it).  The env (:mod:`llmguide.envs.crafter.env`), its text actions
+and Craftax-Classic import this module."""
 
 from __future__ import annotations
 
@@ -238,7 +238,7 @@ class CrafterOracle(Oracle):
         owned = {f"make {k.replace('_', ' ')}" for k in constants.make if have.get(k, 0) > 0}
         return [g for g in self.goals if g in feasible and g not in owned]
 
-    # --- ONI / Motif ground truth: a message is helpful when it reports progress towards the goal -------
+    # --- message ground truth: how much progress towards the goal a message reports ----------------------
     def goal_achievements(self, goal: str | None = None) -> frozenset[str]:
         """The achievements that are progress towards ``goal``: the achievement it names and all it needs in the
         requirement tree (:attr:`prerequisites`, transitively); every achievement when it names none (no goal, or
@@ -259,16 +259,6 @@ class CrafterOracle(Oracle):
         """How many achievements serving ``goal`` the message line reports (:func:`message_achievements`)."""
         wanted = self.goal_achievements(goal)
         return sum(a in wanted for a in message_achievements(message))
-
-    def helpful(self, message: str, goal: str | None = None) -> bool:
-        """ONI's yes/no label from ground truth: the message reports progress towards ``goal`` (an achievement
-        on its requirement path; without a goal, any achievement)."""
-        return self.message_progress(message, goal) > 0
-
-    def prefer(self, a: str, b: str, goal: str | None = None) -> str:
-        """Motif / ONI-Ranking preference from ground truth: ``"A"``, ``"B"`` or ``"="`` by progress."""
-        pa, pb = self.message_progress(a, goal), self.message_progress(b, goal)
-        return "=" if pa == pb else ("A" if pa > pb else "B")
 
 
 def named_goal(goal: str | None, goals: Sequence[str]) -> str | None:

@@ -1,7 +1,7 @@
 """NetHack's and MiniHack's ground truth: the event vocabulary read from game messages, the tasks'
 goals in the ONI/Motif reference's words (``task_goal(env_id)``, :func:`goal_events`) and the goal
-oracle, which also says whether a message reports progress towards a goal (``helpful``/``prefer``:
-ONI's and Motif's oracle labels read these)."""
+oracle, which also says how much progress towards a goal a message reports (``message_progress``: the
+message-label answerers of the methods read it)."""
 
 from __future__ import annotations
 
@@ -127,26 +127,16 @@ class NetHackOracle(Oracle):
         out.add("eat food")  # the starting inventory always holds food
         return out
 
-    # --- ONI / Motif ground truth: a message is helpful when it reports progress towards the goal ------
+    # --- message ground truth: how much progress towards the goal a message reports ---------------------
     def message_progress(self, message: str, goal: str | None = None) -> int:
         """How many events serving ``goal`` (:func:`goal_events`) the message reports; without a goal any
         progress event counts (:data:`PROGRESS_EVENTS`: key or item picked up, door opened, monster killed,
-        level gained, staircase found, food eaten, gold picked up)."""
+        level gained, staircase found, food eaten, gold picked up).  With the reference's Score goal
+        ("maximize the score ... killing monsters, collecting gold or going down the stairs") that is a kill,
+        a level gain, gold picked up or heard ("You hear someone counting money."), a staircase down; a door
+        opened or an item picked up is not."""
         wanted = goal_events(goal)
         return sum(event in wanted for event in message_events(message))
-
-    def helpful(self, message: str, goal: str | None = None) -> bool:
-        """ONI's yes/no label from ground truth: the message reports progress towards ``goal``.  With the
-        reference's Score goal ("maximize the score ... killing monsters, collecting gold or going down the
-        stairs") that is a kill, a level gain, gold picked up or heard ("You hear someone counting money.",
-        one of the reference prompt's FOO examples), a staircase down; a door opened or an item picked up
-        is not (the reference prompt calls neutral messages BAR)."""
-        return self.message_progress(message, goal) > 0
-
-    def prefer(self, a: str, b: str, goal: str | None = None) -> str:
-        """Motif / ONI-Ranking preference from ground truth: ``"A"``, ``"B"`` or ``"="`` by progress."""
-        pa, pb = self.message_progress(a, goal), self.message_progress(b, goal)
-        return "=" if pa == pb else ("A" if pa > pb else "B")
 
     def feasible_from_caption(self, caption: str) -> set[str]:
         text = caption.lower()

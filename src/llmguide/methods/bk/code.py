@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from llmguide.core.errors import LLMUnavailableError
 from llmguide.core.rundir import atomic_write_text
 from llmguide.data import Episode
 from llmguide.llm.base import LanguageModel
@@ -175,8 +176,11 @@ def write_potential_code(lm: LanguageModel, states: Sequence[tuple[dict, str]], 
     try:
         for it in range(iterations):
             for attempt in range(1 + fix_retries):
-                completion = lm.generate([prompt], max_tokens=max_tokens, temperature=temperature,
-                                         seed=seed + result.lm_calls)[0]
+                try:
+                    completion = lm.generate([prompt], max_tokens=max_tokens, temperature=temperature,
+                                             seed=seed + result.lm_calls)[0]
+                except LLMUnavailableError as err:   # e.g. llm=random: no counterfactual program
+                    raise LLMUnavailableError(f"{err}; BK's is method=bk_random_phi") from err
                 result.lm_calls += 1
                 code = extract_code(completion.text)
                 code = with_import_header(code) if code else None

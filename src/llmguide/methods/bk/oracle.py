@@ -19,7 +19,7 @@ _STEP = re.compile(r"^(?:Step \d+|Current observation): (.*?)(?:\. You choose th
 
 
 class BKOracleAnswers:
-    """Ground-truth answers to BK-Code / BK-Pref / BK-Goal prompts (an :class:`~llmguide.llm.oracle.Answerer`)."""
+    """Ground-truth answers to BK-Code / BK-Pref / BK-Goal prompts (an :class:`~llmguide.llm.backends.oracle.Answerer`)."""
 
     name = "bk"
 

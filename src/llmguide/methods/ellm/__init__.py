@@ -11,6 +11,6 @@ The story, in the order a run meets it:
 4. :mod:`.wrapper` puts suggestions into ``info`` and the goal embedding into the observation.
 5. :mod:`.recipe` assembles it for the Runner (pretrain, finetune or guided, :mod:`.transfer`).
 
-Knowledge controls run unchanged: ``llm=random|shuffled|constant`` (:mod:`llmguide.llm.counterfactual`)
+Knowledge controls run unchanged: ``llm=random|shuffled|constant`` (:mod:`llmguide.llm.backends.counterfactual`)
 and ``method=ellm_all_goals``.
 """

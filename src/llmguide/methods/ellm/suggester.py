@@ -4,7 +4,7 @@ Modes: ``generate`` (few-shot bullet prompt, parsed robustly), ``score`` (closed
 env's goal vocabulary by LM log-likelihood given the caption, keep the top-k), ``oracle`` (the env
 family's ground-truth oracle) and ``all_goals`` (every vocabulary goal: the novelty baseline).  The
 LM is asked only when the state signature (:mod:`llmguide.methods.ellm.signature`) changes, through
-the asynchronous :class:`~llmguide.llm.service.LLMService`; answers are memoised per signature.  It
+the asynchronous :class:`~llmguide.llm.service.core.LLMService`; answers are memoised per signature.  It
 never blocks: until an answer arrives the env keeps its last known suggestions (counted as
 ``stale``) or none.  Each env owns at most one queued request (the service drops the one for a state
 the env has left), requests carry the signature's visit count as priority, ``lm/fresh_fraction``
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from llmguide.llm.oracle import MISS_SCORE
+from llmguide.llm.backends.oracle import MISS_SCORE
 from llmguide.llm.table import is_miss
 from llmguide.methods.ellm.signature import StateSignature, goal_request, state_signature
 from llmguide.methods.ellm.warm_start import cached_answers, record_seen

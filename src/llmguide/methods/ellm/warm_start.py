@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from llmguide.llm.cached_lm import CachedLM
+from llmguide.llm.cache.cached_lm import CachedLM
 from llmguide.methods.ellm.signature import StateSignature, state_signature
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Batched action scoring for GLAM on a causal :class:`~llmguide.llm.hf.HFLM`: several prompts per forward.
+"""Batched action scoring for GLAM on a causal :class:`~llmguide.llm.backends.hf.HFLM`: several prompts per forward.
 
 :meth:`HFLM.score_with_hidden` encodes one context at a time.  :func:`score_with_hidden` here encodes
 ``batch`` contexts in one left-padded forward (explicit position ids, so each context sees the positions

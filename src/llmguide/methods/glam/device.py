@@ -7,7 +7,7 @@ runs on the card; the initial policy put all its mass on one action.  On one H20
 (benchmarks/results/glam/gpu-h200/, ``benchmarks/glam_device.py``) the cause was found: that machine's
 transformers (5.17) had converted the GGUF's tokenizer without its BOS token and into single characters, so
 the CPU there gave the same peaked policy, and prompts were longer (11 GB vs 3.2 GB at minibatch 8);
-:func:`llmguide.llm.gguf_convert.gguf_tokenizer_error` now refuses such a conversion.  With the right tokenizer, bf16 on
+:func:`llmguide.llm.backends.gguf_convert.gguf_tokenizer_error` now refuses such a conversion.  With the right tokenizer, bf16 on
 the GPU is within total variation 0.03 of float32 on the CPU; a rollout step of 32 envs takes 0.09 s and a
 PPO minibatch of 8 prompts 0.2 s, so at minibatch 8 the update, not acting, sets the speed.
 :func:`parity_error` stays: it catches a kernel or precision that breaks on a device (float16 gives NaN),
@@ -52,7 +52,7 @@ def parity_error(policy: Any, prompts: Sequence[str], max_tv: float = 0.2) -> st
 
     A wrong kernel or precision on an accelerator need not crash (float16 gives NaN log-probs for Gemma 3);
     the CPU copy shares the tokenizer and the weights, so what both get wrong (a tokenizer converted without
-    its BOS, as on the H100 lease) is :func:`llmguide.llm.gguf_convert.gguf_tokenizer_error`'s to catch.  Checked once,
+    its BOS, as on the H100 lease) is :func:`llmguide.llm.backends.gguf_convert.gguf_tokenizer_error`'s to catch.  Checked once,
     before training.
     """
     import copy

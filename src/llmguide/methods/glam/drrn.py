@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import re
-import time
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -35,11 +34,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from llmguide.core.config import cfg_get
-from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
 from llmguide.envs.vector import split_infos
-from llmguide.learners.callbacks import Callback, as_callback
-from llmguide.learners.common import EpisodeTracker, crossed, rng_state, set_rng_state
+from llmguide.learners.base import Learner
+from llmguide.learners.common import crossed
 from llmguide.methods.glam.policy import History
 from llmguide.rewards.base import StepTransition
 
@@ -190,7 +188,7 @@ class TextReplay:
 
 
 # --- learner -------------------------------------------------------------------------------------
-class DRRNAgent:
+class DRRNAgent(Learner):
     """DRRN Q-learning on a vector env whose infos carry ``caption`` and ``mission`` (BabyAI-Text).
 
     ``cfg`` keys (``conf/method/drrn.yaml``): k_history, gamma, lr, batch_size, replay_size,
@@ -200,10 +198,12 @@ class DRRNAgent:
     and ``charts/q_taken`` / ``charts/td_target`` (batch means of the last updates); episodes as GLAMPPO.
     """
 
+    algo = "drrn"
+
     def __init__(self, envs, policy: DRRNPolicy, cfg: Any, run: RunDir | None = None, seed: int = 0,
                  log_every: int = 1000):
-        self.envs, self.policy, self.run, self.seed = envs, policy, run, seed
-        self.num_envs = envs.num_envs
+        super().__init__(envs, run=run, seed=seed)
+        self.policy = policy
         self.k_history = int(cfg_get(cfg, "k_history", 3))
         self.gamma = float(cfg_get(cfg, "gamma", 0.9))
         self.batch_size = int(cfg_get(cfg, "batch_size", 64))
@@ -216,19 +216,17 @@ class DRRNAgent:
         self.replay = TextReplay(int(cfg_get(cfg, "replay_size", 100_000)))
         self.optimizer = torch.optim.Adam(policy.net.parameters(), lr=float(cfg_get(cfg, "lr", 1e-4)))
         self.target_net = copy.deepcopy(policy.net) if self.target_update_every > 0 else None
-        self.rng = np.random.default_rng(seed)
-        self.global_step = 0
-        self.updates = 0
-        self.last_metrics: dict[str, float] = {}
-        self._history: History | None = None
+        self._history = History(self.num_envs, self.k_history)
         self._obs_ids: list[np.ndarray] = []
+        self._window: dict[str, list[float]] = {"q_mean": [], "reward": []}   # the steps since the last log
+        self._update_stats: list[dict[str, float]] = []
 
     # --- env helpers -----------------------------------------------------------------------------
     def _encode(self, prompts: Sequence[str]) -> list[np.ndarray]:
         return [self.policy.tokenizer.encode(p) for p in prompts]
 
-    def _reset(self) -> None:
-        _, infos = self.envs.reset(seed=self.seed + self.global_step)
+    def _on_reset(self, obs: Any, infos: dict) -> None:
+        """Fresh histories from the reset infos; the first prompts tokenised."""
         self._history = History(self.num_envs, self.k_history)
         for i, info in enumerate(split_infos(infos, self.num_envs)):
             self._history.reset(i, info["mission"], info["caption"])
@@ -242,7 +240,6 @@ class DRRNAgent:
         vector infos: with SAME_STEP autoreset their top level is a finished env's *reset* info, so
         its history restarts from the new episode's first caption (kept, unlike GLAM's DRRN).
         """
-        assert self._history is not None
         for i in range(self.num_envs):
             self._history.step(i, self.policy.action_strings[int(actions[i])], str(env_infos[i]["caption"]))
         next_prompts = self._history.prompts(self.policy.action_strings)
@@ -270,102 +267,76 @@ class DRRNAgent:
                 "charts/td_target": target.mean().item()}
 
     # --- training --------------------------------------------------------------------------------
-    def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
-              progress: bool = True) -> DRRNAgent:
-        """Train until ``global_step >= total_steps`` (callbacks as in :mod:`llmguide.learners.callbacks`;
-        ``on_rollout_end`` after every TD update)."""
-        callback = as_callback(callback)
-        callback.init(self)
-        callback.on_training_start()
-        N = self.num_envs
-        if self._history is None:
-            self._reset()
-        assert self._history is not None
-        tracker = EpisodeTracker(N)
-        bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc="drrn")
-        start_time, start_step = time.perf_counter(), self.global_step
-        window: dict[str, list[float]] = {"q_mean": [], "reward": []}
-        update_stats: list[dict[str, float]] = []
-        while self.global_step < total_steps:
-            obs_ids = self._obs_ids
-            actions, _, q_max = self.policy.act_ids(obs_ids)
-            _, reward, terminated, truncated, infos = self.envs.step(actions)
-            dones = np.logical_or(terminated, truncated)
-            self.global_step += N
-            env_infos = split_infos(infos, N)
-            for record in tracker.step(np.asarray(reward, dtype=np.float64), dones, env_infos):
-                bar.episode(record["charts/episodic_return"], record["charts/episodic_length"])
-                if self.run is not None:
-                    self.run.log(self.global_step, record)
-            next_ids = self._encode(self._advance(actions, dones, env_infos, infos))
-            for i in range(N):
-                self.replay.add(obs_ids[i], int(actions[i]), self.reward_scale * float(reward[i]), next_ids[i],
-                                bool(terminated[i]))
-            self._obs_ids = list(next_ids)
-            if dones.any():   # a finished env acts next from its new episode's first prompt
-                restarted = self._history.prompts(self.policy.action_strings)
-                for i in np.flatnonzero(dones):
-                    self._obs_ids[i] = self.policy.tokenizer.encode(restarted[i])
-            window["q_mean"].append(float(np.mean(q_max)))
-            window["reward"].append(float(np.mean(reward)))
-            callback.on_step(StepTransition(obs=obs_ids, actions=actions, next_obs=next_ids, rewards=np.asarray(reward),
-                                            terminated=np.asarray(terminated), truncated=np.asarray(truncated),
-                                            infos=env_infos, step=self.global_step))
+    def _on_learn_start(self) -> None:
+        self._window, self._update_stats = {"q_mean": [], "reward": []}, []
 
-            if self._crossed(self.update_every) and len(self.replay) >= self.batch_size:
-                update_stats.append(self.td_update(self.replay.sample(self.rng, self.batch_size)))
-                callback.on_rollout_end(update_stats[-1])
-            if self._crossed(self.log_every):
-                self._log_window(window, update_stats, start_step, start_time)
-                window, update_stats = {"q_mean": [], "reward": []}, []
-            bar.update(N, lm_stats=callback.progress_stats)
-        if window["q_mean"]:
-            self._log_window(window, update_stats, start_step, start_time)
-        bar.close()
-        callback.on_training_end()
-        return self
+    def _iteration(self, total_steps: int) -> None:
+        """One vector step into the replay; a TD update every ``update_every`` env steps (the callbacks'
+        ``on_rollout_end`` after each), the averages logged every ``log_every`` env steps."""
+        N = self.num_envs
+        obs_ids = self._obs_ids
+        actions, _, q_max = self.policy.act_ids(obs_ids)
+        _, reward, terminated, truncated, infos = self.envs.step(actions)
+        dones = np.logical_or(terminated, truncated)
+        self.global_step += N
+        env_infos = split_infos(infos, N)
+        self._record_episodes(reward, dones, env_infos)
+        next_ids = self._encode(self._advance(actions, dones, env_infos, infos))
+        for i in range(N):
+            self.replay.add(obs_ids[i], int(actions[i]), self.reward_scale * float(reward[i]), next_ids[i],
+                            bool(terminated[i]))
+        self._obs_ids = list(next_ids)
+        if dones.any():   # a finished env acts next from its new episode's first prompt
+            restarted = self._history.prompts(self.policy.action_strings)
+            for i in np.flatnonzero(dones):
+                self._obs_ids[i] = self.policy.tokenizer.encode(restarted[i])
+        self._window["q_mean"].append(float(np.mean(q_max)))
+        self._window["reward"].append(float(np.mean(reward)))
+        self._on_step(StepTransition(obs=obs_ids, actions=actions, next_obs=next_ids, rewards=np.asarray(reward),
+                                     terminated=np.asarray(terminated), truncated=np.asarray(truncated),
+                                     infos=env_infos, step=self.global_step))
+
+        if self._crossed(self.update_every) and len(self.replay) >= self.batch_size:
+            self._update_stats.append(self.td_update(self.replay.sample(self.rng, self.batch_size)))
+            self._callback.on_rollout_end(self._update_stats[-1])
+        if self._crossed(self.log_every):
+            self._log_window()
+            self._window, self._update_stats = {"q_mean": [], "reward": []}, []
+        self._advance_bar(N)
+
+    def _on_learn_end(self) -> None:
+        if self._window["q_mean"]:
+            self._log_window()
 
     def _crossed(self, every: int) -> bool:
         """True when the last vector step moved ``global_step`` past a multiple of ``every``."""
         return crossed(self.global_step, self.global_step - self.num_envs, every)
 
-    def _log_window(self, window: dict[str, list[float]], update_stats: list[dict[str, float]],
-                    start_step: int, start_time: float) -> None:
-        elapsed = max(time.perf_counter() - start_time, 1e-9)
-        metrics = {"charts/sps": (self.global_step - start_step) / elapsed,
+    def _log_window(self) -> None:
+        """The window's averages (and those of its TD updates) logged, kept as ``last_metrics``."""
+        window, update_stats = self._window, self._update_stats
+        metrics = {"charts/sps": self._sps(),
                    "charts/q_mean": float(np.mean(window["q_mean"])),
                    "charts/extrinsic_reward": float(np.mean(window["reward"])),
                    "charts/replay_size": len(self.replay), "charts/updates": self.updates}
         for key in update_stats[0] if update_stats else ():
             metrics[key] = float(np.mean([s[key] for s in update_stats]))
         self.last_metrics = metrics
-        if self.run is not None:
-            self.run.log(self.global_step, metrics)
+        self._log(metrics)
 
     # --- checkpoints -----------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Network (and target), optimiser, counters, RNG states; the replay if ``checkpoint_replay``."""
-        state = {"algo": "drrn", "net": self.policy.net.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "action_strings": list(self.policy.action_strings), "global_step": self.global_step,
-                 "updates": self.updates, "rng": rng_state(), "agent_rng": self.rng.bit_generator.state}
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """The network (and target), its action strings; the replay if ``checkpoint_replay``."""
+        state: dict[str, Any] = {"net": self.policy.net.state_dict(), "action_strings": list(self.policy.action_strings)}
         if self.target_net is not None:
             state["target_net"] = self.target_net.state_dict()
         if self.checkpoint_replay:
             state["replay"] = self.replay.state_dict()
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; the envs restart (fresh histories) on the next ``learn``."""
-        if state.get("algo") != "drrn":
-            raise ValueError(f"checkpoint is for agent '{state.get('algo')}', not 'drrn'")
+    def _load_checkpoint_state(self, state: dict[str, Any]) -> None:
         self.policy.net.load_state_dict(state["net"])
-        self.optimizer.load_state_dict(state["optimizer"])
         if self.target_net is not None:
             self.target_net.load_state_dict(state.get("target_net", state["net"]))
-        self.global_step = int(state["global_step"])
-        self.updates = int(state["updates"])
-        set_rng_state(state["rng"])
-        self.rng.bit_generator.state = state["agent_rng"]
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
-        self._history = None

@@ -12,7 +12,6 @@ final observation would have given (as SB3), a terminated one is not.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,39 +20,32 @@ import torch
 from torch import nn
 
 from llmguide.core.config import cfg_get
-from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
 from llmguide.envs.vector import split_infos
-from llmguide.learners.callbacks import Callback, as_callback
-from llmguide.learners.common import EpisodeTracker, rng_state, set_rng_state
-from llmguide.learners.ppo import compute_gae
+from llmguide.learners.common import agent_config
+from llmguide.learners.on_policy import OnPolicyLearner, compute_gae
 from llmguide.methods.glam.policy import History, LMPolicy
 from llmguide.rewards.base import StepTransition
 
 log = logging.getLogger(__name__)
 
 # --- PPO -----------------------------------------------------------------------------------------
-class GLAMPPO:
+class GLAMPPO(OnPolicyLearner):
     """PPO for an :class:`LMPolicy` on a vector env whose infos carry ``caption`` and ``mission``.
 
-    ``cfg`` keys (``conf/agent/glam.yaml``): rollout_steps, epochs, minibatch, micro_batch, lr, gamma, gae_lambda,
-    clip_coef, vf_coef, ent_coef, max_grad_norm, norm_adv, reward_scale, k_history.
+    ``cfg`` keys (``conf/agent/glam.yaml``, its defaults): the on-policy vocabulary (num_steps, update_epochs,
+    num_minibatches, gamma, gae_lambda, clip_coef, vf_coef, ent_coef, max_grad_norm, norm_adv:
+    :mod:`llmguide.learners.on_policy`), micro_batch, lr, reward_scale, k_history, device_check.
     """
 
+    algo = "glam"
+
     def __init__(self, envs, policy: LMPolicy, cfg: Any, run: RunDir | None = None, seed: int = 0):
-        self.envs, self.policy, self.run, self.seed = envs, policy, run, seed
-        self.num_envs = envs.num_envs
-        self.num_steps = int(cfg_get(cfg, "rollout_steps", 16))
-        self.epochs = int(cfg_get(cfg, "epochs", 2))
-        self.minibatch = int(cfg_get(cfg, "minibatch", 4))
+        super().__init__(envs, run=run, seed=seed)
+        self.policy = policy
+        cfg = agent_config(cfg, "glam")   # conf/agent/glam.yaml: the defaults
+        self._read_settings(cfg)   # num_steps, update_epochs, num_minibatches, gamma, ... (old names: deprecated)
         self.micro_batch = int(cfg_get(cfg, "micro_batch", 0) or 0)   # prompts per forward (0: the whole minibatch)
-        self.gamma = float(cfg_get(cfg, "gamma", 0.99))
-        self.gae_lambda = float(cfg_get(cfg, "gae_lambda", 0.95))
-        self.clip_coef = float(cfg_get(cfg, "clip_coef", 0.2))
-        self.vf_coef = float(cfg_get(cfg, "vf_coef", 0.5))
-        self.ent_coef = float(cfg_get(cfg, "ent_coef", 0.01))
-        self.max_grad_norm = float(cfg_get(cfg, "max_grad_norm", 0.5))
-        self.norm_adv = bool(cfg_get(cfg, "norm_adv", True))
         self.reward_scale = float(cfg_get(cfg, "reward_scale", 20.0))
         self.k_history = int(cfg_get(cfg, "k_history", 3))
         self.device_check = bool(cfg_get(cfg, "device_check", True))
@@ -62,15 +54,11 @@ class GLAMPPO:
         if not params:
             raise ValueError("the policy has no trainable parameters (HFLM needs trainable=True or LoRA)")
         self.optimizer = torch.optim.Adam(params, lr=float(cfg_get(cfg, "lr", 1e-4)), eps=1e-5)
-        self.rng = np.random.default_rng(seed)
-        self.global_step = 0
-        self.updates = 0
-        self.last_metrics: dict[str, float] = {}
-        self._history: History | None = None
+        self._history = History(self.num_envs, self.k_history)
 
     # --- rollout helpers -------------------------------------------------------------------------
-    def _reset(self) -> None:
-        _, infos = self.envs.reset(seed=self.seed + self.global_step)
+    def _on_reset(self, obs: Any, infos: dict) -> None:
+        """Fresh histories from the reset infos (mission and first caption)."""
         self._history = History(self.num_envs, self.k_history)
         for i, info in enumerate(split_infos(infos, self.num_envs)):
             self._history.reset(i, info["mission"], info["caption"])
@@ -78,7 +66,6 @@ class GLAMPPO:
     @torch.no_grad()
     def _final_values(self, envs: np.ndarray, actions: np.ndarray, env_infos: Sequence[dict]) -> np.ndarray:
         """V of the prompts that the final observations of truncated episodes would have given."""
-        assert self._history is not None
         prompts = [self._history.peek(int(i), self.policy.action_strings[int(actions[i])],
                                       str(env_infos[i].get("caption", "")), self.policy.action_strings)
                    for i in envs]
@@ -86,7 +73,6 @@ class GLAMPPO:
 
     def _advance(self, actions: np.ndarray, dones: np.ndarray, infos: dict) -> None:
         """Update each env's history; a finished env's new episode starts from its reset info."""
-        assert self._history is not None
         for i in range(self.num_envs):
             if dones[i]:  # SAME_STEP autoreset: the top-level info is already the reset one
                 self._history.reset(i, str(infos["mission"][i]), str(infos["caption"][i]))
@@ -104,10 +90,11 @@ class GLAMPPO:
         stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
                                                          "clipfrac")}
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        for _ in range(self.epochs):
+        per_mb = self.minibatch_size or max(1, n // self.num_minibatches)
+        for _ in range(self.update_epochs):
             order = self.rng.permutation(n)
-            for start in range(0, n, self.minibatch):
-                rows = torch.as_tensor(order[start:start + self.minibatch])
+            for ids in self._minibatches(order, per_mb):
+                rows = torch.as_tensor(ids)
                 mb_adv = b_adv[rows.to(dev)]
                 if self.norm_adv and len(rows) > 1:   # over the whole minibatch, not each forward's share
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
@@ -151,96 +138,61 @@ class GLAMPPO:
         lm = self.policy.lm
         if lm.device.type == "cpu" and next(lm.model.parameters()).dtype == torch.float32:
             return
-        if self._history is None:
-            self._reset()
-        assert self._history is not None
+        if not self.envs_ready:
+            self.reset_envs()
         reason = parity_error(self.policy, self._history.prompts(self.policy.action_strings)[:4])
         if reason is not None:
             raise ConfigError("llm.dtype", f"{reason}; use llm.dtype=float32, or agent.device_check=false to train "
                                            "anyway")
 
     # --- training --------------------------------------------------------------------------------
-    def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
-              progress: bool = True) -> GLAMPPO:
-        """Train until ``global_step >= total_steps`` (callbacks as in :mod:`llmguide.learners.callbacks`)."""
-        callback = as_callback(callback)
-        callback.init(self)
-        callback.on_training_start()
-        N, T = self.num_envs, self.num_steps
-        if self._history is None:
-            self._reset()
-        assert self._history is not None
+    def _on_learn_start(self) -> None:
         if self.device_check and not self._device_checked:
             self.check_device()
-        tracker = EpisodeTracker(N)
-        bar = Progress(total=total_steps, initial=self.global_step, disable=not progress, desc="glam")
-        start_time, start_step = time.perf_counter(), self.global_step
-        while self.global_step < total_steps:
-            prompts: list[list[str]] = []
-            actions = np.zeros((T, N), dtype=np.int64)
-            logprobs = np.zeros((T, N), dtype=np.float32)
-            values = np.zeros((T, N), dtype=np.float32)
-            rewards = np.zeros((T, N), dtype=np.float32)
-            dones = np.zeros((T, N), dtype=bool)
-            bootstrap = np.zeros((T, N), dtype=np.float32)
-            for t in range(T):
-                prompts.append(self._history.prompts(self.policy.action_strings))
-                actions[t], logprobs[t], values[t] = self.policy.act(prompts[t])
-                _, reward, terminated, truncated, infos = self.envs.step(actions[t])
-                dones[t] = np.logical_or(terminated, truncated)
-                rewards[t] = reward
-                self.global_step += N
-                env_infos = split_infos(infos, N)
-                cut = np.flatnonzero(np.logical_and(truncated, np.logical_not(terminated)))
-                if cut.size:
-                    bootstrap[t, cut] = self._final_values(cut, actions[t], env_infos)
-                for record in tracker.step(np.asarray(reward, dtype=np.float64), dones[t], env_infos):
-                    bar.episode(record["charts/episodic_return"], record["charts/episodic_length"])
-                    if self.run is not None:
-                        self.run.log(self.global_step, record)
-                callback.on_step(StepTransition(obs=prompts[t], actions=actions[t], next_obs=None, rewards=rewards[t],
-                                                terminated=np.asarray(terminated), truncated=np.asarray(truncated),
-                                                infos=env_infos, step=self.global_step))
-                self._advance(actions[t], dones[t], infos)
-            with torch.no_grad():
-                last_value = self.policy(self._history.prompts(self.policy.action_strings))[1].cpu().numpy()
-            advantages, returns = compute_gae(self.reward_scale * rewards + self.gamma * bootstrap, values, dones,
-                                              last_value,
-                                              self.gamma, self.gae_lambda)
-            flat_prompts = [p for row in prompts for p in row]
-            metrics = self.ppo_update(flat_prompts, actions.reshape(-1), logprobs.reshape(-1),
-                                      advantages.reshape(-1), returns.reshape(-1))
-            self.updates += 1
-            metrics.update({"charts/sps": (self.global_step - start_step) / max(time.perf_counter() - start_time, 1e-9),
-                            "charts/extrinsic_reward": float(rewards.mean()),
-                            "charts/value_mean": float(values.mean())})
-            self.last_metrics = metrics
-            if self.run is not None:
-                self.run.log(self.global_step, metrics)
-            bar.update(N * T, lm_stats=callback.progress_stats)
-            callback.on_rollout_end(metrics)
-        bar.close()
-        callback.on_training_end()
-        return self
+
+    def _iteration(self, total_steps: int) -> None:
+        """One rollout of ``num_steps`` prompts per env, GAE on the scaled rewards, then the clipped update."""
+        N, T = self.num_envs, self.num_steps
+        prompts: list[list[str]] = []
+        actions = np.zeros((T, N), dtype=np.int64)
+        logprobs = np.zeros((T, N), dtype=np.float32)
+        values = np.zeros((T, N), dtype=np.float32)
+        rewards = np.zeros((T, N), dtype=np.float32)
+        dones = np.zeros((T, N), dtype=bool)
+        bootstrap = np.zeros((T, N), dtype=np.float32)
+        for t in range(T):
+            prompts.append(self._history.prompts(self.policy.action_strings))
+            actions[t], logprobs[t], values[t] = self.policy.act(prompts[t])
+            _, reward, terminated, truncated, infos = self.envs.step(actions[t])
+            dones[t] = np.logical_or(terminated, truncated)
+            rewards[t] = reward
+            self.global_step += N
+            env_infos = split_infos(infos, N)
+            cut = np.flatnonzero(np.logical_and(truncated, np.logical_not(terminated)))
+            if cut.size:
+                bootstrap[t, cut] = self._final_values(cut, actions[t], env_infos)
+            self._record_episodes(reward, dones[t], env_infos)
+            self._on_step(StepTransition(obs=prompts[t], actions=actions[t], next_obs=None, rewards=rewards[t],
+                                         terminated=np.asarray(terminated), truncated=np.asarray(truncated),
+                                         infos=env_infos, step=self.global_step))
+            self._advance(actions[t], dones[t], infos)
+        with torch.no_grad():
+            last_value = self.policy(self._history.prompts(self.policy.action_strings))[1].cpu().numpy()
+        advantages, returns = compute_gae(self.reward_scale * rewards + self.gamma * bootstrap, values, dones,
+                                          last_value, self.gamma, self.gae_lambda)
+        flat_prompts = [p for row in prompts for p in row]
+        metrics = self.ppo_update(flat_prompts, actions.reshape(-1), logprobs.reshape(-1),
+                                  advantages.reshape(-1), returns.reshape(-1))
+        metrics.update({"charts/extrinsic_reward": float(rewards.mean()), "charts/value_mean": float(values.mean())})
+        self._end_rollout(metrics, N * T)
 
     # --- checkpoints -----------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Trainable parameters (LoRA or full LM, value head), optimiser, counters and RNG states."""
-        return {"algo": "glam", "policy": self.policy.trainable_state(), "optimizer": self.optimizer.state_dict(),
-                "global_step": self.global_step, "updates": self.updates, "rng": rng_state(),
-                "agent_rng": self.rng.bit_generator.state}
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """The trainable parameters (LoRA or the full LM, the value head)."""
+        return {"policy": self.policy.trainable_state()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; the envs restart (fresh histories) on the next ``learn``."""
-        if state.get("algo") != "glam":
-            raise ValueError(f"checkpoint is for agent '{state.get('algo')}', not 'glam'")
+    def _load_checkpoint_state(self, state: dict[str, Any]) -> None:
         self.policy.load_trainable_state(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.global_step = int(state["global_step"])
-        self.updates = int(state["updates"])
-        set_rng_state(state["rng"])
-        self.rng.bit_generator.state = state["agent_rng"]
-        self._history = None
 
 
 def demonstration_samples(episodes: Sequence[dict[str, Any]], action_strings: Sequence[str],

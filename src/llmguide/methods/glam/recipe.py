@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from llmguide.core.config import non_negative, positive, register_rule
 from llmguide.core.errors import ConfigError
 from llmguide.core.rundir import RunDir
+from llmguide.learners.on_policy import DEPRECATED_KEYS
 from llmguide.methods.glam.text_policy import TextPolicyRecipe
 from llmguide.pipelines.runner import Parts
 
@@ -29,8 +30,10 @@ for _key in ("k_history", "lora_r", "lora_alpha", "value_hidden", "bc_epochs", "
     register_rule(f"method.{_key}", positive)
 for _key in ("lora_dropout", "bc_episodes", "lora_last_layers"):
     register_rule(f"method.{_key}", non_negative)
-for _key in ("rollout_steps", "epochs", "minibatch", "lr", "reward_scale"):
+for _key in ("lr", "reward_scale"):
     register_rule(f"agent.{_key}", positive)
+for _key in DEPRECATED_KEYS:   # GLAM's old names (agent.num_steps, ...: learners/__init__.py): null or > 0
+    register_rule(f"agent.{_key}", lambda value: None if value is None else positive(value))
 for _key in ("vf_coef", "ent_coef", "max_grad_norm", "torch_threads"):
     register_rule(f"agent.{_key}", non_negative)
 
@@ -53,7 +56,7 @@ class GLAMRecipe(TextPolicyRecipe):
     def build_policy(self) -> Any:
         """HFLM from ``cfg.llm`` (trainable), LoRA-wrapped if ``method.lora``, as an :class:`LMPolicy`."""
         from llmguide.envs.babyai.env import ACTION_STRINGS
-        from llmguide.llm.hf import HFLM
+        from llmguide.llm.backends.hf import HFLM
         from llmguide.methods.glam.device import default_dtype, require_device
         from llmguide.methods.glam.policy import LMPolicy, MLPHead, ValueHead, apply_lora, d_model_of
 

@@ -3,10 +3,10 @@
 Invariants (the ONI reference re-enqueued the same message every minibatch; here it cannot):
 
 - every item (a message, or an unordered pair of messages) is in exactly one of three states:
-  *labelled*, *in flight* (one future of the :class:`~llmguide.llm.service.LLMService`) or
+  *labelled*, *in flight* (one future of the :class:`~llmguide.llm.service.core.LLMService`) or
   *backlog* (waiting while ``max_in_flight`` requests are out); :meth:`submit` skips items
   already in any of them, so an item is sent to the LM at most once while it is pending or known;
-- labels are persisted in the LM's SQLite cache (:class:`~llmguide.llm.cache.LLMCache`) under a key
+- labels are persisted in the LM's SQLite cache (:class:`~llmguide.llm.cache.store.LLMCache`) under a key
   made of backend, model, prompt-template version, labelling mode and the item, so later runs and
   seeds reuse them without any LM call (looked up synchronously in :meth:`submit`);
 - nothing here blocks: :meth:`poll` only collects futures that are ``done()``; a pending item
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from llmguide.llm.parsing import parse_label
-from llmguide.llm.service import gather
+from llmguide.llm.service.core import gather
 from llmguide.llm.table import is_miss
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 env=minihack|nethack|crafter|craftax``.
 
 PPO on the env; the intrinsic reward module labels the agent's messages online through the async
-:class:`~llmguide.llm.service.LLMService` (never blocking the learner; labels persisted in the LM
+:class:`~llmguide.llm.service.core.LLMService` (never blocking the learner; labels persisted in the LM
 cache, so later runs and seeds reuse them).  The Runner writes metrics (``lm/*`` and
 ``reward/<module>/*``), checkpoints (agent incl. the reward module's labels and weights), ``eval.json``
 and the report.  The message is the env's message line: NetHack's (``info["caption"]``, with status changes when

@@ -21,7 +21,6 @@ reward and PPO over options.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,6 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
-from llmguide.learners.callbacks import Callback, as_callback
 from llmguide.learners.networks import ActorCritic, DictEncoder, layer_init, obs_to_tensor
 from llmguide.learners.ppo import PPO
 from llmguide.methods.ptgm.options import DIRECTION_DIM, lowlevel_obs
@@ -105,12 +103,6 @@ def train_lowlevel(net: ActorCritic, images: np.ndarray, directions: np.ndarray,
         log.info("low-level BC %s", rec)
     net.eval()
     return {"history": history, "samples": int(n)}
-
-
-def _logits(net: ActorCritic, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """``net.action_logits(obs)`` under its former name, kept only because benchmarks/ptgm_analysis.py imports it
-    (delete it once that script calls ``net.action_logits``)."""
-    return net.action_logits(obs)
 
 
 class LowLevelActor:
@@ -266,19 +258,10 @@ class KLToPrior(RewardModule):
 
 
 # --- PPO over options ---------------------------------------------------------------------------
-class _CountEnvSteps(Callback):
-    """The learner's own hook: add each option's extra env steps to ``global_step``."""
-
-    def on_step(self, step: Any) -> bool:
-        extra = sum(int(info.get("option_steps", 1)) for info in step.infos) - len(step.infos)
-        self.agent.global_step += extra
-        return True
-
-
 class OptionPPO(PPO):
     """PPO over an :class:`~llmguide.methods.ptgm.options.OptionsWrapper` env; ``global_step`` counts env steps."""
 
-    def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
-              progress: bool = True) -> OptionPPO:
-        rest = as_callback(callback)
-        return super().learn(total_steps, callback=[_CountEnvSteps(), rest], progress=progress)
+    def _on_step(self, step: Any) -> bool:
+        """Each option's extra env steps added to ``global_step`` before the callbacks see the step."""
+        self.global_step += sum(int(info.get("option_steps", 1)) for info in step.infos) - len(step.infos)
+        return super()._on_step(step)

@@ -29,14 +29,12 @@ agents; training episodes are logged from the raw env steps as :class:`PPO` does
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from llmguide.envs.vector import split_infos
-from llmguide.learners.callbacks import Callback
 from llmguide.learners.common import mix_rewards
 from llmguide.learners.networks import obs_to_tensor
 from llmguide.learners.ppo import PPO
@@ -67,6 +65,8 @@ def smdp_gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, discoun
 class AsyncOptionPPO(PPO):
     """PPO over :class:`~llmguide.methods.ptgm.options.AsyncOptionsVectorEnv` options (see the module docstring)."""
 
+    label = "ptgm-options"
+
     def __init__(self, envs, cfg_agent: Any, *, option_discount: str = "option", **kwargs: Any):
         super().__init__(envs, cfg_agent, **kwargs)
         if option_discount not in OPTION_DISCOUNTS:
@@ -85,8 +85,9 @@ class AsyncOptionPPO(PPO):
         or normalised over 2–3 rows, yet get a full gradient step each epoch."""
         return np.array_split(order, min(self.num_minibatches, len(order)))
 
-    def _on_reset(self) -> None:
-        """After the first env reset every env is at a decision point, with nothing pending."""
+    def _on_reset(self, obs: dict[str, np.ndarray], infos: dict) -> None:
+        """After an env reset every env is at a decision point, with nothing pending."""
+        self._next_obs = obs
         self._need, self._pending = np.ones(self.num_envs, bool), {}
 
     # --- decisions ------------------------------------------------------------------------
@@ -116,46 +117,37 @@ class AsyncOptionPPO(PPO):
         return self.net.get_value(obs_to_tensor(obs, self.device))[:, 0].cpu().numpy()
 
     # --- training ---------------------------------------------------------------------------
-    def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
-              progress: bool = True) -> AsyncOptionPPO:
-        """Train until ``global_step`` (env steps) ``>= total_steps``."""
-        callback, tracker, bar, start_time, start_step = self._begin(total_steps, callback, progress, "ptgm-options")
+    def _iteration(self, total_steps: int) -> None:
+        """One rollout of at least ``num_steps × N`` finished options, then PPO's update on them."""
         N, env = self.num_envs, self.envs
         target = max(1, self.num_steps * N)
-        stop = False
-        while self.global_step < total_steps and not stop:
-            if self.anneal_lr:
-                self.optimizer.param_groups[0]["lr"] = max(1.0 - self.global_step / total_steps, 0.0) * self.lr
-            seqs: list[list[dict[str, Any]]] = [[] for _ in range(N)]
-            finished, env_steps = 0, 0
-            while finished < target:
-                self._decide()
-                out = env.step(self._pending["action"])
-                self.global_step += N
-                env_steps += 1
-                dones = out.terminated | out.truncated
-                env_infos = split_infos(out.infos, N) if dones.any() else []
-                for record in tracker.step(np.asarray(out.rewards, np.float64), dones, env_infos):
-                    self.episodes.append({"step": self.global_step, **record})
-                    bar.episode(record["charts/episodic_return"], record["charts/episodic_length"])
-                    self._log(record)
-                ended = np.flatnonzero(out.ended)
-                if len(ended):
-                    self._finish(seqs, out, ended, dones)
-                    finished += len(ended)
-                self._need = out.ended.copy()
-                self._next_obs = out.obs
-                step = StepTransition(obs=None, actions=out.option, next_obs=None, rewards=np.asarray(out.rewards),
-                                      terminated=out.terminated, truncated=out.truncated, infos=env_infos,
-                                      step=self.global_step)
-                stop = not callback.on_step(step) or stop
-            self._decide()   # every env's next decision: its value bootstraps the env's last finished option
-            metrics = self._train_on(seqs)
-            metrics.update({"options/decisions": finished, "options/env_steps_per_rollout": env_steps})
-            self._end_rollout(metrics, N * env_steps, start_step, start_time, bar, callback)
-        bar.close()
-        callback.on_training_end()
-        return self
+        if self.anneal_lr:
+            self.optimizer.param_groups[0]["lr"] = max(1.0 - self.global_step / total_steps, 0.0) * self.lr
+        seqs: list[list[dict[str, Any]]] = [[] for _ in range(N)]
+        finished, env_steps = 0, 0
+        while finished < target:
+            self._decide()
+            out = env.step(self._pending["action"])
+            self.global_step += N
+            env_steps += 1
+            dones = out.terminated | out.truncated
+            env_infos = split_infos(out.infos, N) if dones.any() else []
+            self._record_episodes(out.rewards, dones, env_infos)
+            ended = np.flatnonzero(out.ended)
+            if len(ended):
+                self._finish(seqs, out, ended, dones)
+                finished += len(ended)
+            self._need = out.ended.copy()
+            self._next_obs = out.obs
+            step = StepTransition(obs=None, actions=out.option, next_obs=None, rewards=np.asarray(out.rewards),
+                                  terminated=out.terminated, truncated=out.truncated, infos=env_infos,
+                                  step=self.global_step)
+            self._on_step(step)
+        self._decide()   # every env's next decision: its value bootstraps the env's last finished option
+        metrics = self._train_on(seqs)
+        metrics.update({"options/decisions": finished, "options/env_steps_per_rollout": env_steps})
+        metrics["charts/learning_rate"] = self.optimizer.param_groups[0]["lr"]
+        self._end_rollout(metrics, N * env_steps)
 
     def _finish(self, seqs: list[list[dict[str, Any]]], out: Any, ended: np.ndarray, dones: np.ndarray) -> None:
         """One SMDP transition per env in ``ended`` (its pending decision + the option's outcome)."""

@@ -1,4 +1,4 @@
-"""The expert's skills (:mod:`.expert`): turn one planner :class:`~.expert_plan.Step` into a primitive action
+"""The expert's skills (:mod:`.agent`): turn one planner :class:`~.plan.Step` into a primitive action
 on the agent's map memory (walk there, face it, act), plus exploring and fleeing.  Every function returns
 an action id, or None when the step cannot be done from what is known."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from llmguide.envs.crafter.expert_nav import ACTION_OF, MOVES, SEM, Plan
-from llmguide.envs.crafter.expert_plan import DO, Step
+from llmguide.envs.crafter.expert.nav import ACTION_OF, MOVES, SEM, Plan
+from llmguide.envs.crafter.expert.plan import DO, Step
 
 _WALK = np.array([SEM["grass"], SEM["sand"], SEM["path"]])
 _DIRS = [np.array(d) for d in MOVES.values()]

@@ -20,7 +20,7 @@ from typing import Any
 
 from llmguide.core.config import cfg_get
 from llmguide.core.errors import LLMUnavailableError
-from llmguide.llm.http import HTTPLM
+from llmguide.llm.backends.http import HTTPLM
 
 # a prompt of the length ELLM and ONI send (a caption and a question, about 120 tokens)
 PROBE_CONTEXT = (

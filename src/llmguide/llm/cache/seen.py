@@ -4,7 +4,7 @@ The cache's keys are hashes, so the inputs behind its entries cannot be recovere
 that wants to rebuild its requests in a later run (the ELLM suggester: each answered state signature's
 caption, per prompt and candidate list) records them here (:meth:`SeenLedger.add`) and reads them back
 (:meth:`SeenLedger.items`) to look their answers up.  Rows are small and not counted in the cache's
-``bytes``; :meth:`~llmguide.llm.cache.LLMCache.clear` empties the ledger too.
+``bytes``; :meth:`~llmguide.llm.cache.store.LLMCache.clear` empties the ledger too.
 """
 
 from __future__ import annotations

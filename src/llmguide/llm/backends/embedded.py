@@ -3,7 +3,7 @@
 No key, no server, no download.  ``score`` runs all contexts and all their candidates of one call in
 one llama.cpp batch (a unified KV cache with one sequence per context and per candidate, candidates
 sharing leading tokens as a trie) and keeps the calls' common prompt prefix evaluated between calls:
-see :mod:`llmguide.llm.embedded_batch`.  ``score_sequential`` is the previous one-candidate-at-a-time
+see :mod:`llmguide.llm.backends.embedded_batch`.  ``score_sequential`` is the previous one-candidate-at-a-time
 path (each context once in the KV cache, then per candidate ``[last context token] + candidate``),
 kept as a fallback and for measurement.
 
@@ -251,7 +251,7 @@ class EmbeddedLM(LanguageModel):
                 self._model()
                 try:
                     if self._scorer is None:
-                        from llmguide.llm.embedded_batch import MultiSeqScorer
+                        from llmguide.llm.backends.embedded_batch import MultiSeqScorer
 
                         self._scorer = MultiSeqScorer(self._llm._model, self.n_vocab, n_ctx=self.score_n_ctx,
                                                       n_threads=self.n_threads,

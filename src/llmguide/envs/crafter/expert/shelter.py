@@ -1,4 +1,4 @@
-"""Sleeping safely (:mod:`.expert`): a sealed two-cell pocket.
+"""Sleeping safely (:mod:`.agent`): a sealed two-cell pocket.
 
 A Crafter / Craftax agent can only face a free cell by walking into the cell before it, so it cannot wall
 itself in on the spot.  It can in a pocket of two cells in a line, P1 and P2, entered from E: walk
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from llmguide.envs.crafter.expert_nav import SEM, Plan
-from llmguide.envs.crafter.expert_plan import ACTIONS, DO, NOOP, PLACE_STONE, SLEEP
-from llmguide.envs.crafter.expert_skills import move, toward
+from llmguide.envs.crafter.expert.nav import SEM, Plan
+from llmguide.envs.crafter.expert.plan import ACTIONS, DO, NOOP, PLACE_STONE, SLEEP
+from llmguide.envs.crafter.expert.skills import move, toward
 
 SOLID = np.array([SEM[n] for n in ("water", "stone", "tree", "coal", "iron", "diamond", "table", "furnace")] + [0])
 WALK = np.array([SEM["grass"], SEM["sand"], SEM["path"]])

@@ -1,4 +1,4 @@
-"""The request queue of :class:`~llmguide.llm.service.LLMService`: de-duplication, owners, priorities.
+"""The request queue of :class:`~llmguide.llm.service.core.LLMService`: de-duplication, owners, priorities.
 
 - **De-duplication**: a request identical to one still in flight (same ``key``: kind, text and
   parameters) is not queued again; the submitter gets the *same* future.

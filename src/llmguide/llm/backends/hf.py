@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llmguide.llm.backends.gguf_convert import convert_gguf, is_converted  # noqa: F401  (convert_gguf: re-exported)
 from llmguide.llm.base import Completion, LanguageModel, check_score_args
-from llmguide.llm.gguf_convert import convert_gguf, is_converted  # noqa: F401  (convert_gguf: re-exported)
 
 log = logging.getLogger(__name__)
 

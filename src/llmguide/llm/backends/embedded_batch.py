@@ -1,6 +1,6 @@
 """Many contexts' candidates in one llama.cpp batch, with the constant prompt prefix kept across calls.
 
-:class:`MultiSeqScorer` is the scoring engine of :class:`~llmguide.llm.embedded.EmbeddedLM`.  It owns a
+:class:`MultiSeqScorer` is the scoring engine of :class:`~llmguide.llm.backends.embedded.EmbeddedLM`.  It owns a
 second llama.cpp context on the same model weights, opened with a *unified* KV cache and up to 256
 sequences, and scores ``score(contexts, candidates)`` like this:
 

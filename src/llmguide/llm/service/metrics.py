@@ -1,8 +1,8 @@
-"""The ``lm/*`` metrics of :class:`~llmguide.llm.service.LLMService` (definition and computation), its
+"""The ``lm/*`` metrics of :class:`~llmguide.llm.service.core.LLMService` (definition and computation), its
 token / dollar :class:`Budget`, and :func:`check_answered_fraction` (``llm.require_fraction``).
 
 The service snapshots its counters (:class:`ServiceState`) and :func:`lm_metrics` turns a snapshot
-into :meth:`~llmguide.llm.service.LLMService.lm_metrics` (the canonical ``lm/*`` metrics below).
+into :meth:`~llmguide.llm.service.core.LLMService.lm_metrics` (the canonical ``lm/*`` metrics below).
 
 
 The ``lm/*`` metrics
@@ -92,7 +92,7 @@ HTTP_ERROR_KINDS = ("http", "decode", "timeout", "connection", "oversize")
 
 @dataclass
 class ServiceState:
-    """A snapshot of an :class:`~llmguide.llm.service.LLMService`'s bookkeeping."""
+    """A snapshot of an :class:`~llmguide.llm.service.core.LLMService`'s bookkeeping."""
 
     counts: dict[str, int]
     latencies: np.ndarray       # seconds from submit to resolved, the last ``latency_window`` requests
@@ -127,7 +127,7 @@ def lm_metrics(state: ServiceState, io: dict[str, Any], parse_errors: float | No
         **{f"lm/fallbacks_{r}": float(counts[f"fallback_{r}"]) for r in FALLBACK_REASONS
            if counts.get(f"fallback_{r}")},
         "lm/retries": float(counts.get("retries", 0)) + float(io.get("retries", 0)),
-        # a knowledge control's answer rates beside the oracle's on the same queries (llm/counterfactual.py)
+        # a knowledge control's answer rates beside the oracle's on the same queries (llm/backends/counterfactual.py)
         **{f"lm/{k}": float(v) for k, v in io.items() if k.startswith(("answer_", "oracle_"))},
     }
     errors = {f"lm/errors_{k}": float(io.get(f"errors_{k}", 0)) for k in HTTP_ERROR_KINDS}

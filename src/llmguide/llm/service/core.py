@@ -5,13 +5,13 @@ parameters, up to ``max_batch``) into one backend call, and resolves a
 :class:`concurrent.futures.Future` per request.  The learner never blocks and never sees an
 exception from the LM:
 
-- **Queue** (:mod:`llmguide.llm.request_queue`): a request identical to one in flight gets the *same*
+- **Queue** (:mod:`llmguide.llm.service.queue`): a request identical to one in flight gets the *same*
   future; a request may name an ``owner`` (e.g. ``("ellm", env_index)``) and a ``priority`` -- a queued
   request no owner wants any more (:meth:`LLMService.release`, or a newer request of the same owner) is
   dropped, its future **cancelled** (not a fallback; ``dropped_stale``), and the worker answers the
   highest priority first (:meth:`LLMService.reprioritize`).  When ``max_queue`` requests wait,
   ``submit_*`` waits up to ``submit_timeout`` seconds (default 0) for room, then falls back (``queue_full``).
-- **Resilience** (:mod:`llmguide.llm.resilience`): retries with exponential backoff and jitter, a
+- **Resilience** (:mod:`llmguide.llm.service.resilience`): retries with exponential backoff and jitter, a
   ``timeout`` per batch (requests that waited longer than ``timeout`` in the queue fall back too), a
   circuit breaker with one probe every ~``backoff_max`` seconds while the server is down, and a
   rate-limited ``logging.WARNING`` while requests fail (the first at once, then at most one per
@@ -34,7 +34,7 @@ exception from the LM:
 
 Reading results without blocking: ``fut.done()`` then ``fut.result()``, or :func:`poll`.  The ``lm/*``
 metrics (:meth:`LLMService.lm_metrics`, among them ``lm/answered_fraction``) and the budget are
-:mod:`llmguide.llm.service_metrics`; :meth:`LLMService.metrics` is a deprecated unprefixed alias.
+:mod:`llmguide.llm.service.metrics`; :meth:`LLMService.metrics` is a deprecated unprefixed alias.
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ from typing import Any
 import numpy as np
 
 from llmguide.llm.base import Completion, LanguageModel, canonical_json
-from llmguide.llm.request_queue import Request, RequestQueue
-from llmguide.llm.resilience import (
+from llmguide.llm.service.metrics import Budget, ServiceState, lm_metrics
+from llmguide.llm.service.queue import Request, RequestQueue
+from llmguide.llm.service.resilience import (
     CallFailed,
     FailureWarnings,
     LagWarnings,
@@ -60,7 +61,6 @@ from llmguide.llm.resilience import (
     lower_thread_priority,
     reason_name,
 )
-from llmguide.llm.service_metrics import Budget, ServiceState, lm_metrics
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ class LLMService:
                             fresh)
 
     def lm_metrics(self, parse_errors: float | None = None) -> dict[str, float]:
-        """The canonical ``lm/*`` metrics (see :mod:`llmguide.llm.service_metrics`); all values floats.  Each call
+        """The canonical ``lm/*`` metrics (see :mod:`llmguide.llm.service.metrics`); all values floats.  Each call
         also checks that the LM keeps up (:class:`LagWarnings`: one rate-limited line when it answers too little)."""
         state = self._state()
         counts = state.counts

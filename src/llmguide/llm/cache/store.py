@@ -25,15 +25,15 @@ checkpointed every 256 pages and truncated to 4 MiB, so the files on disk stay n
 (SQLite page overhead included, roughly ``1.5 * max_bytes + 4 MiB`` at worst).
 
 Warm start: :meth:`LLMCache.add_seen` / :meth:`LLMCache.seen` record and read back which *inputs* a
-caller asked about (the :class:`~llmguide.llm.cache_seen.SeenLedger` in the same file).
+caller asked about (the :class:`~llmguide.llm.cache.seen.SeenLedger` in the same file).
 
-A corrupt file (:mod:`llmguide.llm.cache_file`): with ``on_corrupt="move"`` (the default, what training
+A corrupt file (:mod:`llmguide.llm.cache.file`): with ``on_corrupt="move"`` (the default, what training
 uses) it is moved aside to ``<file>.corrupt-<time>`` (never deleted), a warning is logged and an empty
 cache takes its place; with ``on_corrupt="raise"`` opening raises :class:`CacheCorruptError`, one line
 naming the file and the fix.
 
-The :class:`~llmguide.llm.cached_lm.CachedLM` wrapper answers from this store;
-``llmguide cache stats|export|clear|check`` is in :mod:`llmguide.llm.cache_cli`.
+The :class:`~llmguide.llm.cache.cached_lm.CachedLM` wrapper answers from this store;
+``llmguide cache stats|export|clear|check`` is in :mod:`llmguide.llm.cache.cli`.
 """
 
 from __future__ import annotations
@@ -48,11 +48,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmguide.llm import cache_file
 from llmguide.llm.base import canonical_json
-from llmguide.llm.cache_file import CacheCorruptError
-from llmguide.llm.cache_seen import SCHEMA as _SEEN_SCHEMA
-from llmguide.llm.cache_seen import SeenLedger
+from llmguide.llm.cache import file as cache_file
+from llmguide.llm.cache.file import CacheCorruptError
+from llmguide.llm.cache.seen import SCHEMA as _SEEN_SCHEMA
+from llmguide.llm.cache.seen import SeenLedger
 
 __all__ = ["DEFAULT_MAX_BYTES", "CacheCorruptError", "LLMCache", "canonical_json", "default_cache_path"]
 

@@ -55,8 +55,7 @@ from typing import Any, TypeVar
 import openai
 
 from llmguide.core.errors import LLMUnavailableError
-from llmguide.llm.base import Completion, LanguageModel, char_cap, check_score_args
-from llmguide.llm.http_transport import (
+from llmguide.llm.backends.http_transport import (
     FINAL_STATUS,
     CappedTransport,
     Fault,
@@ -66,6 +65,7 @@ from llmguide.llm.http_transport import (
     span_logprob,
     token_count,
 )
+from llmguide.llm.base import Completion, LanguageModel, char_cap, check_score_args
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Map memory and path finding of the scripted Crafter / Craftax-Classic expert (:mod:`.expert`).
+"""Map memory and path finding of the scripted Crafter / Craftax-Classic expert (:mod:`.agent`).
 
 The expert sees what a learner sees: the 9x7 semantic view of the observation.  :class:`LocalMap`
 keeps the cells it has seen in a map of its own (coordinates relative to the episode's first

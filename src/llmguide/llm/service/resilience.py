@@ -1,4 +1,4 @@
-"""Resilience of :class:`~llmguide.llm.service.LLMService`'s backend calls: retries, backoff, circuit breaker,
+"""Resilience of :class:`~llmguide.llm.service.core.LLMService`'s backend calls: retries, backoff, circuit breaker,
 and a rate-limited console warning while the LM fails.
 
 - **Retries**: :data:`RETRYABLE` errors (``LLMUnavailableError``, connection and timeout errors, the
@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from llmguide.core.errors import LLMUnavailableError
 
-log = logging.getLogger("llmguide.llm.service")
+log = logging.getLogger("llmguide.llm.service.core")
 
 T = TypeVar("T")
 

@@ -11,8 +11,8 @@ import sqlite3
 from pathlib import Path
 
 from llmguide.core.errors import LLMGuideError
-from llmguide.llm import cache_file
-from llmguide.llm.cache import DEFAULT_MAX_BYTES, CacheCorruptError, LLMCache, default_cache_path
+from llmguide.llm.cache import file as cache_file
+from llmguide.llm.cache.store import DEFAULT_MAX_BYTES, CacheCorruptError, LLMCache, default_cache_path
 
 
 def _human_size(n: float) -> str:

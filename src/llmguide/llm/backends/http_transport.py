@@ -1,4 +1,4 @@
-"""The HTTP layer under :class:`~llmguide.llm.http.HTTPLM`: the SDK's ``httpx``, the capped transport,
+"""The HTTP layer under :class:`~llmguide.llm.backends.http.HTTPLM`: the SDK's ``httpx``, the capped transport,
 faults, and decoding of echoed prompt log-probs.
 
 - :class:`CappedTransport` bounds each response's size (``max_response_bytes``: :class:`ResponseTooLarge`

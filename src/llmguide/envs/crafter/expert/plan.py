@@ -1,4 +1,4 @@
-"""The expert's planner over the requirement tree (:mod:`.expert`).
+"""The expert's planner over the requirement tree (:mod:`.agent`).
 
 Everything comes from the env family's oracle (``CrafterOracle.requirements`` / ``prerequisites``,
 or Craftax-Classic's with its own costs): a goal ``collect X`` provides item X, ``make X`` the tool
@@ -8,7 +8,7 @@ resource, make a missing tool, place a missing station, or the goal's own final 
 are counted for the whole subtree first (a stone pickaxe without a table needs 1 + 2 wood + the
 wooden pickaxe's 1), tools are never consumed.  A goal whose resolution passes through an excluded
 goal is infeasible.  Nothing here is a hand-written order: which goal comes next is the policy's choice
-(:mod:`.expert`), among the goals this tree says are feasible.
+(:mod:`.agent`), among the goals this tree says are feasible.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Only well-formed answers are stored: a generated text is a string of at most
 ``max_tokens * MAX_CHARS_PER_TOKEN`` characters, not cut by the backend, without control or
 replacement characters; scores are finite floats, one per candidate.  Fallbacks and answers that
 fail these checks are returned to the caller but never cached (counted ``uncached_errors`` /
-``rejected``).  The store itself is :mod:`llmguide.llm.cache`.
+``rejected``).  The store itself is :mod:`llmguide.llm.cache.store`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from llmguide.core.errors import LLMGuideError
 from llmguide.llm.base import Completion, LanguageModel, char_cap
 
 if TYPE_CHECKING:
-    from llmguide.llm.cache import LLMCache
+    from llmguide.llm.cache.store import LLMCache
 
 log = logging.getLogger(__name__)
 

@@ -3,13 +3,13 @@
 :class:`ExpertPolicy` acts for a whole vector env from what a learner gets — the observation (9x7
 semantic view + inventory / facing / sleeping vector) and the info's per-episode achievement counts —
 so the same code drives ``env=crafter`` and ``env=craftax`` (no access to the simulator's state).  Per env an
-:class:`_Agent` keeps a map of the cells it has seen within ``radius`` (:mod:`.expert_nav`), and each
+:class:`_Agent` keeps a map of the cells it has seen within ``radius`` (:mod:`.nav`), and each
 step, in order:
 
 1. fights a zombie or skeleton close by (flees instead when its defeat is excluded);
 2. keeps the vitals up: drinks, eats (cow, ripe plant), sleeps in a sealed two-cell pocket;
-3. pursues a goal, resolved through the requirement tree (:mod:`.expert_plan`) into one step that the
-   skills (:mod:`.expert_skills`) turn into an action: walk (Dijkstra on the seen map, digging through
+3. pursues a goal, resolved through the requirement tree (:mod:`.plan`) into one step that the
+   skills (:mod:`.skills`) turn into an action: walk (Dijkstra on the seen map, digging through
    stone and trees), face, do / place / make.
 
 ``mode="plain"`` picks, among the goals not achieved this episode, the feasible one that is cheapest
@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 
 from llmguide.envs.base import normalize_goal
-from llmguide.envs.crafter.expert_nav import MOVES, SEM, LocalMap, view_ids
-from llmguide.envs.crafter.expert_plan import ACTIONS, DO, NOOP, SLEEP, RequirementTree, Step
-from llmguide.envs.crafter.expert_shelter import find_pocket
-from llmguide.envs.crafter.expert_skills import (
+from llmguide.envs.crafter.expert.nav import MOVES, SEM, LocalMap, view_ids
+from llmguide.envs.crafter.expert.plan import ACTIONS, DO, NOOP, SLEEP, RequirementTree, Step
+from llmguide.envs.crafter.expert.shelter import find_pocket
+from llmguide.envs.crafter.expert.skills import (
     do_step,
     explore,
     make_step,
@@ -41,7 +41,7 @@ from llmguide.envs.crafter.expert_skills import (
     target_mask,
     walkable_do_step,
 )
-from llmguide.envs.crafter.expert_survival import sleep, threat, vitals
+from llmguide.envs.crafter.expert.survival import sleep, threat, vitals
 from llmguide.envs.crafter.rules import ITEMS
 
 # what keeps the expert alive (drink, eat, sleep, fight): never excluded by a ``target``

@@ -1,4 +1,4 @@
-"""The expert's survival rules (:mod:`.expert`): fight or flee, drink, eat, sleep, shelter at night.
+"""The expert's survival rules (:mod:`.agent`): fight or flee, drink, eat, sleep, shelter at night.
 
 Each function returns an action for one agent, or None when the rule has nothing to do now.
 """
@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from llmguide.envs.crafter.expert_nav import MOVES, SEM
-from llmguide.envs.crafter.expert_plan import DO, NOOP, SLEEP, Step
-from llmguide.envs.crafter.expert_shelter import blocks, find_pocket, pocket_step
-from llmguide.envs.crafter.expert_skills import do_step, explore, flee, mob_mask, toward
+from llmguide.envs.crafter.expert.nav import MOVES, SEM
+from llmguide.envs.crafter.expert.plan import DO, NOOP, SLEEP, Step
+from llmguide.envs.crafter.expert.shelter import blocks, find_pocket, pocket_step
+from llmguide.envs.crafter.expert.skills import do_step, explore, flee, mob_mask, toward
 
 
 def threat(agent: Any) -> int | None:

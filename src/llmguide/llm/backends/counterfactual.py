@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from llmguide.core.errors import LLMUnavailableError
+from llmguide.llm.backends.oracle import MISS_SCORE, OracleLM
 from llmguide.llm.base import Completion, LanguageModel, check_score_args
-from llmguide.llm.oracle import MISS_SCORE, OracleLM
 
 KINDS = ("random", "shuffled", "constant")
 _PREFS = {"a>b": "A > B", "b>a": "B > A", "a=b": "A = B"}
@@ -143,7 +143,8 @@ class CounterfactualLM(LanguageModel):
         if rank:
             return f"[Rank] {_PREFS[self._pref(_norm(rank.group(1)), ('generate', 'rank'))]}"
         if "```" in text or "def potential" in text:
-            raise LLMUnavailableError(f"llm={self.kind} has no counterfactual program (BK-Code): use method=bk_random_phi")
+            raise LLMUnavailableError(f"llm={self.kind} has no counterfactual program: a program's knowledge control "
+                                      "is its method's own (a random program)")
         goals = [line[2:].strip() for line in text.splitlines() if line.startswith("- ")]
         return "\n".join(f"- {g}" for g in self._goal_list(goals))
 
