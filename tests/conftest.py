@@ -155,3 +155,21 @@ def embedded_hf_ready() -> bool:
         return is_converted(target)
     except (ImportError, OSError):
         return False
+
+
+@pytest.fixture
+def program_oracle():
+    """An oracle LM whose only answerer writes a (trivial) potential program: the kind of answer the kernel's
+    counterfactual LMs cannot imitate."""
+    from llmguide.llm.backends.oracle import OracleLM
+
+    class Program:
+        name = "prog"
+
+        def generate(self, prompt):
+            return "```python\ndef potential(obs, caption):\n    return 0.0\n```"
+
+        def score(self, prompt, candidates):
+            return None
+
+    return OracleLM("babyai", answerers=[Program()])

@@ -152,22 +152,12 @@ def test_code_loop_with_only_hostile_programs_falls_back_to_zero(tmp_path, episo
     assert "forbidden import 'os'" in errors[0] and "timed out" in errors[1] and "KeyError" in errors[2]
 
 
-def test_code_loop_under_a_counterfactual_lm_names_bk_s_own_control(tmp_path, episodes):
+def test_code_loop_under_a_counterfactual_lm_names_bk_s_own_control(tmp_path, episodes, program_oracle):
     """The kernel's counterfactual LMs have no program; BK's code loop adds its own control to the refusal."""
     from llmguide.core.errors import LLMUnavailableError
     from llmguide.llm.backends.counterfactual import CounterfactualLM
-    from llmguide.llm.backends.oracle import OracleLM
 
-    class Program:
-        name = "prog"
-
-        def generate(self, prompt):
-            return "```python\ndef potential(obs, caption):\n    return 0.0\n```"
-
-        def score(self, prompt, candidates):
-            return None
-
-    lm = CounterfactualLM("random", OracleLM("babyai", answerers=[Program()]))
+    lm = CounterfactualLM("random", program_oracle)
     states = bk.sample_states(episodes, 2, np.random.default_rng(0))
     with pytest.raises(LLMUnavailableError, match="no counterfactual program.*method=bk_random_phi"):
         bk.write_potential_code(lm, states, Sandbox(SandboxLimits(timeout=2)), tmp_path, iterations=1, fix_retries=0)

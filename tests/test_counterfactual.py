@@ -135,17 +135,8 @@ def test_random_ranks_goals_at_random_but_the_oracle_ranks_the_feasible_first() 
     assert len(set(tops)) > 15   # every goal comes first sometimes
 
 
-def test_a_program_has_no_counterfactual() -> None:
-    class Program:
-        name = "prog"
-
-        def generate(self, prompt):
-            return "```python\ndef potential(obs, caption):\n    return 0.0\n```"
-
-        def score(self, prompt, candidates):
-            return None
-
-    lm = CounterfactualLM("random", OracleLM("babyai", answerers=[Program()]))
+def test_a_program_has_no_counterfactual(program_oracle) -> None:
+    lm = CounterfactualLM("random", program_oracle)
     with pytest.raises(LLMUnavailableError, match="no counterfactual program"):
         lm.generate(["def potential(obs, caption) ..."])
 
