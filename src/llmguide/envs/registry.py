@@ -63,19 +63,21 @@ class Family:
 _NETHACK = "llmguide.envs.nethack.env"
 _EXPERT = "llmguide.envs.crafter.expert.agent:ExpertPolicy"
 _CRAFTER_TASK = "llmguide.envs.crafter.rules:task_problem"
-_NOISY_TV = "llmguide.envs.crafter.distractors:wrap_vector"
-_NOISY_TV_TEXT = ("env.distractors.rate=P (a noisy TV): the do-nothing action shows a harmless new sight with "
-                  "probability P, appended to the message line; nothing else changes; ground truth finds no progress in it")
+_VARIANTS = "llmguide.envs.crafter.variants:wrap_vector"
+_VARIANTS_TEXT = ("env.distractors.rate=P (a noisy TV): the do-nothing action shows a harmless new sight with "
+                  "probability P, appended to the message line; nothing else changes; ground truth finds no progress in it. "
+                  "env.seen_map.size=S: obs['map'], the S x S cells around the player as the agent has seen them "
+                  "(built from its views alone, as the scripted expert's memory)")
 FAMILIES: dict[str, Family] = {
     "crafter": Family("llmguide.envs.crafter.env:make_crafter", "llmguide.envs.crafter.actions:make_oracle",
                       env_id="llmguide/Crafter-v0", tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",
                       max_steps="llmguide.envs.crafter.rules:default_max_steps", expert=_EXPERT,
-                      wrap_vector=_NOISY_TV, variants=_NOISY_TV_TEXT, check_task=_CRAFTER_TASK),
+                      wrap_vector=_VARIANTS, variants=_VARIANTS_TEXT, check_task=_CRAFTER_TASK),
     "craftax": Family("llmguide.envs.craftax.env:make_craftax", "llmguide.envs.craftax.env:make_oracle",
                       make_vector="llmguide.envs.craftax.env:make_craftax_vector", env_id="llmguide/CraftaxClassic-v0",
                       tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",
                       max_steps="llmguide.envs.crafter.rules:default_max_steps", expert=_EXPERT,
-                      wrap_vector=_NOISY_TV, variants=_NOISY_TV_TEXT, check_task=_CRAFTER_TASK,
+                      wrap_vector=_VARIANTS, variants=_VARIANTS_TEXT, check_task=_CRAFTER_TASK,
                       wait="compiling Craftax-Classic's jitted step (about 30 s the first time; a few seconds once "
                            "~/.cache/llmguide/jax holds it)"),
     "babyai": Family("llmguide.envs.babyai.env:make_babyai", "llmguide.envs.babyai.oracle:BabyAIOracle",

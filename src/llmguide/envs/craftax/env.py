@@ -36,6 +36,7 @@ from llmguide.core.config import cfg_get
 from llmguide.envs.craftax import text as tx
 from llmguide.envs.craftax.actions import action_flags, primitive_actions
 from llmguide.envs.crafter.actions import ACTION_STRINGS
+from llmguide.envs.crafter import seen_map
 from llmguide.envs.crafter.env import CrafterText, lenient_rules
 from llmguide.envs.crafter.rules import ACHIEVEMENTS, GOALS, ITEMS, SEMANTIC_NAMES, CrafterOracle, make_task
 
@@ -361,9 +362,9 @@ def make_oracle(actions: str = "primitive") -> Any:
 def make_craftax(env_cfg: Any, seed: int | None = None) -> CraftaxText:
     """One env from an ``env`` config (keys task, max_steps); obs is always symbolic."""
     _check_obs(env_cfg)
-    return CraftaxText(max_steps=_max_steps(env_cfg), task=cfg_get(env_cfg, "task"),
-                       actions=str(cfg_get(env_cfg, "actions", "primitive")),
-                       seed=seed)
+    env = CraftaxText(max_steps=_max_steps(env_cfg), task=cfg_get(env_cfg, "task"),
+                      actions=str(cfg_get(env_cfg, "actions", "primitive")), seed=seed)
+    return seen_map.wrap_env(env, env_cfg)
 
 
 def make_craftax_vector(env_cfg: Any, num_envs: int, seed: int) -> CraftaxVectorEnv:

@@ -25,6 +25,7 @@ from crafter import constants
 
 from llmguide.core.config import cfg_get
 from llmguide.envs.crafter import messages as msg
+from llmguide.envs.crafter import seen_map
 from llmguide.envs.crafter.rules import (
     ITEMS,
     OBJECT_TYPES,
@@ -261,6 +262,7 @@ def make_crafter(env_cfg: Any, seed: int | None = None) -> gym.Env:
                       max_steps=None if max_steps is None else int(max_steps),
                       size=int(cfg_get(env_cfg, "size", 9)), seed=seed)
     lenient = lenient_rules(env_cfg)
+    env = seen_map.wrap_env(env, env_cfg)
     if cfg_get(env_cfg, "actions", "primitive") == "text":
         from llmguide.envs.crafter.actions import CrafterTextActions
 

@@ -1,0 +1,391 @@
+"""PTGM's behaviour-cloning gate (issue 52): can a policy imitate the scripted expert, and what does it lack?
+
+PTGM steers a low level pretrained by behaviour cloning (BC); if a cloned policy cannot do what its teacher does,
+no high level over it can.  This study clones the scripted expert (``envs/crafter/expert``) on Craftax-Classic and
+lets the clone play single tasks, frozen, beside the expert itself:
+
+- **Data** (``--collect-steps`` env steps over 64 envs, ``--collect-max-steps`` per episode, one collection per
+  expert mode, seed 0, shared by every seed): the expert in ``plain`` mode (every achievement, cheapest first:
+  general play that includes the tasks' chains, never told a task) or ``data`` mode (PTGM's: random feasible
+  subgoals, ε-random actions 0.1, random walks).  Every step records the 9x7 view, the inventory vector, the
+  seen-map window (``env.seen_map``: what the agent has seen around it, built from its views alone) and the action.
+- **Clones** (the arms): an ActorCritic (flat encoder, the shared sparse PPO's width) trained on the action's
+  cross-entropy (``llmguide.learners.bc``), with or without a GRU (``seq`` steps of backpropagation through
+  time) and with or without the seen-map channel; one factor changed at a time from ``bc-frozen``
+  (GRU, seen map, all the plain data).
+- **Play**: each clone, frozen, samples its actions on ``env.task`` = each of ``--tasks`` (episode ends on success,
+  1,500-step cap): success = the share of ``--episodes`` first episodes (one per env, env seed 1000 + seed) that
+  reach the task.  ``expert``: the expert told the task (``target``, the harness's ``expert`` row) on the same
+  env seeds; ``teacher-<mode>``: the expert in the data's mode, not told the task (what is cloned).
+- **Held-out action accuracy**: every 20th block of 2,048 steps is never trained on; argmax accuracy there.
+
+Seed s = the clone's training seed and its env seeds; the data are one collection (seed 0) for every seed, so the
+seed-to-seed spread leaves out the data's own.  Results: ``benchmarks/results/ptgm_bc/<task>-<budget>/`` (one
+result.json per task; control ``expert``, so each paired row reads "clone − expert"; ``details.share`` = clone mean /
+expert mean).
+
+    python benchmarks/ptgm_bc.py --seeds 3 --collect-steps 300000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import numpy as np  # noqa: E402
+
+# benchmarks/craftax.py shares its name with the craftax package: keep this folder off the import path
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results" / "ptgm_bc"
+NUM_ENVS = 64
+# arm -> clone settings: memory (none | gru), seq (BPTT steps), obs (view | map), data (expert mode), fraction of the
+# collection's steps (a prefix in time of every env's stream: fewer episodes of the same worlds)
+MAIN = {"memory": "gru", "seq": 32, "obs": "map", "data": "plain", "fraction": 1.0}
+ARMS = {
+    "bc-frozen": MAIN,
+    "bc-no-memory": {**MAIN, "memory": "none", "seq": 1},
+    "bc-view": {**MAIN, "obs": "view"},
+    "bc-view-no-memory": {**MAIN, "obs": "view", "memory": "none", "seq": 1},
+    "bc-seq8": {**MAIN, "seq": 8},
+    "bc-third-data": {**MAIN, "fraction": 1 / 3},
+    "bc-data-mode": {**MAIN, "data": "data"},
+}
+ABOUT = {
+    "bc-frozen": "GRU (32-step BPTT), view + seen map, all the plain-mode data",
+    "bc-no-memory": "no GRU (single steps), view + seen map",
+    "bc-view": "GRU, the 9x7 view only (no seen map)",
+    "bc-view-no-memory": "no GRU, the view only: the inputs of PTGM's low level today",
+    "bc-seq8": "GRU with 8-step BPTT",
+    "bc-third-data": "a third of the data (the first third of every env's stream)",
+    "bc-data-mode": "PTGM's data: the expert in data mode (random subgoals, ε 0.1, random walks)",
+}
+
+
+# --- data ------------------------------------------------------------------------------------------
+def collect(mode: str, steps: int, max_steps: int, map_size: int, path: Path) -> Path:
+    """The expert in ``mode`` over 64 envs for ``steps`` env steps -> ``path`` (npz, time-major (T, N) arrays)."""
+    if path.exists():
+        return path
+    from llmguide.envs.crafter.expert.agent import ExpertPolicy
+    from llmguide.envs.crafter.expert.nav import view_ids
+    from llmguide.envs.vector import make_vector_env
+
+    cfg = {"name": "craftax", "task": None, "max_steps": max_steps, "seen_map": {"size": map_size}}
+    envs = make_vector_env(cfg, NUM_ENVS, 0)
+    expert = ExpertPolicy(cfg, seed=0, mode=mode)
+    obs, infos = envs.reset(seed=0)
+    T = -(-steps // NUM_ENVS)
+    view = np.empty((T, NUM_ENVS, 9, 7), np.int8)
+    seen = np.empty((T, NUM_ENVS, map_size, map_size), np.int8)
+    vector = np.empty((T, NUM_ENVS, obs["vector"].shape[1]), np.float32)
+    action = np.empty((T, NUM_ENVS), np.int8)
+    first = np.zeros((T, NUM_ENVS), bool)
+    first[0] = True
+    start = time.perf_counter()
+    for t in range(T):
+        a = expert.act(obs, infos)
+        view[t], seen[t], vector[t], action[t] = view_ids(obs["image"]), obs["map"].argmax(1) - 1, obs["vector"], a
+        obs, _, term, trunc, infos = envs.step(a)
+        if t + 1 < T:
+            first[t + 1] = term | trunc
+        if t and t % 500 == 0:
+            print(f"  collect {mode}: {t * NUM_ENVS:,} of {T * NUM_ENVS:,} steps "
+                  f"({t * NUM_ENVS / (time.perf_counter() - start):.0f}/s)", flush=True)
+    envs.close()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez_compressed(tmp, view=view, map=seen, vector=vector, action=action, first=first,
+                        meta=json.dumps({"mode": mode, "steps": T * NUM_ENVS, "max_steps": max_steps,
+                                         "map_size": map_size, "episodes": int(first.sum()),
+                                         "seconds": time.perf_counter() - start}))
+    tmp.rename(path)
+    return path
+
+
+class Steps:
+    """One collection as env-major streams (every env's steps in order), and the net's observations of them."""
+
+    def __init__(self, path: Path, fraction: float, use_map: bool):
+        import torch
+
+        z = np.load(path)
+        T = max(1, int(round(len(z["action"]) * fraction)))
+        flat = lambda a: np.ascontiguousarray(np.swapaxes(a[:T], 0, 1)).reshape(-1, *a.shape[2:])  # noqa: E731
+        self.view, self.vector, self.action = flat(z["view"]), flat(z["vector"]), flat(z["action"]).astype(np.int64)
+        self.map = flat(z["map"]) if use_map else None
+        first = z["first"][:T].copy()
+        first[0] = True   # each env's stream starts an episode here
+        self.first = flat(first)
+        self.meta = json.loads(str(z["meta"]))
+        self._torch = torch
+
+    def __len__(self) -> int:
+        return len(self.action)
+
+    def obs(self, idx: np.ndarray):
+        """The net's observation of steps ``idx``: one-hot view ``[class, y, x]``, vector, one-hot seen map."""
+        from llmguide.envs.crafter.rules import SEMANTIC_NAMES
+        from llmguide.envs.crafter.seen_map import CHANNELS
+
+        torch = self._torch
+        view = torch.as_tensor(self.view[idx].astype(np.int64)).transpose(-1, -2)   # [x, y] -> [y, x]
+        out = {"image": torch.nn.functional.one_hot(view, len(SEMANTIC_NAMES)).permute(0, 3, 1, 2).float(),
+               "vector": torch.as_tensor(self.vector[idx])}
+        if self.map is not None:   # ids -1.. -> "not seen" first, as obs["map"]
+            seen = torch.as_tensor(self.map[idx].astype(np.int64) + 1)
+            out["map"] = torch.nn.functional.one_hot(seen, CHANNELS).permute(0, 3, 1, 2).float()
+        return out
+
+
+def make_net(settings: dict, map_size: int, vector_dim: int, hidden: int):
+    import gymnasium as gym
+
+    from llmguide.envs.crafter.rules import SEMANTIC_NAMES
+    from llmguide.envs.crafter.seen_map import CHANNELS
+    from llmguide.learners.networks import ActorCritic
+
+    spaces = {"image": gym.spaces.Box(0.0, 1.0, (len(SEMANTIC_NAMES), 7, 9), np.float32),
+              "vector": gym.spaces.Box(-np.inf, np.inf, (vector_dim,), np.float32)}
+    if settings["obs"] == "map":
+        spaces["map"] = gym.spaces.Box(0.0, 1.0, (CHANNELS, map_size, map_size), np.float32)
+    return ActorCritic(gym.spaces.Dict(spaces), 17, hidden=hidden,
+                       recurrent=None if settings["memory"] == "none" else "gru", image_encoder="flat")
+
+
+# --- play ------------------------------------------------------------------------------------------
+def play(act, task: str, seed: int, episodes: int, map_size: int) -> list[bool]:
+    """Each env's first episode on ``task`` (env seed 1000 + ``seed``): did it reach the task?  ``act(obs, infos,
+    done) -> actions``."""
+    from llmguide.envs.vector import make_vector_env
+
+    cfg = {"name": "craftax", "task": task, "max_steps": None, "seen_map": {"size": map_size}}
+    envs = make_vector_env(cfg, episodes, 1000 + seed)
+    obs, infos = envs.reset(seed=1000 + seed)
+    done = np.zeros(episodes, bool)
+    finished = np.zeros(episodes, bool)
+    success = np.zeros(episodes, bool)
+    key = task
+    while not finished.all():
+        obs, reward, term, trunc, infos = envs.step(act(obs, infos, done))
+        done = np.asarray(term) | np.asarray(trunc)
+        new = done & ~finished
+        if new.any():
+            reached = np.asarray(infos["final_info"]["achievements"][key]) > 0
+            success[new] = reached[new]
+            finished |= new
+    envs.close()
+    return success.tolist()
+
+
+def clone_actor(net, seed: int):
+    """``act(obs, infos, done)`` of a frozen clone: actions sampled from its policy (seeded), the recurrent state
+    zeroed where an env's episode just ended (its returned observation starts the next one)."""
+    import torch
+
+    torch.manual_seed(seed)
+    state: dict = {"h": None}
+
+    @torch.no_grad()
+    def act(obs, infos, done):
+        x = {k: torch.as_tensor(np.asarray(v), dtype=torch.float32) for k, v in obs.items()
+             if k in net.encoder.image_keys or k in net.encoder.vector_keys}
+        if state["h"] is None:
+            state["h"] = net.initial_state(len(done))
+        if state["h"] is not None:
+            keep = torch.as_tensor(~done, dtype=torch.float32).view(1, -1, 1)
+            state["h"] = tuple(h * keep for h in state["h"])
+        action, _, _, _, state["h"] = net.get_action_and_value(x, state["h"], None)
+        return action.numpy()
+
+    return act
+
+
+def expert_actor(task: str | None, mode: str, seed: int):
+    from llmguide.envs.crafter.expert.agent import ExpertPolicy
+
+    expert = ExpertPolicy({"name": "craftax"}, seed=seed, mode=mode, target=task)
+    return lambda obs, infos, done: expert.act(obs, infos)
+
+
+# --- one arm ---------------------------------------------------------------------------------------
+def run_clone(arm: str, seed: int, args, data: dict[str, Path]) -> dict:
+    """Train (or reload) the clone of ``arm`` with ``seed`` and play every task; cached in ``<runs>/<arm>/seed-<s>``."""
+    import torch
+
+    from llmguide.learners.bc import clone
+
+    out = args.runs / arm / f"seed-{seed}"
+    done = out / "result.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    settings = ARMS[arm]
+    torch.manual_seed(seed)
+    steps = Steps(data[settings["data"]], settings["fraction"], settings["obs"] == "map")
+    net = make_net(settings, args.map_size, steps.vector.shape[1], args.hidden)
+    t0 = time.perf_counter()
+    bc = clone(net, steps.obs, steps.action, steps.first, seq_len=settings["seq"], updates=args.updates,
+               batch_steps=args.batch_steps, lr=args.lr, seed=seed)
+    bc["seconds"] = time.perf_counter() - t0
+    result = {"arm": arm, "seed": seed, "settings": settings, "bc": bc, "data": steps.meta, "tasks": {}}
+    for task in args.tasks:
+        wins = play(clone_actor(net, seed), task, seed, args.episodes, args.map_size if settings["obs"] == "map" else 0)
+        result["tasks"][task] = {"success": float(np.mean(wins)), "episodes": len(wins)}
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save(net.state_dict(), out / "net.pt")
+    done.write_text(json.dumps(result, indent=1))
+    print(f"[{arm}] seed {seed}: val accuracy {bc['val_accuracy']:.3f}, "
+          + ", ".join(f"{t} {r['success']:.3f}" for t, r in result["tasks"].items()) + f" ({bc['seconds']:.0f} s BC)",
+          flush=True)
+    return result
+
+
+def run_expert(name: str, task: str, mode: str, seed: int, args) -> float:
+    path = args.runs / name / f"seed-{seed}-{task}.json"
+    if path.exists():
+        return json.loads(path.read_text())["success"]
+    wins = play(expert_actor(task if name == "expert" else None, mode, seed), task, seed, args.episodes, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"success": float(np.mean(wins)), "episodes": len(wins)}))
+    return float(np.mean(wins))
+
+
+# --- report ----------------------------------------------------------------------------------------
+def commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def write_report(task: str, args, values: dict[str, dict[int, float]], clones: dict[str, dict[int, dict]]) -> Path:
+    from llmguide import stats
+
+    variant = args.variant or f"{task}-{args.collect_steps // 1000}k"
+    out = args.results / variant
+    out.mkdir(parents=True, exist_ok=True)
+    control = "expert"
+    paired = {}
+    for arm, v in values.items():
+        if arm != control and set(v) & set(values[control]):
+            paired[f"{arm} - {control}"] = stats.paired(v, values[control], names=(arm, control)).to_json()
+    stats.add_holm(paired)
+    expert_mean = float(np.mean(list(values[control].values())))
+    share = {arm: (float(np.mean(list(v.values()))) / expert_mean if expert_mean > 0 else None)
+             for arm, v in values.items()}
+    accuracy = {arm: {s: r["bc"]["val_accuracy"] for s, r in by_seed.items()} for arm, by_seed in clones.items()}
+    arms = {arm: {"seeds": sorted(v), "values": [v[s] for s in sorted(v)],
+                  "about": ABOUT.get(arm, "the expert in the data's mode, not told the task" if arm.startswith("teacher")
+                                     else "the expert told the task (target mode)"),
+                  **({"settings": ARMS[arm]} if arm in ARMS else {}), "upper_reference": arm == control}
+            for arm, v in values.items()}
+    lines = [f"# PTGM's BC gate on `{task}`: frozen clones of the scripted expert", "",
+             f"`{' '.join(['python', 'benchmarks/ptgm_bc.py', *sys.argv[1:]])}`", "",
+             "Value per seed: the share of the first episodes of "
+             f"{args.episodes} envs (env seed 1000 + seed) that reach `{task}` (episode ends on success, 1,500-step "
+             "cap). The clones are frozen and sample their actions; the data are one collection (seed 0) for every "
+             "seed. Control: `expert` (told the task). Share: arm mean / expert mean.", "",
+             "| arm | what it is | mean | share of expert | held-out action accuracy | per seed |",
+             "|---|---|---|---|---|---|"]
+    for arm, a in arms.items():
+        acc = accuracy.get(arm)
+        acc_text = f"{np.mean(list(acc.values())):.3f}" if acc else "–"
+        lines.append(f"| {arm} | {a['about']} | {np.mean(a['values']):.3f} | "
+                     f"{share[arm]:.2f} | {acc_text} | " if share[arm] is not None else f"| {arm} | {a['about']} | "
+                     f"{np.mean(a['values']):.3f} | – | {acc_text} | ")
+        lines[-1] += ", ".join(f"{s}: {x:.3f}" for s, x in zip(a["seeds"], a["values"], strict=True)) + " |"
+    lines += ["", "## Paired differences (arm − expert, per seed)", "",
+              "| comparison | mean | interval | p (t) | p (Holm) |", "|---|---|---|---|---|"]
+    for name, p in paired.items():
+        lo, hi = p.get("low"), p.get("high")
+        lines.append(f"| {name} | {p['mean']:+.3f} | "
+                     f"{'[' + format(lo, '+.3f') + ', ' + format(hi, '+.3f') + ']' if lo is not None else '–'} | "
+                     f"{p.get('p', float('nan')):.3g} | {p.get('p_holm', float('nan')):.3g} |")
+    data = {arm: r["data"] for arm, by_seed in clones.items() for r in list(by_seed.values())[:1]}
+    lines += ["", "## Data and training", ""]
+    lines += [f"- `{arm}`: {d['steps']:,} expert steps in {d['mode']} mode collected; "
+              f"{next(iter(clones[arm].values()))['bc']['train_steps']:,} trained on, "
+              f"{next(iter(clones[arm].values()))['bc']['val_steps']:,} held out" for arm, d in data.items()]
+    lines += ["", f"BC: {args.updates} updates of {args.batch_steps} steps, Adam lr {args.lr}, hidden {args.hidden}; "
+              f"seen map {args.map_size}x{args.map_size}.", ""]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    result = {"study": "ptgm_bc", "variant": variant, "env": "craftax", "task": task,
+              "budget_steps": args.collect_steps, "metric": f"success on {task} (first episode per env)",
+              "metric_key": "success", "value": {"kind": "success_rate", "episodes": args.episodes},
+              "higher_is_better": True, "control": control, "arms": arms, "paired": paired,
+              "seeds": sorted(values[control]), "failed": [],
+              "details": {"share": share, "val_accuracy": accuracy,
+                          "bc": {arm: {s: {k: r["bc"][k] for k in ("train_steps", "val_steps", "seq_len", "updates",
+                                                                    "batch_steps", "seconds")}
+                                       for s, r in by_seed.items()} for arm, by_seed in clones.items()},
+                          "data": data},
+              "notes": [], "produced_by": "benchmarks/ptgm_bc.py", "commit": commit(),
+              "command": " ".join(["benchmarks/ptgm_bc.py", *sys.argv[1:]])}
+    (out / "result.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"ptgm_bc/{variant}: {out / 'report.md'}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--env-id", default="craftax", choices=("craftax",))
+    p.add_argument("--tasks", default="make_wood_pickaxe,make_stone_pickaxe")
+    p.add_argument("--task", default=None, help="one task (overrides --tasks)")
+    p.add_argument("--seeds", default="3", help="a count (3 = seeds 0,1,2) or a list 0,1,2")
+    p.add_argument("--steps", "--collect-steps", dest="collect_steps", type=int, default=300_000,
+                   help="expert steps collected per mode (all 64 envs together)")
+    p.add_argument("--collect-max-steps", type=int, default=1000, help="episode cap while collecting")
+    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--episodes", type=int, default=64, help="envs played per seed and task (first episodes)")
+    p.add_argument("--map-size", type=int, default=15)
+    p.add_argument("--updates", type=int, default=1000)
+    p.add_argument("--batch-steps", type=int, default=1024)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--runs", type=Path, default=Path("runs/studies/ptgm_bc"))
+    p.add_argument("--results", type=Path, default=RESULTS)
+    p.add_argument("--variant", default=None)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    args.tasks = [args.task] if args.task else [t for t in args.tasks.split(",") if t]
+    seeds = list(range(int(args.seeds))) if args.seeds.isdigit() else [int(s) for s in args.seeds.split(",")]
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        print(f"--arms: unknown {unknown}; choose from {list(ARMS)}", file=sys.stderr)
+        return 2
+    from llmguide.envs.crafter.rules import ACHIEVEMENTS
+
+    bad = [t for t in args.tasks if t not in ACHIEVEMENTS]
+    if bad:
+        print(f"--tasks: unknown {bad}; choose from {ACHIEVEMENTS}", file=sys.stderr)
+        return 2
+    modes = sorted({ARMS[a]["data"] for a in arms})
+    data = {m: collect(m, args.collect_steps, args.collect_max_steps, args.map_size,
+                       args.runs / f"data-{m}-{args.collect_steps}-cap{args.collect_max_steps}-map{args.map_size}.npz")
+            for m in modes}
+    clones = {arm: {s: run_clone(arm, s, args, data) for s in seeds} for arm in arms}
+    for task in args.tasks:
+        values = {"expert": {s: run_expert("expert", task, "plain", s, args) for s in seeds}}
+        for m in modes:
+            values[f"teacher-{m}"] = {s: run_expert(f"teacher-{m}", task, m, s, args) for s in seeds}
+        for arm in arms:
+            values[arm] = {s: clones[arm][s]["tasks"][task]["success"] for s in seeds}
+        write_report(task, args, values, clones)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
