@@ -48,65 +48,82 @@ HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "ptgm_bc"
 NUM_ENVS = 64
 # arm -> clone settings: memory (none | gru), seq (BPTT steps), obs (view | map), data (expert mode), fraction of the
-# collection's steps (a prefix in time of every env's stream: fewer episodes of the same worlds)
-MAIN = {"memory": "gru", "seq": 32, "obs": "map", "data": "plain", "fraction": 1.0}
+# collection's steps (a prefix in time of every env's stream: fewer episodes of the same worlds), dagger (rounds of
+# the clone playing while the expert labels what it should have done, each added to the data)
+BASE = {"memory": "none", "seq": 1, "obs": "view", "data": "plain", "fraction": 1.0, "dagger": 0}
 ARMS = {
-    "bc-frozen": MAIN,
-    "bc-no-memory": {**MAIN, "memory": "none", "seq": 1},
-    "bc-view": {**MAIN, "obs": "view"},
-    "bc-view-no-memory": {**MAIN, "obs": "view", "memory": "none", "seq": 1},
-    "bc-seq8": {**MAIN, "seq": 8},
-    "bc-third-data": {**MAIN, "fraction": 1 / 3},
-    "bc-data-mode": {**MAIN, "data": "data"},
+    "bc-frozen": BASE,
+    "bc-map": {**BASE, "obs": "map"},
+    "bc-gru": {**BASE, "memory": "gru", "seq": 32},
+    "bc-gru-map": {**BASE, "memory": "gru", "seq": 32, "obs": "map"},
+    "bc-gru-seq8": {**BASE, "memory": "gru", "seq": 8},
+    "bc-third-data": {**BASE, "fraction": 1 / 3},
+    "bc-data-mode": {**BASE, "data": "data"},
+    "bc-dagger": {**BASE, "dagger": 3},
+    "bc-dagger-map": {**BASE, "obs": "map", "dagger": 3},
 }
 ABOUT = {
-    "bc-frozen": "GRU (32-step BPTT), view + seen map, all the plain-mode data",
-    "bc-no-memory": "no GRU (single steps), view + seen map",
-    "bc-view": "GRU, the 9x7 view only (no seen map)",
-    "bc-view-no-memory": "no GRU, the view only: the inputs of PTGM's low level today",
-    "bc-seq8": "GRU with 8-step BPTT",
+    "bc-frozen": "PTGM's low level today: no memory (single steps), the 9x7 view + inventory, all the plain data",
+    "bc-map": "+ the seen-map channel (15x15 cells around the player as seen so far)",
+    "bc-gru": "+ a GRU (32-step BPTT)",
+    "bc-gru-map": "+ a GRU and the seen map",
+    "bc-gru-seq8": "+ a GRU with 8-step BPTT",
     "bc-third-data": "a third of the data (the first third of every env's stream)",
-    "bc-data-mode": "PTGM's data: the expert in data mode (random subgoals, ε 0.1, random walks)",
+    "bc-data-mode": "PTGM's data instead: the expert in data mode (random subgoals, ε 0.1, random walks)",
+    "bc-dagger": "+ 3 DAgger rounds: the clone plays, the expert labels its states, the clone trains on all",
+    "bc-dagger-map": "+ the seen map and 3 DAgger rounds",
 }
 
 
 # --- data ------------------------------------------------------------------------------------------
-def collect(mode: str, steps: int, max_steps: int, map_size: int, path: Path) -> Path:
-    """The expert in ``mode`` over 64 envs for ``steps`` env steps -> ``path`` (npz, time-major (T, N) arrays)."""
-    if path.exists():
-        return path
+def record(mode: str, steps: int, max_steps: int, map_size: int, seed: int = 0, actor=None) -> dict:
+    """64 envs for ``steps`` env steps, labelled by the expert in ``mode``: time-major (T, N) arrays of the view
+    ids, seen-map ids, vector, the expert's action and episode starts.  ``actor(obs, infos, done)``, when given,
+    plays instead of the expert, which then only labels (DAgger) and follows the moves made."""
     from llmguide.envs.crafter.expert.agent import ExpertPolicy
     from llmguide.envs.crafter.expert.nav import view_ids
     from llmguide.envs.vector import make_vector_env
 
     cfg = {"name": "craftax", "task": None, "max_steps": max_steps, "seen_map": {"size": map_size}}
-    envs = make_vector_env(cfg, NUM_ENVS, 0)
-    expert = ExpertPolicy(cfg, seed=0, mode=mode)
-    obs, infos = envs.reset(seed=0)
+    envs = make_vector_env(cfg, NUM_ENVS, seed)
+    expert = ExpertPolicy(cfg, seed=seed, mode=mode)
+    obs, infos = envs.reset(seed=seed)
     T = -(-steps // NUM_ENVS)
-    view = np.empty((T, NUM_ENVS, 9, 7), np.int8)
-    seen = np.empty((T, NUM_ENVS, map_size, map_size), np.int8)
-    vector = np.empty((T, NUM_ENVS, obs["vector"].shape[1]), np.float32)
-    action = np.empty((T, NUM_ENVS), np.int8)
-    first = np.zeros((T, NUM_ENVS), bool)
-    first[0] = True
+    out = {"view": np.empty((T, NUM_ENVS, 9, 7), np.int8), "map": np.empty((T, NUM_ENVS, map_size, map_size), np.int8),
+           "vector": np.empty((T, NUM_ENVS, obs["vector"].shape[1]), np.float32),
+           "action": np.empty((T, NUM_ENVS), np.int8), "first": np.zeros((T, NUM_ENVS), bool)}
+    out["first"][0] = True
+    done = np.zeros(NUM_ENVS, bool)
     start = time.perf_counter()
     for t in range(T):
-        a = expert.act(obs, infos)
-        view[t], seen[t], vector[t], action[t] = view_ids(obs["image"]), obs["map"].argmax(1) - 1, obs["vector"], a
-        obs, _, term, trunc, infos = envs.step(a)
+        label = expert.act(obs, infos)
+        out["view"][t], out["map"][t], out["vector"][t] = view_ids(obs["image"]), obs["map"].argmax(1) - 1, obs["vector"]
+        out["action"][t] = label
+        taken = label if actor is None else actor(obs, infos, done)
+        if actor is not None:
+            expert.executed(taken)
+            out.setdefault("played", np.empty((T, NUM_ENVS), np.int8))[t] = taken
+        obs, _, term, trunc, infos = envs.step(taken)
+        done = np.asarray(term) | np.asarray(trunc)
         if t + 1 < T:
-            first[t + 1] = term | trunc
+            out["first"][t + 1] = done
         if t and t % 500 == 0:
-            print(f"  collect {mode}: {t * NUM_ENVS:,} of {T * NUM_ENVS:,} steps "
+            print(f"  {'label' if actor else 'collect'} {mode}: {t * NUM_ENVS:,} of {T * NUM_ENVS:,} steps "
                   f"({t * NUM_ENVS / (time.perf_counter() - start):.0f}/s)", flush=True)
     envs.close()
+    out["meta"] = {"mode": mode, "steps": T * NUM_ENVS, "max_steps": max_steps, "map_size": map_size,
+                   "episodes": int(out["first"].sum()), "seconds": time.perf_counter() - start}
+    return out
+
+
+def collect(mode: str, steps: int, max_steps: int, map_size: int, path: Path) -> Path:
+    """The expert's own play in ``mode`` (:func:`record`, seed 0) -> ``path`` (npz), once."""
+    if path.exists():
+        return path
+    data = record(mode, steps, max_steps, map_size)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
-    np.savez_compressed(tmp, view=view, map=seen, vector=vector, action=action, first=first,
-                        meta=json.dumps({"mode": mode, "steps": T * NUM_ENVS, "max_steps": max_steps,
-                                         "map_size": map_size, "episodes": int(first.sum()),
-                                         "seconds": time.perf_counter() - start}))
+    np.savez_compressed(tmp, **{k: v for k, v in data.items() if k != "meta"}, meta=json.dumps(data["meta"]))
     tmp.rename(path)
     return path
 
@@ -130,6 +147,18 @@ class Steps:
 
     def __len__(self) -> int:
         return len(self.action)
+
+    def extend(self, data: dict) -> None:
+        """Append a :func:`record` of the same shape (its streams after ours; each starts an episode)."""
+        first = data["first"].copy()
+        first[0] = True
+        flat = lambda a: np.ascontiguousarray(np.swapaxes(a, 0, 1)).reshape(-1, *a.shape[2:])  # noqa: E731
+        self.view = np.concatenate([self.view, flat(data["view"])])
+        self.vector = np.concatenate([self.vector, flat(data["vector"])])
+        self.action = np.concatenate([self.action, flat(data["action"]).astype(np.int64)])
+        self.first = np.concatenate([self.first, flat(first)])
+        if self.map is not None:
+            self.map = np.concatenate([self.map, flat(data["map"])])
 
     def obs(self, idx: np.ndarray):
         """The net's observation of steps ``idx``: one-hot view ``[class, y, x]``, vector, one-hot seen map."""
@@ -221,7 +250,7 @@ def run_clone(arm: str, seed: int, args, data: dict[str, Path]) -> dict:
     """Train (or reload) the clone of ``arm`` with ``seed`` and play every task; cached in ``<runs>/<arm>/seed-<s>``."""
     import torch
 
-    from llmguide.learners.bc import clone
+    from llmguide.learners.bc import action_accuracy, clone, held_out
 
     out = args.runs / arm / f"seed-{seed}"
     done = out / "result.json"
@@ -234,6 +263,20 @@ def run_clone(arm: str, seed: int, args, data: dict[str, Path]) -> dict:
     t0 = time.perf_counter()
     bc = clone(net, steps.obs, steps.action, steps.first, seq_len=settings["seq"], updates=args.updates,
                batch_steps=args.batch_steps, lr=args.lr, seed=seed)
+    bc["dagger"] = []
+    n0 = len(steps)
+    for r in range(settings.get("dagger", 0)):   # the clone plays, the expert labels, the clone trains on all
+        extra = record(settings["data"], args.dagger_steps, args.collect_max_steps, args.map_size,
+                       seed=100 * (seed + 1) + r, actor=clone_actor(net, 100 * (seed + 1) + r))
+        agree = float(np.mean(extra["action"] == extra["played"])) if "played" in extra else None
+        steps.extend(extra)
+        more = clone(net, steps.obs, steps.action, steps.first, seq_len=settings["seq"], updates=args.dagger_updates,
+                     batch_steps=args.batch_steps, lr=args.lr, seed=seed + 1000 * (r + 1))
+        bc["dagger"].append({"round": r + 1, "steps": extra["meta"]["steps"], "data_steps": len(steps),
+                             "val_accuracy": more["val_accuracy"], "agreement": agree})
+    if bc["dagger"]:   # the held-out accuracy on the expert's own data, as for every other arm
+        expert_val = held_out(len(steps)) & (np.arange(len(steps)) < n0)
+        bc["val_accuracy"] = action_accuracy(net, steps.obs, steps.action, steps.first, expert_val)
     bc["seconds"] = time.perf_counter() - t0
     result = {"arm": arm, "seed": seed, "settings": settings, "bc": bc, "data": steps.meta, "tasks": {}}
     for task in args.tasks:
@@ -305,11 +348,14 @@ def write_report(task: str, args, values: dict[str, dict[int, float]], clones: d
         lines[-1] += ", ".join(f"{s}: {x:.3f}" for s, x in zip(a["seeds"], a["values"], strict=True)) + " |"
     lines += ["", "## Paired differences (arm − expert, per seed)", "",
               "| comparison | mean | interval | p (t) | p (Holm) |", "|---|---|---|---|---|"]
+    def num(x, spec):
+        return "–" if x is None else format(x, spec)
+
     for name, p in paired.items():
-        lo, hi = p.get("low"), p.get("high")
-        lines.append(f"| {name} | {p['mean']:+.3f} | "
-                     f"{'[' + format(lo, '+.3f') + ', ' + format(hi, '+.3f') + ']' if lo is not None else '–'} | "
-                     f"{p.get('p', float('nan')):.3g} | {p.get('p_holm', float('nan')):.3g} |")
+        lo, hi = p.get("interval_low"), p.get("interval_high")
+        interval = f"[{num(lo, '+.3f')}, {num(hi, '+.3f')}] ({p.get('interval')})" if lo is not None else "–"
+        lines.append(f"| {name} | {p['mean']:+.3f} | {interval} | {num(p.get('p'), '.3g')} | "
+                     f"{num(p.get('p_holm'), '.3g')} |")
     data = {arm: r["data"] for arm, by_seed in clones.items() for r in list(by_seed.values())[:1]}
     lines += ["", "## Data and training", ""]
     lines += [f"- `{arm}`: {d['steps']:,} expert steps in {d['mode']} mode collected; "
@@ -347,20 +393,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", default=",".join(ARMS))
     p.add_argument("--episodes", type=int, default=64, help="envs played per seed and task (first episodes)")
     p.add_argument("--map-size", type=int, default=15)
-    p.add_argument("--updates", type=int, default=1000)
+    p.add_argument("--updates", type=int, default=3000)
     p.add_argument("--batch-steps", type=int, default=1024)
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--runs", type=Path, default=Path("runs/studies/ptgm_bc"))
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--variant", default=None)
+    p.add_argument("--dagger-steps", type=int, default=64_000, help="env steps the clone plays per DAgger round")
+    p.add_argument("--dagger-updates", type=int, default=1000, help="BC updates after each DAgger round")
+    p.add_argument("--report-only", action="store_true", help="report the clones that finished; train none")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
     args.tasks = [args.task] if args.task else [t for t in args.tasks.split(",") if t]
-    seeds = list(range(int(args.seeds))) if args.seeds.isdigit() else [int(s) for s in args.seeds.split(",")]
+    seeds = list(range(int(args.seeds))) if args.seeds.isdigit() else [int(s) for s in args.seeds.split(",") if s]
     arms = [a for a in args.arms.split(",") if a]
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
@@ -373,16 +422,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--tasks: unknown {bad}; choose from {ACHIEVEMENTS}", file=sys.stderr)
         return 2
     modes = sorted({ARMS[a]["data"] for a in arms})
-    data = {m: collect(m, args.collect_steps, args.collect_max_steps, args.map_size,
+    data = {} if args.report_only else {m: collect(m, args.collect_steps, args.collect_max_steps, args.map_size,
                        args.runs / f"data-{m}-{args.collect_steps}-cap{args.collect_max_steps}-map{args.map_size}.npz")
             for m in modes}
-    clones = {arm: {s: run_clone(arm, s, args, data) for s in seeds} for arm in arms}
+    if args.report_only:   # whatever clones have finished, each arm over its own seeds
+        clones = {arm: {s: json.loads((args.runs / arm / f"seed-{s}" / "result.json").read_text()) for s in seeds
+                        if (args.runs / arm / f"seed-{s}" / "result.json").exists()} for arm in arms}
+        clones = {arm: by_seed for arm, by_seed in clones.items() if by_seed}
+    else:
+        clones = {arm: {s: run_clone(arm, s, args, data) for s in seeds} for arm in arms}
     for task in args.tasks:
         values = {"expert": {s: run_expert("expert", task, "plain", s, args) for s in seeds}}
         for m in modes:
             values[f"teacher-{m}"] = {s: run_expert(f"teacher-{m}", task, m, s, args) for s in seeds}
-        for arm in arms:
-            values[arm] = {s: clones[arm][s]["tasks"][task]["success"] for s in seeds}
+        for arm, by_seed in clones.items():
+            values[arm] = {s: r["tasks"][task]["success"] for s, r in by_seed.items()}
         write_report(task, args, values, clones)
     return 0
 

@@ -35,8 +35,8 @@ from gymnasium.vector import AutoresetMode
 from llmguide.core.config import cfg_get
 from llmguide.envs.craftax import text as tx
 from llmguide.envs.craftax.actions import action_flags, primitive_actions
-from llmguide.envs.crafter.actions import ACTION_STRINGS
 from llmguide.envs.crafter import seen_map
+from llmguide.envs.crafter.actions import ACTION_STRINGS
 from llmguide.envs.crafter.env import CrafterText, lenient_rules
 from llmguide.envs.crafter.rules import ACHIEVEMENTS, GOALS, ITEMS, SEMANTIC_NAMES, CrafterOracle, make_task
 

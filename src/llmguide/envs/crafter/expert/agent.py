@@ -374,6 +374,12 @@ class ExpertPolicy:
 
     __call__ = act
 
+    def executed(self, actions: np.ndarray) -> None:
+        """Tell the expert the actions its envs actually took, when another policy drives and the expert only
+        labels (DAgger): its dead reckoning then follows the moves made, not the ones it would have made."""
+        for agent, action in zip(self.agents, np.asarray(actions).reshape(-1), strict=False):
+            agent.last_action = int(action)
+
     @property
     def goals(self) -> list[str | None]:
         """Each env's current goal (None while surviving, exploring or idle)."""
