@@ -2,7 +2,7 @@
 # GLAM against NPAE on BabyAI-Text on one GPU: the seeds of both methods, PARALLEL runs at a time, each run
 # stopped at a wall-clock limit (a lent GPU comes for minutes, not hours), so the learning curves are compared
 # at equal time and their env steps are read from metrics.jsonl.  DRRN is cheap: run it on the CPU at the steps
-# these runs reach (benchmarks/glam.py --methods drrn).
+# these runs reach (benchmarks/glam.py --arms drrn --steps N).
 #
 #   benchmarks/glam_gpu.sh MODEL_DIR OUT SECONDS [SEEDS] [TASK]
 #

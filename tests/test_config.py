@@ -130,3 +130,22 @@ def test_a_run_saved_with_a_short_recipe_name_still_loads(tmp_path):
     loaded = load_run_config(tmp_path / "old")
     assert loaded.method.recipe == cfg.method.recipe == "llmguide.methods.bk.recipe:BKRecipe"
     assert recipe_class(loaded).__name__ == "BKRecipe"
+
+
+def test_a_methods_own_config_options_are_found_in_its_package() -> None:
+    """GLAM's and DRRN's learner settings live in their package's conf/ (issue 51), found through the methods'
+    config search path: ``agent=glam`` composes, the learner reads its defaults there, the kernel's conf/ lacks it."""
+    from pathlib import Path
+
+    from llmguide import methods
+    from llmguide.core.config import option_file
+    from llmguide.learners.common import agent_config
+
+    package = Path(methods.__file__).parent / "glam" / "conf"
+    assert package in methods.config_dirs()
+    for name in ("glam", "drrn"):
+        assert Path(str(option_file("agent", name))) == package / "agent" / f"{name}.yaml"
+        assert name in group_options("agent")
+    assert load_config(["env=babyai", "method=glam"]).agent.name == "glam"
+    assert agent_config({}, "glam").reward_scale == 20.0
+    assert not (Path(str(option_file("agent", "ppo"))).parent / "glam.yaml").exists()

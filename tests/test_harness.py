@@ -459,3 +459,26 @@ def test_the_sparse_study_counts_the_sights_in_motifs_pairs(harness, load_benchm
     db.add_messages(Counter({"": 9, "You collected wood.": 1}))
     db.close()
     assert sparse.motif_pairs(plan) == {}
+
+
+def test_the_glam_study_is_an_arm_table(harness, load_benchmark, tmp_path):
+    """benchmarks/glam.py on the harness (issue 51): the LM arms' rollout follows the budget, ``llm.dtype=auto`` is
+    resolved (the config takes no ``auto``), the symbolic PPO is the control, the 64-step PPO is not run by default."""
+    load_benchmark("glam_costs")   # glam.py imports its scoring measurement
+    study = load_benchmark("glam").STUDY
+
+    def plan_of(argv):
+        return harness.make_plan(study, harness.build_parser(study).parse_args([*argv, "--runs", str(tmp_path)]))
+
+    plan = plan_of([])
+    assert plan.arms == ["glam", "npae", "bc-bot", "symbolic-ppo", "drrn"] and plan.study.control == "symbolic-ppo"
+    assert (plan.env, plan.task, plan.steps, plan.variant) == ("babyai", "GoToLocal", 384, "GoToLocal-384")
+    glam = plan.arm_overrides("glam")
+    assert {"method=glam", "llm=hf", "agent.num_steps=16", "agent.num_minibatches=8", "llm.dtype=float32",
+            "method.post_tests=[oov_nouns,invented_words,synonym_actions]", "num_envs=2", "eval.greedy=false",
+            "eval.episodes=10", "total_steps=384"} <= set(glam)
+    assert "method.lora_last_layers=6" not in plan.arm_overrides("npae")
+    small = plan_of(["--steps", "40", "--num-envs", "4", "--greedy", "--arms", "symbolic-ppo-64,drrn"])
+    assert small.arms == ["symbolic-ppo", "symbolic-ppo-64", "drrn"]
+    assert {"agent.num_steps=5", "eval.greedy=true", "num_envs=4"} <= set(small.arm_overrides("symbolic-ppo"))
+    assert "agent.num_steps=64" in small.arm_overrides("symbolic-ppo-64")

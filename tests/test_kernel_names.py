@@ -32,10 +32,6 @@ ALLOWED = {
         "the old key stays in the config so that env.ellm_rules=true composes (Hydra's struct mode) and old runs' "
         "saved configs load; null unless set",
     ("conf/env/craftax.yaml", "ellm_rules"): "as in crafter.yaml",
-    ("conf/agent/glam.yaml", "*"):
-        "GLAM's learner settings (agent=glam, selected by method=glam / npae): a method's own file in Hydra's one "
-        "agent folder, as conf/method/ holds the methods' presets; moving it needs a methods' config search path",
-    ("conf/agent/drrn.yaml", "*"): "DRRN's learner settings (agent=drrn, selected by method=drrn): as glam.yaml",
 }
 
 

@@ -46,9 +46,22 @@ def plain_dict(cfg: Any) -> dict:
 
 
 def group_options(group: str) -> list[str]:
-    """Names of the options available for one config group (the YAML files in conf/<group>)."""
-    folders = [resources.files("llmguide.conf") / group, *(d / group for d in user_config_dirs())]
+    """Names of the options available for one config group (the YAML files in every config folder's <group>/)."""
+    folders = [d / group for d in config_dirs()]
     return sorted({p.name[:-5] for f in folders if f.is_dir() for p in f.iterdir() if p.name.endswith(".yaml")})
+
+
+# Config folders shipped above the kernel, searched after the package's conf/: a method package's own
+# ``conf/<group>/<option>.yaml`` (e.g. the learner settings its method selects), registered by its layer
+# (:func:`add_config_dir`), so the kernel's conf/ names no method.
+PACKAGE_CONFIG_DIRS: list[Path] = []
+
+
+def add_config_dir(folder: Path) -> None:
+    """Search ``folder`` (laid out as conf/: ``<group>/<option>.yaml``) for config options, after the package's."""
+    folder = Path(folder).resolve()
+    if folder not in PACKAGE_CONFIG_DIRS:
+        PACKAGE_CONFIG_DIRS.append(folder)
 
 
 def user_config_dirs() -> list[Path]:
@@ -57,11 +70,27 @@ def user_config_dirs() -> list[Path]:
     return [Path(p).expanduser().resolve() for p in os.environ.get("LLMGUIDE_CONFIG_PATH", "").split(os.pathsep) if p]
 
 
+def config_dirs(user: bool = True) -> list[Any]:
+    """Every config folder in Hydra's search order: the package's conf/, the registered ones
+    (:func:`add_config_dir`), then (``user``) ``$LLMGUIDE_CONFIG_PATH``'s."""
+    return [resources.files("llmguide.conf"), *PACKAGE_CONFIG_DIRS, *(user_config_dirs() if user else [])]
+
+
+def option_file(group: str, option: str, user: bool = True) -> Any:
+    """The YAML file of ``group=option``: the last searched folder's that has one (a user config folder's first,
+    as Hydra searches them), or None.  ``user=False``: the shipped files only (a learner's defaults)."""
+    for folder in reversed(config_dirs(user)):
+        path = folder / group / f"{option}.yaml"
+        if path.is_file():
+            return path
+    return None
+
+
 def compose_config(overrides: Sequence[str]) -> DictConfig:
-    """The Hydra composition of the shipped config (and ``$LLMGUIDE_CONFIG_PATH``'s) with ``overrides``,
-    not validated (:func:`load_config` validates)."""
+    """The Hydra composition of the shipped config (the package's conf/, the registered folders and
+    ``$LLMGUIDE_CONFIG_PATH``'s) with ``overrides``, not validated (:func:`load_config` validates)."""
     GlobalHydra.instance().clear()
-    extra = user_config_dirs()
+    extra = [*PACKAGE_CONFIG_DIRS, *user_config_dirs()]
     search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in extra)}]"] if extra else []
     with initialize_config_module(config_module="llmguide.conf", version_base="1.3"):
         return compose(config_name="config", overrides=[*search, *overrides])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import re
 from importlib import resources
-from typing import Any
 
 from hydra.errors import HydraException
 from omegaconf import ListConfig, OmegaConf
@@ -15,19 +14,10 @@ from llmguide.core.config import (
     compose_config,
     flat_keys,
     group_options,
+    option_file,
     translate_hydra_error,
-    user_config_dirs,
 )
 from llmguide.core.errors import ConfigError
-
-
-def option_file(group: str, option: str) -> Any:
-    """The YAML file of ``group=option`` (a user config folder's first, as Hydra searches them), or None."""
-    for folder in [*reversed(user_config_dirs()), None]:
-        path = (folder / group if folder else resources.files("llmguide.conf") / group) / f"{option}.yaml"
-        if path.is_file():
-            return path
-    return None
 
 
 def _split_comment(line: str) -> tuple[str, str]:

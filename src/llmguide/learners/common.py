@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from llmguide.core.config import option_file
 from llmguide.core.errors import LLMGuideError
 from llmguide.rewards.base import RewardModule, TransitionBatch
 
@@ -19,9 +19,13 @@ log = logging.getLogger(__name__)
 
 
 def agent_config(cfg_agent: Any, name: str) -> DictConfig:
-    """A learner's settings: ``conf/agent/<name>.yaml`` (the one source of defaults) overridden by ``cfg_agent``
-    (a DictConfig, a dict or a namespace with some of its keys)."""
-    base = OmegaConf.load(resources.files("llmguide.conf") / "agent" / f"{name}.yaml")
+    """A learner's settings: its shipped ``agent/<name>.yaml`` (the one source of defaults: the package's conf/ or
+    a method's own, :func:`~llmguide.core.config.option_file`) overridden by ``cfg_agent`` (a DictConfig, a dict or
+    a namespace with some of its keys)."""
+    path = option_file("agent", name, user=False)
+    if path is None:
+        raise FileNotFoundError(f"no shipped learner settings agent/{name}.yaml")
+    base = OmegaConf.load(path)
     given = cfg_agent if isinstance(cfg_agent, DictConfig | dict) else vars(cfg_agent)
     return OmegaConf.merge(base, {k: v for k, v in dict(given).items() if v is not None})
 

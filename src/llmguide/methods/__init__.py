@@ -24,4 +24,25 @@ modules and wrappers, ``steps`` for offline verbs), a ``conf/method/<name>.yaml`
 ``recipe: llmguide.methods.<name>.recipe:<Class>`` (the pipelines name no method's recipe), and tests
 under ``tests/``.  A method that only adds a reward module needs no recipe: ``reward: package.module:Class``
 in its YAML (the standard recipe builds it).
+
+A method's own config options live in its package: ``<package>/conf/<group>/<option>.yaml`` (e.g. GLAM's and
+DRRN's learner settings, ``glam/conf/agent/``, selected by ``method=glam`` / ``method=drrn`` or as ``agent=glam``).
+Importing this package adds every such folder to the config search path (:func:`config_dirs`), after the
+kernel's ``conf/``; the pipelines import it before composing any config.
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmguide.core.config import add_config_dir
+
+
+def config_dirs() -> list[Path]:
+    """The method packages' own config folders (``<package>/conf/``), in package-name order."""
+    here = Path(__file__).resolve().parent
+    return [p / "conf" for p in sorted(here.iterdir()) if (p / "__init__.py").is_file() and (p / "conf").is_dir()]
+
+
+for folder in config_dirs():
+    add_config_dir(folder)

@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+import llmguide.methods  # noqa: F401  (adds the method packages' config folders to the search path)
 from llmguide.core.errors import ConfigError
 from llmguide.core.saved_config import load_run_config as core_load_config
 

@@ -20,7 +20,12 @@ The same prompt always gets the same answer within a run (a fixed random mapping
 ``llm.seed``: the run's seed unless set), as a deterministic LM would give.  ``io_stats`` reports the answers'
 marginal rates (``answer_yes_rate``, ``answer_tie_rate``, ``answer_goals``) beside the oracle's own on the
 same queries (``oracle_yes_rate``, ``oracle_tie_rate``), so a report shows that a control was matched to the
-treatment's rate.  A program (BK-Code) has no counterfactual here: BK's random-Φ arm is its own.
+treatment's rate.  A program (a fenced code block) has no counterfactual here: its method's control is its own.
+
+**Answer formats.**  A generated answer is read by its :class:`AnswerFormat`: the kernel's own are the ``<answer>``
+tag holding a label (yes / no) or a preference (A > B, B > A, A = B), as :mod:`llmguide.llm.parsing` reads them, and
+the oracle's goal bullets; a method whose answers write a label or a preference otherwise gives its format with its
+answerer (``answer_formats``, read after the tag's), so this module knows no method's format.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict, deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,13 +43,38 @@ from llmguide.llm.backends.oracle import MISS_SCORE, OracleLM
 from llmguide.llm.base import Completion, LanguageModel, check_score_args
 
 KINDS = ("random", "shuffled", "constant")
-_PREFS = {"a>b": "A > B", "b>a": "B > A", "a=b": "A = B"}
-_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S)
-_RANK = re.compile(r"\[Rank\]\s*(A > B|B > A|A = B)")
+PREFERENCES = {"a>b": "A > B", "b>a": "B > A", "a=b": "A = B"}   # a preference, normalised -> as written
+LABELS = ("yes", "no")
 
 
-def _norm(text: str) -> str:
+def normalised(text: str) -> str:
+    """An answer as compared: lower case, no spaces (``" A > B"`` -> ``"a>b"``)."""
     return text.strip().lower().replace(" ", "")
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """How an answerer writes a label or a preference in generated text.  ``pattern``'s first group is the answer
+    (``yes`` / ``no`` for ``kind="label"``, ``A > B`` / ``B > A`` / ``A = B`` for ``"preference"``); the
+    counterfactual answer is ``template`` with ``{}`` the answer it picks (the rest of the oracle's text is dropped).
+    ``name`` is the kind of query: ``shuffled`` draws among the recent queries of one name."""
+
+    name: str
+    kind: str              # "label" | "preference"
+    pattern: re.Pattern
+    template: str
+
+    def read(self, text: str) -> str | None:
+        """The normalised answer (``"yes"``, ``"a>b"``) when ``text`` is written in this format, else None."""
+        found = self.pattern.search(text)
+        answer = normalised(found.group(1)) if found else None
+        return answer if answer in (LABELS if self.kind == "label" else PREFERENCES) else None
+
+
+ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S)
+# the kernel's own: the <answer> tag (llmguide.llm.parsing reads labels and preferences in it)
+TAG_FORMATS = (AnswerFormat("yesno", "label", ANSWER_TAG, "<answer>{}</answer>"),
+               AnswerFormat("pref-tag", "preference", ANSWER_TAG, "<answer>{}</answer>"))
 
 
 class CounterfactualLM(LanguageModel):
@@ -54,6 +85,8 @@ class CounterfactualLM(LanguageModel):
         if kind not in KINDS:
             raise ValueError(f"llm.backend: unknown counterfactual {kind!r}; choose one of {list(KINDS)}")
         self.kind, self.oracle = kind, oracle
+        # the tag's formats, then those the oracle's answerers write in
+        self.formats = [*TAG_FORMATS, *(f for a in oracle.answerers for f in getattr(a, "answer_formats", ()))]
         self.backend = kind
         self.model_id = f"{kind}({oracle.model_id})/seed{seed}"
         self.positive_rate, self.tie_rate = float(positive_rate), float(tie_rate)
@@ -107,12 +140,12 @@ class CounterfactualLM(LanguageModel):
 
     # -- score answers ---------------------------------------------------------------------------
     def _scored(self, cands: list[str], truth: list[float]) -> list[float]:
-        norm = [_norm(c) for c in cands]
+        norm = [normalised(c) for c in cands]
         self.counts["answers"] += 1
-        if set(norm) == {"yes", "no"}:
+        if set(norm) == set(LABELS):
             yes = self._label(truth[norm.index("yes")] > MISS_SCORE / 2, ("score", "yesno"))
             return [0.0 if (n == "yes") == yes else MISS_SCORE for n in norm]
-        if set(norm) and set(norm) <= set(_PREFS):
+        if set(norm) and set(norm) <= set(PREFERENCES):
             best = norm[int(np.argmax(truth))]
             pick = self._pref(best, ("score", tuple(norm)))
             return [0.0 if n == pick else MISS_SCORE for n in norm]
@@ -134,15 +167,14 @@ class CounterfactualLM(LanguageModel):
     def _generated(self, truth: Completion) -> str:
         text = truth.text
         self.counts["answers"] += 1
-        tag = _TAG.search(text)
-        if tag and _norm(tag.group(1)) in ("yes", "no"):
-            return f"<answer>{'yes' if self._label(_norm(tag.group(1)) == 'yes', ('generate', 'yesno')) else 'no'}</answer>"
-        if tag and _norm(tag.group(1)) in _PREFS:
-            return f"<answer>{_PREFS[self._pref(_norm(tag.group(1)), ('generate', 'pref-tag'))]}</answer>"
-        rank = _RANK.search(text)
-        if rank:
-            return f"[Rank] {_PREFS[self._pref(_norm(rank.group(1)), ('generate', 'rank'))]}"
-        if "```" in text or "def potential" in text:
+        for form in self.formats:
+            answer = form.read(text)
+            if answer is None:
+                continue
+            if form.kind == "label":
+                return form.template.format("yes" if self._label(answer == "yes", ("generate", form.name)) else "no")
+            return form.template.format(PREFERENCES[self._pref(answer, ("generate", form.name))])
+        if "```" in text:
             raise LLMUnavailableError(f"llm={self.kind} has no counterfactual program: a program's knowledge control "
                                       "is its method's own (a random program)")
         goals = [line[2:].strip() for line in text.splitlines() if line.startswith("- ")]

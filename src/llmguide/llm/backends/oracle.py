@@ -8,7 +8,9 @@ A method whose prompts ask something else (a labelling question, a program) give
 **answerers** (``OracleLM(family, answerers=[...])``, built by the method's recipe): each has a ``name``,
 ``generate(prompt) -> str | None`` and ``score(prompt, candidates) -> list[float] | None`` and answers
 the prompts it recognises (None: not mine).  The first answerer that recognises a prompt answers it
-(counted in ``stats["<name>_answers"]``); other prompts get the env oracle's goal suggestions.
+(counted in ``stats["<name>_answers"]``); other prompts get the env oracle's goal suggestions.  An answerer
+whose generated answers write a label or a preference in a format of its own also has ``answer_formats``
+(:class:`~llmguide.llm.backends.counterfactual.AnswerFormat`), so the counterfactual LMs answer in it.
 ``score`` gives 0.0 to the oracle's answers and ``MISS_SCORE`` to the others, so the oracle goes through
 exactly the code path of an LM.
 """

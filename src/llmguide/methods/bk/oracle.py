@@ -14,14 +14,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmguide.core.errors import ConfigError
+from llmguide.llm.backends.counterfactual import AnswerFormat
 
 _STEP = re.compile(r"^(?:Step \d+|Current observation): (.*?)(?:\. You choose the action: .*)?\.?$")
+# BK-Pref's answer, "[Rank] A > B" (prompts/bk_pref.txt): the counterfactual LMs answer in it (llm=shuffled, random)
+RANK_FORMAT = AnswerFormat("rank", "preference", re.compile(r"\[Rank\]\s*(A > B|B > A|A = B)"), "[Rank] {}")
 
 
 class BKOracleAnswers:
     """Ground-truth answers to BK-Code / BK-Pref / BK-Goal prompts (an :class:`~llmguide.llm.backends.oracle.Answerer`)."""
 
     name = "bk"
+    answer_formats = (RANK_FORMAT,)   # how its BK-Pref answers write a preference (BK-Code's program: none)
 
     def __init__(self, env_oracle: Any, mission: str):
         """``mission``: what the oracle answers for (the run's task's, or another task's under ``llm.target``:

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 class GLAMPPO(OnPolicyLearner):
     """PPO for an :class:`LMPolicy` on a vector env whose infos carry ``caption`` and ``mission``.
 
-    ``cfg`` keys (``conf/agent/glam.yaml``, its defaults): the on-policy vocabulary (num_steps, update_epochs,
+    ``cfg`` keys (``methods/glam/conf/agent/glam.yaml``, its defaults): the on-policy vocabulary (num_steps, update_epochs,
     num_minibatches, gamma, gae_lambda, clip_coef, vf_coef, ent_coef, max_grad_norm, norm_adv:
     :mod:`llmguide.learners.on_policy`), micro_batch, lr, reward_scale, k_history, device_check.
     """
@@ -43,7 +43,7 @@ class GLAMPPO(OnPolicyLearner):
     def __init__(self, envs, policy: LMPolicy, cfg: Any, run: RunDir | None = None, seed: int = 0):
         super().__init__(envs, run=run, seed=seed)
         self.policy = policy
-        cfg = agent_config(cfg, "glam")   # conf/agent/glam.yaml: the defaults
+        cfg = agent_config(cfg, "glam")   # methods/glam/conf/agent/glam.yaml: the defaults
         self._read_settings(cfg)   # num_steps, update_epochs, num_minibatches, gamma, ... (old names: deprecated)
         self.micro_batch = int(cfg_get(cfg, "micro_batch", 0) or 0)   # prompts per forward (0: the whole minibatch)
         self.reward_scale = float(cfg_get(cfg, "reward_scale", 20.0))
