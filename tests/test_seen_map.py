@@ -93,3 +93,29 @@ def test_bad_settings_name_their_key(env, key):
     with pytest.raises(ConfigError) as err:
         make_vector_env(cfg, 1, seed=0)
     assert err.value.key == key
+
+
+def test_an_expert_that_only_labels_follows_the_moves_another_policy_made():
+    """DAgger: a random policy drives and the expert labels; told the executed actions, the expert's dead
+    reckoning matches the map's, which follows the actions taken (without it, it follows its own choices)."""
+    envs = make_vector_env(_cfg("craftax", 15, max_steps=500), 2, seed=4)
+    wrapper = envs
+    while not isinstance(wrapper, seen_map.SeenMapVector):
+        wrapper = wrapper.env
+    rng = np.random.default_rng(0)
+    try:
+        for tell in (True, False):
+            expert = ExpertPolicy({"name": "craftax"}, seed=4, mode="plain")
+            obs, infos = envs.reset(seed=4)
+            apart = 0
+            for _ in range(60):
+                expert.act(obs, infos)
+                apart += sum(not np.array_equal(a.map.pos, m.map.pos) for a, m in zip(expert.agents, wrapper.maps,
+                                                                                       strict=True))
+                taken = rng.integers(1, 5, size=2)   # random moves
+                if tell:
+                    expert.executed(taken)
+                obs, _, _, _, infos = envs.step(taken)
+            assert (apart == 0) if tell else (apart > 0)
+    finally:
+        envs.close()
