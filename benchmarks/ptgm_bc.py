@@ -191,9 +191,14 @@ def make_net(settings: dict, map_size: int, vector_dim: int, hidden: int):
 
 
 # --- play ------------------------------------------------------------------------------------------
-def play(act, task: str, seed: int, episodes: int, map_size: int) -> list[bool]:
-    """Each env's first episode on ``task`` (env seed 1000 + ``seed``): did it reach the task?  ``act(obs, infos,
-    done) -> actions``."""
+# the chain of the shared sparse tasks: how far along it an episode got (the report's "chain" columns)
+CHAIN = ("collect_wood", "place_table", "make_wood_pickaxe", "collect_stone", "make_stone_pickaxe")
+
+
+def play(act, task: str, seed: int, episodes: int, map_size: int) -> dict:
+    """Each env's first episode on ``task`` (env seed 1000 + ``seed``), played by ``act(obs, infos, done) ->
+    actions``: the share that reach the task (``success``), that end in death (``died``: terminated without the
+    task), their mean length, and the share that unlocked each achievement of :data:`CHAIN`."""
     from llmguide.envs.vector import make_vector_env
 
     cfg = {"name": "craftax", "task": task, "max_steps": None, "seen_map": {"size": map_size}}
@@ -201,18 +206,24 @@ def play(act, task: str, seed: int, episodes: int, map_size: int) -> list[bool]:
     obs, infos = envs.reset(seed=1000 + seed)
     done = np.zeros(episodes, bool)
     finished = np.zeros(episodes, bool)
-    success = np.zeros(episodes, bool)
-    key = task
+    success, died = np.zeros(episodes, bool), np.zeros(episodes, bool)
+    length = np.zeros(episodes, np.int64)
+    chain = {a: np.zeros(episodes, bool) for a in CHAIN}
     while not finished.all():
         obs, reward, term, trunc, infos = envs.step(act(obs, infos, done))
+        length += ~finished
         done = np.asarray(term) | np.asarray(trunc)
         new = done & ~finished
         if new.any():
-            reached = np.asarray(infos["final_info"]["achievements"][key]) > 0
-            success[new] = reached[new]
+            ach = infos["final_info"]["achievements"]
+            success[new] = (np.asarray(ach[task]) > 0)[new]
+            died[new] = (np.asarray(term) & ~(np.asarray(ach[task]) > 0))[new]
+            for a in CHAIN:
+                chain[a][new] = (np.asarray(ach[a]) > 0)[new]
             finished |= new
     envs.close()
-    return success.tolist()
+    return {"success": float(success.mean()), "episodes": episodes, "died": float(died.mean()),
+            "mean_length": float(length.mean()), "chain": {a: float(v.mean()) for a, v in chain.items()}}
 
 
 def clone_actor(net, seed: int):
@@ -280,8 +291,8 @@ def run_clone(arm: str, seed: int, args, data: dict[str, Path]) -> dict:
     bc["seconds"] = time.perf_counter() - t0
     result = {"arm": arm, "seed": seed, "settings": settings, "bc": bc, "data": steps.meta, "tasks": {}}
     for task in args.tasks:
-        wins = play(clone_actor(net, seed), task, seed, args.episodes, args.map_size if settings["obs"] == "map" else 0)
-        result["tasks"][task] = {"success": float(np.mean(wins)), "episodes": len(wins)}
+        result["tasks"][task] = play(clone_actor(net, seed), task, seed, args.episodes,
+                                     args.map_size if settings["obs"] == "map" else 0)
     out.mkdir(parents=True, exist_ok=True)
     torch.save(net.state_dict(), out / "net.pt")
     done.write_text(json.dumps(result, indent=1))
@@ -293,12 +304,36 @@ def run_clone(arm: str, seed: int, args, data: dict[str, Path]) -> dict:
 
 def run_expert(name: str, task: str, mode: str, seed: int, args) -> float:
     path = args.runs / name / f"seed-{seed}-{task}.json"
-    if path.exists():
+    if path.exists() and "died" in json.loads(path.read_text()):
         return json.loads(path.read_text())["success"]
-    wins = play(expert_actor(task if name == "expert" else None, mode, seed), task, seed, args.episodes, 0)
+    out = play(expert_actor(task if name == "expert" else None, mode, seed), task, seed, args.episodes, 0)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"success": float(np.mean(wins)), "episodes": len(wins)}))
-    return float(np.mean(wins))
+    path.write_text(json.dumps(out))
+    return out["success"]
+
+
+def diagnose(arm: str, seed: int, args) -> None:
+    """Replay a finished clone (its saved net, the same seeds) where its result predates the death and chain
+    columns, and add them; the replay's success must equal the stored one (the clone and the envs are seeded)."""
+    import torch
+
+    path = args.runs / arm / f"seed-{seed}" / "result.json"
+    result = json.loads(path.read_text())
+    todo = [t for t in args.tasks if t in result["tasks"] and "died" not in result["tasks"][t]]
+    if not todo:
+        return
+    settings = ARMS[arm]
+    net = make_net(settings, args.map_size, 22, args.hidden)
+    net.load_state_dict(torch.load(path.parent / "net.pt"))
+    for task in todo:
+        out = play(clone_actor(net, seed), task, seed, args.episodes, args.map_size if settings["obs"] == "map" else 0)
+        out["replayed"] = True
+        if abs(out["success"] - result["tasks"][task]["success"]) > 1e-9:
+            out["stored_success"] = result["tasks"][task]["success"]
+            print(f"  [{arm}] seed {seed} {task}: the replay's success {out['success']:.3f} differs from the stored "
+                  f"{result['tasks'][task]['success']:.3f}", flush=True)
+        result["tasks"][task] = {**out, "success": result["tasks"][task]["success"]}
+    path.write_text(json.dumps(result, indent=1))
 
 
 # --- report ----------------------------------------------------------------------------------------
@@ -308,6 +343,21 @@ def commit() -> str | None:
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def episode_stats(task: str, args, clones: dict[str, dict[int, dict]], values: dict[str, dict[int, float]]) -> dict:
+    """Per arm (the experts' too), over the seeds whose play recorded them: died share, mean length, chain shares."""
+    records: dict[str, list[dict]] = {}
+    for arm in values:
+        if arm in clones:
+            records[arm] = [r["tasks"][task] for r in clones[arm].values() if "died" in r["tasks"].get(task, {})]
+        else:
+            files = [args.runs / arm / f"seed-{s}-{task}.json" for s in values[arm]]
+            records[arm] = [d for d in (json.loads(f.read_text()) for f in files if f.exists()) if "died" in d]
+    return {arm: {"seeds": len(recs), "died": float(np.mean([r["died"] for r in recs])),
+                  "mean_length": float(np.mean([r["mean_length"] for r in recs])),
+                  "chain": {a: float(np.mean([r["chain"][a] for r in recs])) for a in CHAIN}}
+            for arm, recs in records.items() if recs}
 
 
 def write_report(task: str, args, values: dict[str, dict[int, float]], clones: dict[str, dict[int, dict]]) -> Path:
@@ -357,6 +407,17 @@ def write_report(task: str, args, values: dict[str, dict[int, float]], clones: d
         lines.append(f"| {name} | {p['mean']:+.3f} | {interval} | {num(p.get('p'), '.3g')} | "
                      f"{num(p.get('p_holm'), '.3g')} |")
     data = {arm: r["data"] for arm, by_seed in clones.items() for r in list(by_seed.values())[:1]}
+    play_stats = episode_stats(task, args, clones, values)
+    if play_stats:
+        chain = CHAIN[:CHAIN.index(task) + 1] if task in CHAIN else CHAIN
+        lines += ["", "## Where the episodes end", "",
+                  "Share of episodes that end in death (terminated without the task), mean episode length, and the "
+                  "share that unlocked each step of the chain (mean over the seeds that have them).", "",
+                  "| arm | seeds | died | mean length | " + " | ".join(chain) + " |",
+                  "|---|---|---|---|" + "---|" * len(chain)]
+        for arm, st in play_stats.items():
+            lines.append(f"| {arm} | {st['seeds']} | {st['died']:.2f} | {st['mean_length']:.0f} | "
+                         + " | ".join(f"{st['chain'][a]:.2f}" for a in chain) + " |")
     lines += ["", "## Data and training", ""]
     lines += [f"- `{arm}`: {d['steps']:,} expert steps in {d['mode']} mode collected; "
               f"{next(iter(clones[arm].values()))['bc']['train_steps']:,} trained on, "
@@ -369,7 +430,7 @@ def write_report(task: str, args, values: dict[str, dict[int, float]], clones: d
               "metric_key": "success", "value": {"kind": "success_rate", "episodes": args.episodes},
               "higher_is_better": True, "control": control, "arms": arms, "paired": paired,
               "seeds": sorted(values[control]), "failed": [],
-              "details": {"share": share, "val_accuracy": accuracy,
+              "details": {"share": share, "val_accuracy": accuracy, "episodes": play_stats,
                           "bc": {arm: {s: {k: r["bc"][k] for k in ("train_steps", "val_steps", "seq_len", "updates",
                                                                     "batch_steps", "seconds")}
                                        for s, r in by_seed.items()} for arm, by_seed in clones.items()},
@@ -403,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dagger-steps", type=int, default=64_000, help="env steps the clone plays per DAgger round")
     p.add_argument("--dagger-updates", type=int, default=1000, help="BC updates after each DAgger round")
     p.add_argument("--report-only", action="store_true", help="report the clones that finished; train none")
+    p.add_argument("--diagnose", action="store_true",
+                   help="replay finished clones whose results lack the death and chain columns, and add them")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     import torch
@@ -431,6 +494,11 @@ def main(argv: list[str] | None = None) -> int:
         clones = {arm: by_seed for arm, by_seed in clones.items() if by_seed}
     else:
         clones = {arm: {s: run_clone(arm, s, args, data) for s in seeds} for arm in arms}
+    if args.diagnose:
+        for arm, by_seed in clones.items():
+            for s in by_seed:
+                diagnose(arm, s, args)
+                clones[arm][s] = json.loads((args.runs / arm / f"seed-{s}" / "result.json").read_text())
     for task in args.tasks:
         values = {"expert": {s: run_expert("expert", task, "plain", s, args) for s in seeds}}
         for m in modes:
