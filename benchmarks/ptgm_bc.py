@@ -419,9 +419,15 @@ def write_report(task: str, args, values: dict[str, dict[int, float]], clones: d
             lines.append(f"| {arm} | {st['seeds']} | {st['died']:.2f} | {st['mean_length']:.0f} | "
                          + " | ".join(f"{st['chain'][a]:.2f}" for a in chain) + " |")
     lines += ["", "## Data and training", ""]
-    lines += [f"- `{arm}`: {d['steps']:,} expert steps in {d['mode']} mode collected; "
-              f"{next(iter(clones[arm].values()))['bc']['train_steps']:,} trained on, "
-              f"{next(iter(clones[arm].values()))['bc']['val_steps']:,} held out" for arm, d in data.items()]
+    for arm, d in data.items():
+        bc = next(iter(clones[arm].values()))["bc"]
+        rounds = bc.get("dagger") or []
+        lines.append(f"- `{arm}`: {d['steps']:,} expert steps in {d['mode']} mode collected; {bc['train_steps']:,} "
+                     f"trained on, {bc['val_steps']:,} held out" + (
+                         f"; then {len(rounds)} DAgger rounds of {rounds[0]['steps']:,} steps played by the clone and "
+                         f"labelled by the expert ({rounds[-1]['data_steps']:,} steps in all; the clone's action agreed "
+                         f"with the expert's label in " + ", ".join(f"{r['agreement']:.2f}" for r in rounds)
+                         + " of them, round by round)" if rounds else ""))
     lines += ["", f"BC: {args.updates} updates of {args.batch_steps} steps, Adam lr {args.lr}, hidden {args.hidden}; "
               f"seen map {args.map_size}x{args.map_size}.", ""]
     (out / "report.md").write_text("\n".join(lines) + "\n")
