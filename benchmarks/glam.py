@@ -30,7 +30,6 @@ import json
 import sys
 from typing import Any
 
-from glam_costs import scoring_ratio
 from harness import Study, finished_runs, main
 
 LM = ["llm=hf", "agent.num_steps={rollout}", "agent.num_minibatches={minibatches}", "method.k_history={k_history}",
@@ -159,6 +158,8 @@ def details(plan) -> tuple[list[str], dict[str, Any]]:
                   for arm, rows in tested.items()]
     data: dict[str, Any] = {"evaluation": runs, "references": refs, "rollout": a.rollout}
     if a.scoring_contexts > 0:
+        from glam_costs import scoring_ratio  # beside this script (on sys.path when it runs)
+
         s = data["scoring"] = scoring_ratio(plan.task or "GoToLocal", a.scoring_contexts, a.k_history)
         lines += ["", f"Scoring ({s['contexts']} GLAM prompts of {s['prompt_tokens']:.0f} tokens x 6 actions, 1 thread): "
                   f"shared prefix {s['shared_s_per_ctx']:.3f} s/context, naive {s['naive_s_per_ctx']:.3f} s/context, "

@@ -111,7 +111,11 @@ def _load_benchmark(name: str):
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]   # as an import does: a failed load leaves no half-made module behind
+        raise
     return module
 
 

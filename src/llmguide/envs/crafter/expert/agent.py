@@ -1,23 +1,21 @@
 """A scripted expert for Crafter and Craftax-Classic (``policy=expert`` for datasets; the ``bot`` row).
 
-:class:`ExpertPolicy` acts for a whole vector env from what a learner gets — the observation (9x7
-semantic view + inventory / facing / sleeping vector) and the info's per-episode achievement counts —
-so the same code drives ``env=crafter`` and ``env=craftax`` (no access to the simulator's state).  Per env an
-:class:`_Agent` keeps a map of the cells it has seen within ``radius`` (:mod:`.nav`), and each
-step, in order:
+:class:`ExpertPolicy` acts for a whole vector env from what a learner gets — the observation (9x7 semantic view +
+inventory / facing / sleeping vector) and the info's per-episode achievement counts — so the same code drives
+``env=crafter`` and ``env=craftax`` (no access to the simulator's state).  Per env an :class:`_Agent` keeps a map of
+the cells it has seen within ``radius`` (:mod:`.nav`), and each step, in order:
 
 1. fights a zombie or skeleton close by (flees instead when its defeat is excluded);
 2. keeps the vitals up: drinks, eats (cow, ripe plant), sleeps in a sealed two-cell pocket;
-3. pursues a goal, resolved through the requirement tree (:mod:`.plan`) into one step that the
-   skills (:mod:`.skills`) turn into an action: walk (Dijkstra on the seen map, digging through
-   stone and trees), face, do / place / make.
+3. pursues a goal, resolved through the requirement tree (:mod:`.plan`) into one step that the skills (:mod:`.skills`)
+   turn into an action: walk (Dijkstra on the seen map, digging through stone and trees), face, do / place / make.
 
-``mode="plain"`` picks, among the goals not achieved this episode, the feasible one that is cheapest
-to reach now.  ``mode="data"`` samples each subgoal among the feasible goals of the tree's frontier
-(prerequisites achieved), takes ε-random actions (``eps``) and short random exploration segments
-(``explore_prob``): competent, varied play for offline datasets.  ``exclude`` names goals the expert
-never pursues (nor anything needing them; its random actions avoid completing them too); ``target`` makes it
-pursue one goal only (with its prerequisites and the vitals): a single task's reference player.
+``mode="plain"`` picks, among the goals not achieved this episode, the feasible one that is cheapest to reach now.
+``mode="data"`` samples each subgoal among the feasible goals of the tree's frontier (prerequisites achieved), takes
+ε-random actions (``eps``) and short random exploration segments (``explore_prob``): competent, varied play for
+offline datasets.  ``exclude`` names goals the expert never pursues (nor anything needing them; its random actions
+avoid completing them too); ``target`` makes it pursue one goal only (with its prerequisites and the vitals): a
+single task's reference player.
 """
 
 from __future__ import annotations
@@ -375,8 +373,7 @@ class ExpertPolicy:
     __call__ = act
 
     def executed(self, actions: np.ndarray) -> None:
-        """Tell the expert the actions its envs actually took, when another policy drives and the expert only
-        labels (DAgger): its dead reckoning then follows the moves made, not the ones it would have made."""
+        """The actions the envs took when another policy drives (DAgger): dead reckoning follows those moves."""
         for agent, action in zip(self.agents, np.asarray(actions).reshape(-1), strict=False):
             agent.last_action = int(action)
 
