@@ -136,29 +136,36 @@ class Steps:
 
         z = np.load(path)
         T = max(1, int(round(len(z["action"]) * fraction)))
-        flat = lambda a: np.ascontiguousarray(np.swapaxes(a[:T], 0, 1)).reshape(-1, *a.shape[2:])  # noqa: E731
-        self.view, self.vector, self.action = flat(z["view"]), flat(z["vector"]), flat(z["action"]).astype(np.int64)
-        self.map = flat(z["map"]) if use_map else None
-        first = z["first"][:T].copy()
-        first[0] = True   # each env's stream starts an episode here
-        self.first = flat(first)
+        keys = ("view", "vector", "action", "first", *(("map",) if use_map else ()))
+        streams = self._streams({k: z[k][:T] for k in keys})
+        self.view, self.vector, self.action, self.first = (streams[k] for k in ("view", "vector", "action", "first"))
+        self.map = streams.get("map")
         self.meta = json.loads(str(z["meta"]))
         self._torch = torch
+
+    @staticmethod
+    def _streams(data: dict) -> dict[str, np.ndarray]:
+        """Time-major (T, N, ...) arrays -> env-major (N * T, ...): each env's steps in order, each stream starting
+        an episode."""
+        first = data["first"].copy()
+        first[0] = True
+        out = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1)).reshape(-1, *v.shape[2:])
+               for k, v in {**data, "first": first}.items()}
+        out["action"] = out["action"].astype(np.int64)
+        return out
 
     def __len__(self) -> int:
         return len(self.action)
 
     def extend(self, data: dict) -> None:
-        """Append a :func:`record` of the same shape (its streams after ours; each starts an episode)."""
-        first = data["first"].copy()
-        first[0] = True
-        flat = lambda a: np.ascontiguousarray(np.swapaxes(a, 0, 1)).reshape(-1, *a.shape[2:])  # noqa: E731
-        self.view = np.concatenate([self.view, flat(data["view"])])
-        self.vector = np.concatenate([self.vector, flat(data["vector"])])
-        self.action = np.concatenate([self.action, flat(data["action"]).astype(np.int64)])
-        self.first = np.concatenate([self.first, flat(first)])
+        """Append a :func:`record` of the same shape (its streams after ours)."""
+        more = self._streams({k: data[k] for k in ("view", "vector", "action", "first", "map")})
+        self.view = np.concatenate([self.view, more["view"]])
+        self.vector = np.concatenate([self.vector, more["vector"]])
+        self.action = np.concatenate([self.action, more["action"]])
+        self.first = np.concatenate([self.first, more["first"]])
         if self.map is not None:
-            self.map = np.concatenate([self.map, flat(data["map"])])
+            self.map = np.concatenate([self.map, more["map"]])
 
     def obs(self, idx: np.ndarray):
         """The net's observation of steps ``idx``: one-hot view ``[class, y, x]``, vector, one-hot seen map."""
