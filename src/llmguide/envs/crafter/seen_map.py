@@ -20,7 +20,7 @@ import numpy as np
 
 from llmguide.core.config import cfg_get
 from llmguide.core.errors import ConfigError
-from llmguide.envs.crafter.expert.nav import LocalMap, view_ids
+from llmguide.envs.crafter.expert.nav import UNKNOWN, LocalMap, view_ids
 from llmguide.envs.crafter.rules import ITEMS, SEMANTIC_NAMES
 
 CHANNELS = 1 + len(SEMANTIC_NAMES)   # "not seen", then the semantic classes (0: outside the world)
@@ -67,13 +67,8 @@ class SeenMap:
     def window(self) -> np.ndarray:
         """(S, S) semantic ids ``[y, x]`` around the player; -1 where never seen (or forgotten)."""
         h = self.size // 2
-        (px, py), mat = self.map.pos, self.map.mat
-        win = np.full((self.size, self.size), -1, np.int8)
-        x0, y0 = px - h, py - h
-        xs, ys = max(x0, 0), max(y0, 0)
-        part = mat[xs:x0 + self.size, ys:y0 + self.size]
-        win[xs - x0:xs - x0 + part.shape[0], ys - y0:ys - y0 + part.shape[1]] = part
-        return win.T
+        (px, py) = self.map.pos
+        return self.map.crop(px - h, py - h, self.size, fill=UNKNOWN).astype(np.int8).T
 
 
 def one_hot(ids: np.ndarray) -> np.ndarray:

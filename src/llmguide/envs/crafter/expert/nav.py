@@ -216,10 +216,7 @@ class LocalMap:
         r = self.radius
         n = 2 * r + 1
         x0, y0 = self.pos[0] - r, self.pos[1] - r
-        xs, ys = max(x0, 0), max(y0, 0)
-        win = np.full((n, n), OUTSIDE, np.int16)
-        part = self.mat[xs:x0 + n, ys:y0 + n]
-        win[xs - x0:xs - x0 + part.shape[0], ys - y0:ys - y0 + part.shape[1]] = part
+        win = self.crop(x0, y0, n)
         cost = np.full((n, n), _INF)
         cost[_LUT_WALK[np.maximum(win, 0)]] = 1.0
         cost[win == UNKNOWN] = 2.0
@@ -248,8 +245,12 @@ class LocalMap:
 
     def window_of(self, plan: Plan) -> np.ndarray:
         """The map (materials) over ``plan``'s window, OUTSIDE beyond the map's edge."""
-        win = np.full((plan.n, plan.n), OUTSIDE, np.int16)
-        xs, ys = max(plan.x0, 0), max(plan.y0, 0)
-        part = self.mat[xs:plan.x0 + plan.n, ys:plan.y0 + plan.n]
-        win[xs - plan.x0:xs - plan.x0 + part.shape[0], ys - plan.y0:ys - plan.y0 + part.shape[1]] = part
+        return self.crop(plan.x0, plan.y0, plan.n)
+
+    def crop(self, x0: int, y0: int, n: int, fill: int = OUTSIDE) -> np.ndarray:
+        """The n x n map cells ``[x0 .., y0 ..]`` (``[x, y]``, int16), ``fill`` beyond the map's edge."""
+        win = np.full((n, n), fill, np.int16)
+        xs, ys = max(x0, 0), max(y0, 0)
+        part = self.mat[xs:x0 + n, ys:y0 + n]
+        win[xs - x0:xs - x0 + part.shape[0], ys - y0:ys - y0 + part.shape[1]] = part
         return win
