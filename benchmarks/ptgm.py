@@ -70,6 +70,8 @@ ARMS = {
 CRAFTAX_ONLY = ("ppo-shared", "expert")
 COLLECTORS = {"expert": "the scripted expert in data mode (feasible subgoals at random, epsilon-random actions; it "
                         "never pursues {exclude})",
+              "expert-plain": "the scripted expert in plain mode (every achievement, cheapest first; it is never told "
+                              "the task, whose chain is part of its play)",
               "ppo": "the finished episodes of a PPO+RND explorer trained on RND only"}
 GOAL_TEXT = {"view_inventory": "future one-hot view + inventory counts",
              "inventory_delta": "the inventory change from the current to the goal state + counts of the events in "
@@ -85,6 +87,12 @@ def flags(p) -> None:
                    help="craftax: env steps of the collector (all envs together; the expert's too)")
     p.add_argument("--collect-policy", default=None, choices=("ppo", "expert"),
                    help="craftax: the data's policy, method.collect.policy (default expert; ppo: the RND explorer)")
+    p.add_argument("--collect-mode", default="data", choices=("data", "plain"),
+                   help="craftax, expert collector: data (PTGM's data, the task excluded) | plain (every achievement, "
+                        "cheapest first, nothing excluded: general play that includes the task's chain; variant -plain)")
+    p.add_argument("--collect-max-steps", type=int, default=None,
+                   help="craftax: env.max_steps of the collection only (default: the env's; plain mode 1000, the BC "
+                        "gate's, since the plain expert rarely dies and only finished episodes are kept)")
     p.add_argument("--craftax-task", default=None,
                    help=f"craftax: alias of --task (default {SPARSE_TASK}; all: the 22 achievements)")
     p.add_argument("--max-steps", type=int, default=None, help="env.max_steps override (default: the env's)")
@@ -119,7 +127,10 @@ def configure(args) -> None:
     if craftax and args.task == "all":
         args.task = None   # Craftax-Classic's own reward, all 22 achievements
     args.collect_policy = args.collect_policy or "expert"
-    args.exclude = f"[{args.task}]" if craftax and args.task else "[]"   # the data never pursue the task itself
+    # data mode never pursues the task itself; plain mode is general play whose chains include it (the BC gate's data)
+    if args.collect_max_steps is None and args.collect_mode == "plain":
+        args.collect_max_steps = 1000
+    args.exclude = f"[{args.task}]" if craftax and args.task and args.collect_mode == "data" else "[]"
     args.k = args.k or (64 if craftax else 32)
     args.option_steps = args.option_steps or (16 if craftax else 8)
     args.cfg_scale = (7.0 if craftax else 0.0) if args.cfg_scale is None else args.cfg_scale
@@ -136,7 +147,7 @@ def configure(args) -> None:
         args.study = "ptgm_craftax"
     if craftax and args.variant is None:
         space = "" if args.goal_space == "view_inventory" else f"-{args.goal_space}"
-        data = "-explorer" if args.collect_policy == "ppo" else ""
+        data = "-explorer" if args.collect_policy == "ppo" else "-plain" if args.collect_mode == "plain" else ""
         args.variant = "-".join(p for p in (args.task, budget_name(args.steps)) if p) + space + data
 
 
@@ -152,7 +163,9 @@ def prepare(plan) -> None:
         (plan.prep / "data").symlink_to(Path(a.data).resolve(), target_is_directory=True)
     collect = ([f"method.collect.episodes={a.collect_episodes}"] if plan.env == "babyai" else
                [f"method.collect.agent_steps={a.collect_steps}", f"method.collect.policy={a.collect_policy}",
-                f"method.collect.exclude={a.exclude}", "method.collect.extrinsic_coef=0.0",
+                f"method.collect.exclude={a.exclude}", f"method.collect.expert_mode={a.collect_mode}",
+                "method.collect.extrinsic_coef=0.0",
+                *([f"env.max_steps={a.collect_max_steps}"] if a.collect_max_steps else []),
                 "method.collect.intrinsic_coef=1.0", f"agent.num_steps={a.rollout}"])
     keys = ["method=ptgm", *[o for o in PTGM if not o.startswith("method.pretrained=")]]
     steps = [("collect", "data", "collect_summary.json", collect),
@@ -179,7 +192,8 @@ def details(plan) -> tuple[list[str], dict]:
     ll = (manifest.get("lowlevel", {}).get("history") or [{}])[-1]
     prior = {k: (manifest.get(f"prior_{k}", {}).get("history") or [{}])[-1].get("val_acc") for k in ("kmeans", "random")}
     a = plan.args
-    collector = COLLECTORS[a.collect_policy].format(exclude=a.exclude.strip("[]") or "nothing excluded")
+    key = "expert-plain" if a.collect_policy == "expert" and a.collect_mode == "plain" else a.collect_policy
+    collector = COLLECTORS[key].format(exclude=a.exclude.strip("[]") or "nothing excluded")
     data = (f"{a.collect_episodes} BabyAI-bot episodes over `method.collect.tasks`" if plan.env == "babyai" else
             f"{collector}, {a.collect_steps:,} env steps; goals: "
             f"{GOAL_TEXT.get(a.goal_space, a.goal_space)}, hindsight 5-30 steps ahead")

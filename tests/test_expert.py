@@ -282,3 +282,24 @@ def test_ptgm_collects_competent_play_with_the_expert_and_never_the_excluded_ach
     episodes = EpisodeDataset(tmp_path / "data" / "dataset").episodes()
     events = [e for ep in episodes for step in ep.events for e in step]
     assert "collect wood" in events and "place table" not in events
+
+
+def test_ptgm_collects_the_plain_experts_general_play_and_refuses_an_unknown_mode(tmp_path):
+    """``method.collect.expert_mode=plain``: the expert plays every achievement cheapest first, so the data hold
+    the wood pickaxe's whole chain (data mode samples subgoals, ε-random actions); a bad mode names its key."""
+    import json
+
+    from llmguide.core.errors import ConfigError
+    from llmguide.data import EpisodeDataset
+    from llmguide.pipelines import load_config, run
+
+    base = ["env=craftax", "env.max_steps=300", "num_envs=2", "method=ptgm", "method.collect.policy=expert",
+            "method.collect.agent_steps=1200", "progress=false", f"run.dir={tmp_path}"]
+    cfg = load_config([*base, "method.collect.expert_mode=plain", "run.name=plain"])
+    assert run("collect", cfg) == 0
+    assert json.loads((tmp_path / "plain" / "collect_summary.json").read_text())["episodes"] >= 2
+    for episode in EpisodeDataset(tmp_path / "plain" / "dataset").episodes():
+        events = [e for step in episode.events for e in step]
+        assert {"collect wood", "place table", "make wood pickaxe"} <= set(events)
+    with pytest.raises(ConfigError, match="method.collect.expert_mode"):
+        load_config([*base, "method.collect.expert_mode=chaos", "run.name=bad"])

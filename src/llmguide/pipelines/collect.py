@@ -52,6 +52,7 @@ class Collection:
     max_episodes: int = 0           # stop saving after this many (0: no limit)
     policy: str = "ppo"             # ppo | random | expert (Crafter / Craftax: envs.crafter.expert, data mode)
     exclude: tuple[str, ...] = ()   # expert: achievements it never pursues (e.g. the downstream task's)
+    expert_mode: str = "data"       # expert: data (random feasible subgoals, ε-random actions) | plain (cheapest first)
     writer: str = ""                # prefix of this run's episode files (``<writer>s<seed>-<id>-<index>.npz``)
     run_dir: Path | None = None     # the step's run directory (None: ``run.dir/run.name``)
     meta: dict[str, Any] = field(default_factory=dict)   # added to every episode's meta
@@ -178,12 +179,12 @@ def explore(cfg: DictConfig, spec: Collection, on_infos: InfoHook | None = None)
 
 
 def _expert(cfg: DictConfig, spec: Collection, seed: int) -> Callable[..., Any]:
-    """The scripted Crafter / Craftax expert in data mode (feasible subgoals at random, ε-random actions, never
-    the excluded achievements): ``act(obs, infos)``."""
+    """The scripted Crafter / Craftax expert in ``spec.expert_mode`` (data: feasible subgoals at random, ε-random
+    actions; plain: the cheapest goal not achieved yet), never pursuing the excluded achievements: ``act(obs, infos)``."""
     from llmguide.envs.registry import make_expert
 
     try:
-        return make_expert(cfg.env, seed=seed, mode="data", exclude=spec.exclude).act
+        return make_expert(cfg.env, seed=seed, mode=spec.expert_mode, exclude=spec.exclude).act
     except ValueError as err:
         raise ConfigError("policy", f"the expert collector: {err}") from None
 

@@ -49,6 +49,7 @@ RECIPE = f"{__name__}:PTGMRecipe"   # this recipe as method YAMLs name it (metho
 register_rule("method.mode", one_of("options", "bc_finetune"), recipe=RECIPE)
 register_rule("method.codes", one_of("kmeans", "random"), recipe=RECIPE)
 register_rule("method.collect.policy", one_of("ppo", "expert"), recipe=RECIPE)
+register_rule("method.collect.expert_mode", one_of("data", "plain"), recipe=RECIPE)
 register_rule("method.goal_source", one_of("medoid", "centroid"), recipe=RECIPE)
 register_rule("method.kl.direction", one_of("policy_prior", "prior_policy"), recipe=RECIPE)
 register_rule("method.kl.mode", one_of("reward", "loss"), recipe=RECIPE)

@@ -47,7 +47,8 @@ def collect(cfg: DictConfig) -> int:
     if str(cfg.env.name) != "babyai":
         policy = str(c.get("policy") or "ppo")   # ppo (the exploring agent) | expert (competent play)
         explore(cfg, Collection.from_block(c, int(c.agent_steps), writer=f"{policy}-", policy=policy,
-                                           exclude=tuple(c.get("exclude") or ())))
+                                           exclude=tuple(c.get("exclude") or ()),
+                                           expert_mode=str(c.get("expert_mode") or "data")))
         return 0
     from llmguide.data import Episode, EpisodeDataset, EpisodeWriter
     from llmguide.envs.babyai.bot import bot_episodes
