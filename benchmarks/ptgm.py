@@ -23,7 +23,10 @@ the arms train on the shared sparse task (``harness.SPARSE_TASK``, make_stone_pi
 from ``--collect-policy`` (default ``expert``: the scripted expert in data mode, competent varied play that never
 pursues the task's own achievement, ``method.collect.exclude=[<task>]``; ``ppo``: the PPO+RND explorer of the
 first studies, whose near-random play gave a low level that ignores its goal) for ``--collect-steps`` env steps
-(all envs together, for either policy). Options of ``--option-steps`` 16 over ``--k`` 64 codes; the options arms
+(all envs together, for either policy). ``--collect-mode plain`` (variant ``-plain``) collects the expert's plain
+mode instead: every achievement, cheapest first, nothing excluded, in 1,000-step episodes (the BC gate's data,
+``benchmarks/ptgm_bc.py``, on which a frozen clone passes ``make_wood_pickaxe``): general play whose chains
+include the task, never told it. Options of ``--option-steps`` 16 over ``--k`` 64 codes; the options arms
 act with classifier-free guidance ``--cfg-scale`` 7 (Steve-1), ``ptgm-cfg0`` is ``ptgm`` without it. Goals are
 ``--goal-space`` (``view_inventory``: the future semantic view + inventory; ``inventory_delta``: the inventory
 change to the future state + the events in between, "what happens next"). Pretraining ends with PTGM's BC
