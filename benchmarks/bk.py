@@ -73,7 +73,7 @@ ARMS = {
 }
 LABELLED_BY = {arm: arm for arm in LABELS}   # arm -> the label run it trains on
 SWEPT = ("bk_code-oracle", "bk_random_phi", "bk_code-wrong-target", "bk_pref-oracle", "bk_pref-shuffled",
-         "bk_pref-embedded")
+         "bk_pref-embedded", "bk_code-qwen", "bk_code-qwen-agnostic")
 for _c in COEFS:
     for _arm in SWEPT:
         ARMS[f"{_arm}-coef{_c}"] = [*ARMS[_arm], f"method.intrinsic_coef={_c}"]
