@@ -30,6 +30,8 @@ Arms (every one the same PPO: the shared sparse task's ``harness.SPARSE_PPO``, a
   reward model (prepared once, before the arms); ``motif-shuffled``: the same pairs, the oracle's preferences
   permuted across them (``llm=shuffled``, ``method.pairs_from``), its own reward model; ``motif-embedded``: the
   same pairs labelled by the embedded LM; ``motif-embedded-both``: asked both ways round (``method.both_orders``);
+  ``motif-qwen``: the same pairs labelled by Qwen2.5-Coder-1.5B-Instruct, both ways round (score mode, its chat
+  template; ``--lm-threads``), reported against ``motif-shuffled``;
 * ``ellm_bow`` — the ONI paper's LM-free baseline: bag-of-words similarity of the message to the task's name (it is
   told the task; the labellers are not);
 * ``expert`` — the scripted expert playing the task (``agent=scripted``, no learning): the upper reference row, as
@@ -63,6 +65,7 @@ MOTIF_DATA = "method.data_dir={prep}/motif-data"
 MOTIF_SHUFFLED = "method.data_dir={prep}/motif-data-shuffled"
 MOTIF_EMBEDDED = "method.data_dir={prep}/motif-data-embedded"
 MOTIF_EMBEDDED_BOTH = "method.data_dir={prep}/motif-data-embedded-both"
+MOTIF_QWEN = "method.data_dir={prep}/motif-data-qwen"
 ARMS = {
     "ppo": ["method=none"],
     "oni_retrieval-oracle": ["method=oni_retrieval", "llm=oracle"],
@@ -96,6 +99,9 @@ ARMS = {
     "motif-embedded": ["method=motif", "llm=embedded", MOTIF_EMBEDDED],
     # the embedded LM asked each pair both ways round (method.both_orders): asked once it answered "A > B" to all
     "motif-embedded-both": ["method=motif", "llm=embedded", MOTIF_EMBEDDED_BOTH],
+    # Qwen2.5-Coder-1.5B-Instruct on the same pairs, both orders (score mode through its chat template); Motif labels
+    # offline, so its labelled pairs are its answer table and every Motif arm is equally fresh
+    "motif-qwen": ["method=motif", "llm=qwen", MOTIF_QWEN],
     "ellm_bow": ["method=ellm_bow", "method.goal={task}"],
     "expert": ["method=none", "agent=scripted", "agent.policy=expert"],
 }
@@ -109,7 +115,7 @@ def flags(parser) -> None:
                         help="oni_retrieval-qwen: a collection run with the message line (its dataset's messages are "
                              "the ones the answer table labels)")
     parser.add_argument("--tables", default=None, help="folder of the answer tables (default <prep>/tables)")
-    parser.add_argument("--lm-threads", type=int, default=1, help="llm.n_threads of the Qwen table build")
+    parser.add_argument("--lm-threads", type=int, default=1, help="llm.n_threads of the Qwen table build and labels")
     parser.add_argument("--positive-rate", type=float, default=None,
                         help="oni_retrieval-random-matched and -embedded-ranked: their yes rate (default: the mean "
                              "share of messages labelled helpful in this study's finished oni_retrieval-oracle runs)")
@@ -178,7 +184,7 @@ def prepare(plan) -> None:
             plan.values["positive_rate"] = f"{rate:.4f}"
             print(f"  {', '.join(matched)}: yes at {rate:.4f}, the oracle arm's rate", flush=True)
     qwen_tables(plan)
-    motif = [arm for arm in ("motif-oracle", "motif-shuffled", "motif-embedded", "motif-embedded-both")
+    motif = [arm for arm in ("motif-oracle", "motif-shuffled", "motif-embedded", "motif-embedded-both", "motif-qwen")
              if arm in plan.arms]
     if not motif:
         return
@@ -190,7 +196,9 @@ def prepare(plan) -> None:
               "motif-shuffled": ("shuffled", "motif-data-shuffled", ["method.pairs_from={prep}/motif-data"]),
               "motif-embedded": ("embedded", "motif-data-embedded", ["method.pairs_from={prep}/motif-data"]),
               "motif-embedded-both": ("embedded", "motif-data-embedded-both",
-                                      ["method.pairs_from={prep}/motif-data", "method.both_orders=true"])}
+                                      ["method.pairs_from={prep}/motif-data", "method.both_orders=true"]),
+              "motif-qwen": ("qwen", "motif-data-qwen", ["method.pairs_from={prep}/motif-data", "method.both_orders=true",
+                                                         f"llm.n_threads={a.lm_threads}"])}
     for arm in motif:
         llm, folder, extra = labels[arm]
         step = "motif-label-" + (folder.removeprefix("motif-data-") if folder != "motif-data" else llm)

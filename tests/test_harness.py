@@ -463,6 +463,27 @@ def test_the_sparse_study_counts_the_sights_in_motifs_pairs(harness, load_benchm
     assert sparse.motif_pairs(plan) == {}
 
 
+def test_the_sparse_study_labels_motifs_pairs_with_qwen_both_ways_round(harness, load_benchmark, tmp_path):
+    """motif-qwen (issue 48): Qwen labels a copy of the oracle's pairs, asked both ways round, with --lm-threads
+    threads, into its own folder, and the arm trains on that folder; an unlabelled copy fails the arm, naming why."""
+    sparse = load_benchmark("craftax_sparse")
+    study = sparse.STUDY
+    plan = harness.make_plan(study, harness.build_parser(study).parse_args(
+        ["--runs", str(tmp_path), "--seeds", "1", "--steps", "100", "--arms", "motif-qwen,motif-shuffled",
+         "--lm-threads", "2", "--report-only"]))
+    (plan.prep / "motif-data").mkdir(parents=True)
+    (plan.prep / "motif-data" / "collect_stats.json").write_text("{}")   # the shared collection is done
+    sparse.prepare(plan)
+    command = plan.steps_done["motif-label-qwen"]["command"]
+    for key in ("llm=qwen", f"method.pairs_from={plan.prep}/motif-data", "method.both_orders=true", "llm.n_threads=2",
+                f"method.data_dir={plan.prep}/motif-data-qwen"):
+        assert key in command.split(), key
+    assert "llm=oracle" in plan.steps_done["motif-data"]["command"].split()
+    assert f"method.data_dir={plan.prep}/motif-data-qwen" in plan.arm_overrides("motif-qwen")
+    assert "llm=qwen" in plan.arm_overrides("motif-qwen")
+    assert "motif-data-qwen/label_stats.json" in plan.failed["motif-qwen"]
+
+
 def test_the_glam_study_is_an_arm_table(harness, load_benchmark, tmp_path):
     """benchmarks/glam.py on the harness (issue 51): the LM arms' rollout follows the budget, ``llm.dtype=auto`` is
     resolved (the config takes no ``auto``), the symbolic PPO is the control, the 64-step PPO is not run by default."""
