@@ -63,6 +63,30 @@ def test_collect_then_resumable_annotation_labels_every_pair_exactly_once(embedd
     assert sum(counting.prompts.values()) == total and max(counting.prompts.values()) == 1  # one LM request each
 
 
+def test_a_labelling_stopped_early_holds_an_even_sample_of_the_pairs_and_copies_label_the_same_ones(tmp_path):
+    """The pairs are stored sorted by message: labelled in id order, a budget of batches would label only the
+    pairs of the first messages (on Craftax, every pair with the empty message). The order is scrambled, fixed,
+    and a copy for another labeller (a knowledge control) is labelled in the same order."""
+    from collections import Counter
+
+    letters = [chr(c) * 3 for c in range(ord("a"), ord("z") + 1)]
+    db = PairsDB(tmp_path / "d" / "pairs.sqlite")
+    db.add_messages(Counter(letters))
+    db.add_pairs(sample_pairs(Counter(letters), 200, seed=0))
+    first = [row[0] for row in db.todo(40)]
+    assert len(first) == 40 == len(set(first))
+    assert max(first) > 160 and min(first) < 40   # spread over the sorted pairs
+    ordered = [row[0] for row in db.conn.execute("SELECT id FROM pairs ORDER BY id LIMIT 40")]
+    assert len(set(first) & set(ordered)) < 20   # in id order they would be these 40, the first messages' pairs
+    copy = db.copy_unlabelled(tmp_path / "c" / "pairs.sqlite")
+    assert copy.todo(40) == db.todo(40)
+    db.write_labels([(i, 1.0) for i in first[:10]])
+    assert [row[0] for row in db.todo(30)] == first[10:]   # the next batch goes on in the same order
+    assert db.count("todo") == 190 and len(copy.todo(1000)) == 200
+    copy.close()
+    db.close()
+
+
 def test_reward_model_threshold_and_count_division(tmp_path):
     db = PairsDB(tmp_path / "pairs.sqlite")
     good = ["You kill the newt!", "You see here 5 gold pieces.", "There is a staircase down here."]

@@ -73,8 +73,13 @@ class PairsDB:
         return int(self.conn.execute("SELECT COUNT(*) FROM pairs WHERE status = ?", (status,)).fetchone()[0])
 
     def todo(self, limit: int) -> list[tuple[int, str, str]]:
-        return self.conn.execute("SELECT id, a, b FROM pairs WHERE status = 'todo' ORDER BY id LIMIT ?",
-                                 (limit,)).fetchall()
+        """Up to ``limit`` pairs still to label, in a fixed scrambled order of their ids (a multiplicative
+        permutation modulo 2**32): the pairs are stored sorted by message, so a labelling stopped early
+        (``method.max_batches``) holds an even sample of them, not those of the first few messages; copies of one
+        dataset (:meth:`copy_unlabelled`) keep the ids, so every labeller stopped after as many batches labels the
+        same pairs."""
+        return self.conn.execute("SELECT id, a, b FROM pairs WHERE status = 'todo' "
+                                 "ORDER BY (id * 2654435761) % 4294967296, id LIMIT ?", (limit,)).fetchall()
 
     def write_labels(self, labels: list[tuple[int, float | None]]) -> None:
         """Store one batch of answers in one transaction (None = unparseable, kept out of training)."""
