@@ -59,7 +59,10 @@ def roc_auc(scores: np.ndarray, truth: np.ndarray) -> float:
 
 def pair_agreement(pairs: Path, reference: Path) -> dict:
     """Two labellings of the same Motif pairs: shares of each label, agreement overall and where the reference
-    prefers a side, and the agreement independent labels at these shares would give there."""
+    prefers a side, the agreement independent labels at these shares would give there, and the two-sided binomial
+    p-value of that agreement against this chance level (each strict pair an independent trial)."""
+    from scipy.stats import binomtest
+
     def labels(db: Path) -> dict[tuple[str, str], float]:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         rows = con.execute("select a, b, label from pairs where label is not null").fetchall()
@@ -71,12 +74,14 @@ def pair_agreement(pairs: Path, reference: Path) -> dict:
     strict = [k for k in keys if ref[k] != 0.5]
     share = {v: sum(mine[k] == v for k in strict) / max(len(strict), 1) for v in (0.0, 1.0)}
     chance = sum(share[v] * sum(ref[k] == v for k in strict) / max(len(strict), 1) for v in (0.0, 1.0))
+    agreed = sum(mine[k] == ref[k] for k in strict)
+    p_value = binomtest(agreed, len(strict), chance).pvalue if strict and 0 < chance < 1 else None
     return {"pairs": len(keys), "labels": {str(v): sum(mine[k] == v for k in keys) for v in (0.0, 0.5, 1.0)},
             "reference_labels": {str(v): sum(ref[k] == v for k in keys) for v in (0.0, 0.5, 1.0)},
             "agreement": sum(mine[k] == ref[k] for k in keys) / max(len(keys), 1),
             "reference_strict": len(strict),
-            "agreement_where_reference_prefers": sum(mine[k] == ref[k] for k in strict) / max(len(strict), 1),
-            "independent_agreement_there": chance}
+            "agreement_where_reference_prefers": agreed / max(len(strict), 1),
+            "independent_agreement_there": chance, "p_against_independent": p_value}
 
 
 def main(argv: list[str] | None = None) -> int:

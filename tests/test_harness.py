@@ -299,6 +299,7 @@ def test_label_agreement_ranks_and_compares_pairs(load_benchmark, tmp_path):
     assert result["pairs"] == 4 and result["reference_strict"] == 3
     assert result["agreement"] == 0.5 and result["agreement_where_reference_prefers"] == 2 / 3
     assert result["independent_agreement_there"] == (2 / 3) * (1 / 3) + (1 / 3) * (2 / 3)
+    assert result["p_against_independent"] == pytest.approx(0.5885, abs=1e-4)   # binomial, 2 of 3 at 4/9
 
 
 def test_the_report_warns_when_arms_come_from_different_code(harness, tmp_path):
