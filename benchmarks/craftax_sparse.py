@@ -184,21 +184,20 @@ def prepare(plan) -> None:
             plan.values["positive_rate"] = f"{rate:.4f}"
             print(f"  {', '.join(matched)}: yes at {rate:.4f}, the oracle arm's rate", flush=True)
     qwen_tables(plan)
-    motif = [arm for arm in ("motif-oracle", "motif-shuffled", "motif-embedded", "motif-embedded-both", "motif-qwen")
-             if arm in plan.arms]
-    if not motif:
-        return
     a = plan.args
-    collect = ["method=motif", "llm=oracle", MOTIF_DATA, "method.collect_policy=none", "env.task=null",
-               f"method.collect_steps={a.collect_steps}", f"method.num_pairs={a.num_pairs}"]
-    reason = plan.step("collect", "motif-data", collect, done="collect_stats.json")
-    labels = {"motif-oracle": ("oracle", "motif-data", []),
+    labels = {"motif-oracle": ("oracle", "motif-data", []),   # arm -> (labeller, data folder, label overrides)
               "motif-shuffled": ("shuffled", "motif-data-shuffled", ["method.pairs_from={prep}/motif-data"]),
               "motif-embedded": ("embedded", "motif-data-embedded", ["method.pairs_from={prep}/motif-data"]),
               "motif-embedded-both": ("embedded", "motif-data-embedded-both",
                                       ["method.pairs_from={prep}/motif-data", "method.both_orders=true"]),
               "motif-qwen": ("qwen", "motif-data-qwen", ["method.pairs_from={prep}/motif-data", "method.both_orders=true",
                                                          f"llm.n_threads={a.lm_threads}"])}
+    motif = [arm for arm in labels if arm in plan.arms]
+    if not motif:
+        return
+    collect = ["method=motif", "llm=oracle", MOTIF_DATA, "method.collect_policy=none", "env.task=null",
+               f"method.collect_steps={a.collect_steps}", f"method.num_pairs={a.num_pairs}"]
+    reason = plan.step("collect", "motif-data", collect, done="collect_stats.json")
     for arm in motif:
         llm, folder, extra = labels[arm]
         step = "motif-label-" + (folder.removeprefix("motif-data-") if folder != "motif-data" else llm)
