@@ -19,16 +19,17 @@
 # do in bf16 at lr 1e-4 (most updates round away), so NPAE runs in fp32.  Every run first checks its action
 # distributions against a float32 CPU copy (agent.device_check) and stops with one line if they differ.
 # DEVICE=cpu DTYPE=float32 NUM_ENVS=2 ROLLOUT=2 MINIBATCH=4 MICRO=2 run the same script on a CPU for a smoke test.
+# METHODS (default "glam npae") names the arms to run; EXTRA adds overrides to every run (space-separated).
 # MINIBATCH is prompts per gradient step: agent.num_minibatches = NUM_ENVS x ROLLOUT / MINIBATCH (divide evenly).
 set -u
 model=$1 out=$2 secs=$3 seeds=${4:-3} task=${5:-GoToLocal}
 device=${DEVICE:-cuda} dtype=${DTYPE:-bfloat16} npae_dtype=${NPAE_DTYPE:-float32} envs=${NUM_ENVS:-32} rollout=${ROLLOUT:-16} minibatch=${MINIBATCH:-64} micro=${MICRO:-16}
-parallel=${PARALLEL:-4}
+parallel=${PARALLEL:-4} methods=${METHODS:-glam npae}
 mkdir -p "$out"
 common=(env=babyai "env.task=$task" "num_envs=$envs" llm=hf "llm.model_path=$model" "llm.device=$device"
         llm.max_batch=256 "method.score_batch=$envs" method.k_history=3
         "agent.num_steps=$rollout" agent.update_epochs=4 "agent.num_minibatches=$(( envs * rollout / minibatch > 0 ? envs * rollout / minibatch : 1 ))" "agent.micro_batch=$micro" agent.torch_threads=2
-        total_steps=1500000 eval.episodes=0 progress=false "run.dir=$out" run.overwrite=true)
+        total_steps=1500000 eval.episodes=0 progress=false "run.dir=$out" run.overwrite=true ${EXTRA:-})
 runner="import sys; from llmguide.cli import main; sys.exit(main(sys.argv[1:]))"
 one() {   # one run: METHOD SEED
   local precision="llm.dtype=$dtype"
@@ -37,7 +38,7 @@ one() {   # one run: METHOD SEED
     "run.name=$1-s$2" > "$out/$1-s$2.log" 2>&1
 }
 for seed in $(seq 0 $((seeds - 1))); do
-  for method in glam npae; do
+  for method in $methods; do
     while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n; done
     one "$method" "$seed" &
   done
