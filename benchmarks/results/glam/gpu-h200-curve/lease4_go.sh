@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fourth H200 lease, call 8 of 8 (carry [".gd8"]): join the GGUF (call 1 installed the wheels into /tmp/site and
-# calls 1-7 left parts g.00-g.06 in /tmp/parts), check its sha256, convert it with transformers 5.24, then GLAM
+# Fourth H200 lease, call 9 of 9 (carry [".gd9"]): join the GGUF (call 1 installed the wheels into /tmp/site and
+# calls 1-8 left parts g.00-g.07 in /tmp/parts), check its sha256, convert it with transformers 5.24, then GLAM
 # (LoRA in the top 6 blocks as benchmarks/glam.py's CPU arm + value head, bf16, GLAM's minibatch of 64 in forwards of $2 prompts, 4 epochs, 32 envs x 16 steps) on
 # GoToLocal and on GoToRedBall (one room, one fixed target), 3 seeds each, six runs at once, each stopped after
 # $1 s. The metrics are copied to $OUT every 30 s, so a call that runs out of time still returns what was logged.
@@ -9,7 +9,7 @@ set -u
 secs=${1:-360}; micro=${2:-32}
 export PYTHONUNBUFFERED=1
 mkdir -p /tmp/bin && printf "%s\n" "#!/bin/sh" "exec $(command -v python3) \"\$@\"" > /tmp/bin/python && chmod +x /tmp/bin/python && export PATH=/tmp/bin:$PATH
-cp .gd8/g.* /tmp/parts/ && cat /tmp/parts/g.0[0-7] > /tmp/g.gguf || exit 3
+cp .gd9/g.* /tmp/parts/ && cat /tmp/parts/g.0[0-8] > /tmp/g.gguf || exit 3
 echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/g.gguf" | sha256sum -c || exit 3
 export PYTHONPATH=/tmp/site:$PWD/src
 python3 -c "from pathlib import Path; from llmguide.llm.backends.gguf_convert import convert_gguf; convert_gguf(Path('/tmp/g.gguf'), Path('/tmp/gemma-3-270m'))" || exit 5

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Fourth H200 lease, call 1 of 8: the wheels (.gd1/whl) and the GGUF's first part (.gd1/g.00). Installs the wheels,
+# Fourth H200 lease, call 1 of 9: the wheels (.gd1/whl) and the GGUF's first part (.gd1/g.00). Installs the wheels,
 # imports what a GLAM run imports, and runs a 64-step symbolic PPO on BabyAI-Text on the GPU machine's CPU, so a
-# missing package shows up now and not after the GGUF has travelled. Calls 2-7 copy .gdN/g.* to /tmp/parts.
+# missing package shows up now and not after the GGUF has travelled. Calls 2-8 copy .gdN/g.* to /tmp/parts.
 set -u
 export PYTHONUNBUFFERED=1
 mkdir -p /tmp/parts && cp .gd1/g.* /tmp/parts/ || exit 3
