@@ -431,3 +431,33 @@ def test_micro_batches_accumulate_to_the_same_update_as_one_forward(lora_policy)
     assert moved and any("lora_" in k for k in moved)
     for k in after[0]:
         assert torch.allclose(after[0][k], after[1][k], atol=1e-5, rtol=1e-4), k
+
+
+@needs_hf
+def test_a_minibatch_with_a_non_finite_gradient_is_skipped_not_applied(lora_policy, caplog):
+    """A PPO ratio that overflows (an old log-prob far below the new one) gives NaN gradients through the clipped
+    objective. That minibatch is skipped and counted, with a warning; the weights stay finite, and the next
+    minibatch still trains (the lease-4 H200 runs lost 4 of 6 seeds to NaN weights before this guard)."""
+    from omegaconf import OmegaConf
+
+    from llmguide.envs import make_vector_env
+
+    envs = make_vector_env({"name": "babyai", "task": "GoToRedBall"}, 1, seed=0)
+    start = lora_policy.trainable_state()
+    prompts, actions = [SHORT, OTHER], np.array([2, 0])
+    old = np.array([-500.0, np.log(1 / len(ACTION_STRINGS))], np.float32)   # exp(new - old) = inf for the first
+    adv, ret = np.array([-1.0, 1.0], np.float32), np.zeros(2, np.float32)
+    try:
+        cfg = OmegaConf.create({"update_epochs": 1, "num_minibatches": 2, "lr": 5e-3, "norm_adv": False})
+        agent = GLAMPPO(envs, lora_policy, cfg, seed=0)
+        with caplog.at_level("WARNING"):
+            metrics = agent.ppo_update(prompts, actions, old, adv, ret)
+        after = lora_policy.trainable_state()
+    finally:
+        lora_policy.load_trainable_state(start)
+        envs.close()
+    assert metrics["losses/skipped_minibatches"] == 1.0
+    assert all(torch.isfinite(v).all() for v in after.values())
+    assert any(not torch.equal(after[k], start[k]) for k in after)   # the finite minibatch was applied
+    assert np.isfinite(metrics["losses/policy_loss"]) and np.isfinite(metrics["losses/entropy"])
+    assert "non-finite gradient" in caplog.text and "max_abs_logratio" in caplog.text

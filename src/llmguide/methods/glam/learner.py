@@ -91,6 +91,7 @@ class GLAMPPO(OnPolicyLearner):
                                                          "clipfrac")}
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         per_mb = self.minibatch_size or max(1, n // self.num_minibatches)
+        skipped: list[dict[str, float]] = []
         for _ in range(self.update_epochs):
             order = self.rng.permutation(n)
             for ids in self._minibatches(order, per_mb):
@@ -100,16 +101,28 @@ class GLAMPPO(OnPolicyLearner):
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 self.optimizer.zero_grad()
                 step = self.micro_batch or len(rows)
+                mb_stats: dict[str, list[float]] = {k: [] for k in (*stats, "max_abs_logratio")}
                 for lo in range(0, len(rows), step):   # gradient accumulation: one optimizer step per minibatch
                     part = rows[lo:lo + step]
                     losses = self._losses([prompts[int(r)] for r in part], part, mb_adv[lo:lo + step], b_actions,
                                           b_logprobs, b_ret)
                     (losses["loss"] * (len(part) / len(rows))).backward()
-                    for k in stats:
-                        stats[k].append(losses[k].item())
-                nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+                    for k in mb_stats:
+                        mb_stats[k].append(losses[k].item())
+                grad_norm = nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+                if not torch.isfinite(grad_norm):   # one bad minibatch must not turn every weight into NaN
+                    self.optimizer.zero_grad()
+                    skipped.append({k: float(np.max(v)) for k, v in mb_stats.items()})
+                    continue
                 self.optimizer.step()
-        return {f"losses/{k}": float(np.mean(v)) for k, v in stats.items() if v}
+                for k in stats:
+                    stats[k].extend(mb_stats[k])
+        if skipped:
+            log.warning("glam: %d of %d PPO minibatches at step %d had a non-finite gradient and were skipped "
+                        "(first: %s)", len(skipped), self.update_epochs * -(-n // per_mb), self.global_step,
+                        ", ".join(f"{k} {v:.3g}" for k, v in skipped[0].items()))
+        return {**{f"losses/{k}": float(np.mean(v)) for k, v in stats.items() if v},
+                "losses/skipped_minibatches": float(len(skipped))}
 
     def _losses(self, prompts: Sequence[str], rows: torch.Tensor, mb_adv: torch.Tensor, b_actions: torch.Tensor,
                 b_logprobs: torch.Tensor, b_ret: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -117,7 +130,7 @@ class GLAMPPO(OnPolicyLearner):
         logp_all, value = self.policy(prompts)
         rows = rows.to(logp_all.device)
         newlogp = logp_all.gather(1, b_actions[rows][:, None]).squeeze(1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        entropy = torch.distributions.Categorical(logits=logp_all).entropy()   # 0 * log 0 = 0, not NaN
         logratio = newlogp - b_logprobs[rows]
         ratio = logratio.exp()
         pg_loss = torch.max(-mb_adv * ratio, -mb_adv * ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)).mean()
@@ -126,7 +139,8 @@ class GLAMPPO(OnPolicyLearner):
             kl = ((ratio - 1) - logratio).mean()
             clipfrac = ((ratio - 1).abs() > self.clip_coef).float().mean()
         return {"loss": pg_loss - self.ent_coef * entropy.mean() + self.vf_coef * v_loss, "policy_loss": pg_loss,
-                "value_loss": v_loss, "entropy": entropy.mean(), "approx_kl": kl, "clipfrac": clipfrac}
+                "value_loss": v_loss, "entropy": entropy.mean(), "approx_kl": kl, "clipfrac": clipfrac,
+                "max_abs_logratio": logratio.detach().abs().max()}
 
     def check_device(self) -> None:
         """Once per run, before the first rollout, off a float32 CPU: the first prompts' action distributions match a
