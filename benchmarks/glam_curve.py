@@ -114,7 +114,7 @@ def report(glam: dict, baselines: dict[str, dict], bin_steps: int) -> tuple[list
     return lines, result
 
 
-def plot(result: dict, path: Path) -> None:
+def plot(result: dict, path: Path, min_episodes: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -128,12 +128,13 @@ def plot(result: dict, path: Path) -> None:
         groups += [(f"{a} (CPU)", s) for a, s in entry["baselines"].items()]
         for g, (label, seeds) in enumerate(groups):
             for r in seeds.values():
-                pts = [(b["to"], b["success"]) for b in r["bins"] if b["success"] is not None]
+                pts = [(b["to"], b["success"]) for b in r["bins"] if b["episodes"] >= min_episodes]
                 if pts:
                     x, y = zip(*pts, strict=True)
                     ax.plot(x, y, marker="o", color=f"C{g}", alpha=0.7, label=label)
                     label = None   # one legend entry per arm
-        ax.set(title=task, xlabel="env steps", ylabel=f"training success per {result['bin_steps']:,} steps",
+        ax.set(title=f"{task} (bins of >= {min_episodes} episodes)", xlabel="env steps",
+               ylabel=f"training success per {result['bin_steps']:,} steps",
                ylim=(-0.05, 1.05))
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lease", type=Path, required=True, help="folder with train/<task>-<method>-s<seed>.metrics.jsonl")
     p.add_argument("--baseline", nargs="*", default=[], help="TASK=RUNS: a harness run folder of CPU baselines")
     p.add_argument("--bin-steps", type=int, default=2048, help="env steps per success bin (default: 32 envs x 64)")
+    p.add_argument("--min-episodes", type=int, default=8, help="curves.png: only bins with this many episodes")
     p.add_argument("--notes", type=Path, help="a Markdown file appended to report.md")
     p.add_argument("--out", type=Path, help="default: --lease")
     args = p.parse_args(argv)
@@ -163,11 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or args.lease
     out.mkdir(parents=True, exist_ok=True)
     lines, result = report(glam, baselines, args.bin_steps)
-    head = ["# GLAM's learning curve on one GPU, beside CPU baselines at the same env steps", ""]
+    head = ["# GLAM's learning curve on one GPU, beside CPU baselines at the same env steps", "",
+            f"![training success per {args.bin_steps:,} env steps](curves.png)", ""]
     notes = [args.notes.read_text()] if args.notes else []
     (out / "report.md").write_text("\n".join(head + notes + lines) + "\n")
     (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
-    plot(result, out / "curves.png")
+    plot(result, out / "curves.png", args.min_episodes)
     print(f"glam_curve: {out / 'report.md'}")
     return 0
 
