@@ -136,7 +136,8 @@ def plot(result: dict, path: Path, min_episodes: int) -> None:
         ax.set(title=f"{task} (bins of >= {min_episodes} episodes)", xlabel="env steps",
                ylabel=f"training success per {result['bin_steps']:,} steps",
                ylim=(-0.05, 1.05))
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
