@@ -61,11 +61,23 @@ import sys
 
 from harness import SPARSE_PER_ENV, SPARSE_TASK, Study, main
 
-MOTIF_DATA = "method.data_dir={prep}/motif-data"
-MOTIF_SHUFFLED = "method.data_dir={prep}/motif-data-shuffled"
-MOTIF_EMBEDDED = "method.data_dir={prep}/motif-data-embedded"
-MOTIF_EMBEDDED_BOTH = "method.data_dir={prep}/motif-data-embedded-both"
-MOTIF_QWEN = "method.data_dir={prep}/motif-data-qwen"
+PAIRS = "method.pairs_from={prep}/motif-data"   # the oracle's collected pairs, relabelled by the other labellers
+# Motif's label runs (``prepare``): arm -> (labeller, its data folder under <prep>, label overrides); each Motif arm
+# trains on its own folder
+MOTIF_LABELS = {
+    "motif-oracle": ("oracle", "motif-data", []),
+    "motif-shuffled": ("shuffled", "motif-data-shuffled", [PAIRS]),
+    "motif-embedded": ("embedded", "motif-data-embedded", [PAIRS]),
+    "motif-embedded-both": ("embedded", "motif-data-embedded-both", [PAIRS, "method.both_orders=true"]),
+    "motif-qwen": ("qwen", "motif-data-qwen", [PAIRS, "method.both_orders=true", "llm.n_threads={lm_threads}"]),
+}
+
+
+def motif_data(arm: str) -> str:
+    """The ``method.data_dir`` override of a Motif arm: its label run's folder."""
+    return f"method.data_dir={{prep}}/{MOTIF_LABELS[arm][1]}"
+
+
 ARMS = {
     "ppo": ["method=none"],
     "oni_retrieval-oracle": ["method=oni_retrieval", "llm=oracle"],
@@ -94,14 +106,14 @@ ARMS = {
                                     "llm.table={tables}/oni-qwen-gen-shuffled-s${seed}.sqlite"],
     "oni_classification-oracle": ["method=oni_classification", "llm=oracle"],
     "oni_ranking-oracle": ["method=oni_ranking", "llm=oracle"],
-    "motif-oracle": ["method=motif", "llm=oracle", MOTIF_DATA],
-    "motif-shuffled": ["method=motif", "llm=shuffled", MOTIF_SHUFFLED],
-    "motif-embedded": ["method=motif", "llm=embedded", MOTIF_EMBEDDED],
+    "motif-oracle": ["method=motif", "llm=oracle", motif_data("motif-oracle")],
+    "motif-shuffled": ["method=motif", "llm=shuffled", motif_data("motif-shuffled")],
+    "motif-embedded": ["method=motif", "llm=embedded", motif_data("motif-embedded")],
     # the embedded LM asked each pair both ways round (method.both_orders): asked once it answered "A > B" to all
-    "motif-embedded-both": ["method=motif", "llm=embedded", MOTIF_EMBEDDED_BOTH],
+    "motif-embedded-both": ["method=motif", "llm=embedded", motif_data("motif-embedded-both")],
     # Qwen2.5-Coder-1.5B-Instruct on the same pairs, both orders (score mode through its chat template); Motif labels
     # offline, so its labelled pairs are its answer table and every Motif arm is equally fresh
-    "motif-qwen": ["method=motif", "llm=qwen", MOTIF_QWEN],
+    "motif-qwen": ["method=motif", "llm=qwen", motif_data("motif-qwen")],
     "ellm_bow": ["method=ellm_bow", "method.goal={task}"],
     "expert": ["method=none", "agent=scripted", "agent.policy=expert"],
 }
@@ -185,21 +197,14 @@ def prepare(plan) -> None:
             print(f"  {', '.join(matched)}: yes at {rate:.4f}, the oracle arm's rate", flush=True)
     qwen_tables(plan)
     a = plan.args
-    labels = {"motif-oracle": ("oracle", "motif-data", []),   # arm -> (labeller, data folder, label overrides)
-              "motif-shuffled": ("shuffled", "motif-data-shuffled", ["method.pairs_from={prep}/motif-data"]),
-              "motif-embedded": ("embedded", "motif-data-embedded", ["method.pairs_from={prep}/motif-data"]),
-              "motif-embedded-both": ("embedded", "motif-data-embedded-both",
-                                      ["method.pairs_from={prep}/motif-data", "method.both_orders=true"]),
-              "motif-qwen": ("qwen", "motif-data-qwen", ["method.pairs_from={prep}/motif-data", "method.both_orders=true",
-                                                         f"llm.n_threads={a.lm_threads}"])}
-    motif = [arm for arm in labels if arm in plan.arms]
+    motif = [arm for arm in MOTIF_LABELS if arm in plan.arms]
     if not motif:
         return
-    collect = ["method=motif", "llm=oracle", MOTIF_DATA, "method.collect_policy=none", "env.task=null",
+    collect = ["method=motif", "llm=oracle", motif_data("motif-oracle"), "method.collect_policy=none", "env.task=null",
                f"method.collect_steps={a.collect_steps}", f"method.num_pairs={a.num_pairs}"]
     reason = plan.step("collect", "motif-data", collect, done="collect_stats.json")
     for arm in motif:
-        llm, folder, extra = labels[arm]
+        llm, folder, extra = MOTIF_LABELS[arm]
         step = "motif-label-" + (folder.removeprefix("motif-data-") if folder != "motif-data" else llm)
         why = reason or plan.step("label", step,
                                   ["method=motif", f"llm={llm}", f"method.data_dir={{prep}}/{folder}", *extra],
