@@ -60,6 +60,8 @@ ARMS = {
     "bc-frozen": ["method=ptgm_bc_finetune", *PTGM, "agent.num_steps={rollout}", "agent.update_epochs=0"],
     "ptgm": ["method=ptgm", *PTGM, *OPTIONS, CFG, "method.kl.coef={kl_coef}"],
     "ptgm-cfg0": ["method=ptgm", *PTGM, *OPTIONS, "method.lowlevel.cfg_scale=0", "method.kl.coef={kl_coef}"],
+    # Steve-1's guidance whatever --cfg-scale gives the other options arms (a study run at --cfg-scale 0 compares both)
+    "ptgm-cfg7": ["method=ptgm", *PTGM, *OPTIONS, "method.lowlevel.cfg_scale=7", "method.kl.coef={kl_coef}"],
     "ptgm-no-kl": ["method=ptgm_no_kl", *PTGM, *OPTIONS, CFG],
     "ptgm-random-codes": ["method=ptgm_random_codes", *PTGM, *OPTIONS, CFG],
     # our variant: alpha * KL(pi || prior) in the PPO loss instead of PTGM's per-step reward
