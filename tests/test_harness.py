@@ -226,6 +226,9 @@ def test_placeholders_auc_and_study_scripts_resolve(harness, load_benchmark, tmp
     assert ptgm.metric == "charts/success" and "agent.num_steps=2" in ptgm.arm_overrides("ptgm")   # 32 / L 16
     assert {"method.lowlevel.cfg_scale=7.0", "method.codebook.k=64"} <= set(ptgm.arm_overrides("ptgm"))
     assert "method.lowlevel.cfg_scale=0" in ptgm.arm_overrides("ptgm-cfg0")
+    unguided = plan_of("ptgm", ["--env-id", "craftax", "--cfg-scale", "0"])   # ptgm-cfg7 keeps Steve-1's guidance
+    assert "method.lowlevel.cfg_scale=7" in unguided.arm_overrides("ptgm-cfg7")
+    assert "method.lowlevel.cfg_scale=0.0" in unguided.arm_overrides("ptgm")
     # BC alone: bc-finetune's start, never updated
     frozen, finetune = set(ptgm.arm_overrides("bc-frozen")), set(ptgm.arm_overrides("bc-finetune"))
     assert finetune < frozen and frozen - finetune == {"agent.update_epochs=0"}
