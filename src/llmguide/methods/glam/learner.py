@@ -81,7 +81,9 @@ class GLAMPPO(OnPolicyLearner):
 
     def ppo_update(self, prompts: Sequence[str], actions: np.ndarray, logprobs: np.ndarray,
                    advantages: np.ndarray, returns: np.ndarray) -> dict[str, float]:
-        """Clipped-objective epochs over minibatches of prompts; returns loss metrics."""
+        """Clipped-objective epochs over minibatches of prompts; returns loss metrics. A minibatch whose gradient is
+        not finite is not applied: it is counted (``losses/skipped_minibatches``) and warned with its largest
+        |log ratio|, and its losses are left out of the means."""
         n, dev = len(prompts), self.policy.lm.device
         b_actions = torch.as_tensor(actions, dtype=torch.long, device=dev)
         b_logprobs = torch.as_tensor(logprobs, dtype=torch.float32, device=dev)
