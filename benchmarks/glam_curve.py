@@ -24,12 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
+from llmguide.core.rundir import read_metrics
+
 NAME = re.compile(r"^(?P<task>.+)-(?P<method>[a-z_]+)-s(?P<seed>\d+)\.metrics\.jsonl$")
 
 
 def read_run(path: Path, bin_steps: int) -> dict:
     """One run's summary from its metrics.jsonl (episode rows carry charts/success, update rows losses/*)."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = read_metrics(path)   # a copy taken mid-write may end in a torn line: skipped
     episodes = [r for r in rows if "charts/success" in r]
     updates = [r for r in rows if "losses/policy_loss" in r]
     reached = max((r["step"] for r in rows), default=0)
@@ -39,7 +41,7 @@ def read_run(path: Path, bin_steps: int) -> dict:
     bins = []
     for lo in range(0, reached, bin_steps):
         inside = (steps > lo) & (steps <= lo + bin_steps)
-        bins.append({"to": lo + bin_steps, "episodes": int(inside.sum()),
+        bins.append({"to": lo + bin_steps, "episodes": int(inside.sum()), "successes": int(success[inside].sum()),
                      "success": float(success[inside].mean()) if inside.any() else None})
     finite = [u for u in updates if math.isfinite(u["losses/policy_loss"])]
     times = [r["time"] for r in rows if "time" in r]
@@ -47,8 +49,7 @@ def read_run(path: Path, bin_steps: int) -> dict:
             "sps": float(updates[-1].get("charts/sps", float("nan"))) if updates else None,
             "episodes": len(episodes), "successes": int(success.sum()),
             "success": float(success.mean()) if len(success) else None, "nan_at": nan_at, "bins": bins,
-            "entropy": [u["losses/entropy"] for u in finite], "value_loss": [u["losses/value_loss"] for u in finite],
-            "update_steps": [u["step"] for u in finite]}
+            "entropy": [u["losses/entropy"] for u in finite], "value_loss": [u["losses/value_loss"] for u in finite]}
 
 
 def lease_runs(lease: Path, bin_steps: int) -> dict[str, dict[str, dict[int, dict]]]:
@@ -75,9 +76,9 @@ def pooled(seeds: dict[int, dict], upto: int) -> dict:
     n = k = 0
     for run in seeds.values():
         for b in run["bins"]:
-            if b["to"] <= upto and b["episodes"]:
+            if b["to"] <= upto:
                 n += b["episodes"]
-                k += round(b["success"] * b["episodes"])
+                k += b["successes"]
     return {"episodes": n, "successes": k, "success": k / n if n else None}
 
 

@@ -26,6 +26,8 @@ def test_bins_pool_seeds_and_find_the_first_nan_update(load_benchmark, tmp_path)
            [*_episodes(1000, 1, 4), _update(1024, entropy=0.6), *_episodes(3000, 2, 4), _update(2048, entropy=0.4)])
     _write(lease / "train" / "GoToX-glam-s1.metrics.jsonl",
            [*_episodes(1500, 0, 4), _update(1024), _update(2048, loss=float("nan"))])
+    with (lease / "train" / "GoToX-glam-s1.metrics.jsonl").open("a") as f:
+        f.write('{"step": 2100, "time": 21')   # copied out mid-write: a torn last line is skipped
     _write(base / "drrn" / "seed-0" / "metrics.jsonl", [*_episodes(1000, 3, 4), *_episodes(3000, 4, 4)])
     assert curve.main(["--lease", str(lease), "--baseline", f"GoToX={base}", "--bin-steps", "2048"]) == 0
     result = json.loads((lease / "result.json").read_text())["tasks"]["GoToX"]

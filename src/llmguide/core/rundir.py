@@ -335,9 +335,12 @@ def read_metrics(run_path: str | Path) -> list[dict[str, Any]]:
 
 def scan_metrics(run_path: str | Path) -> tuple[list[dict[str, Any]], int]:
     """The records of a run's metrics.jsonl (JSON objects with a finite numeric ``step``) and how many
-    non-empty lines were not records and were skipped (a torn last line from a kill, a hand-edited row)."""
+    non-empty lines were not records and were skipped (a torn last line from a kill, a hand-edited row).
+    ``run_path`` is the run folder, or a metrics file itself (a copy under another name)."""
+    path = Path(run_path)
     records, skipped = [], 0
-    for line in (Path(run_path) / "metrics.jsonl").read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in (path if path.is_file() else path / "metrics.jsonl").read_text(encoding="utf-8",
+                                                                              errors="replace").splitlines():
         if line.strip():
             record = _record(line)
             if record is None:

@@ -25,7 +25,7 @@ for task in GoToLocal GoToRedBall; do
   pids+=($!)
 done
 wait "${pids[@]}"
-kill $smi $sync
+kill $smi; pkill -P $sync; kill $sync   # and the copier's sleep, which would hold the call's output open
 copy
 tar czf $OUT/logs.tgz -C /tmp/glamruns $(cd /tmp/glamruns && ls */*.log *.out)
 for f in $OUT/train/*.jsonl; do echo "$f $(wc -l < $f) $(grep -c success $f) $(tail -1 $f | cut -c1-250)"; done
