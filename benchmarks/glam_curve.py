@@ -44,11 +44,15 @@ def read_run(path: Path, bin_steps: int) -> dict:
         bins.append({"to": lo + bin_steps, "episodes": int(inside.sum()), "successes": int(success[inside].sum()),
                      "success": float(success[inside].mean()) if inside.any() else None})
     finite = [u for u in updates if math.isfinite(u["losses/policy_loss"])]
+    skipped = [int(u["losses/skipped_minibatches"]) for u in updates if "losses/skipped_minibatches" in u]
     times = [r["time"] for r in rows if "time" in r]
     return {"steps": int(reached), "wall_s": float(times[-1] - times[0]) if len(times) > 1 else 0.0,
             "sps": float(updates[-1].get("charts/sps", float("nan"))) if updates else None,
             "episodes": len(episodes), "successes": int(success.sum()),
             "success": float(success.mean()) if len(success) else None, "nan_at": nan_at, "bins": bins,
+            # GLAMPPO's guard against a non-finite gradient (None: the run predates it)
+            "skipped": {"minibatches": sum(skipped), "updates": sum(s > 0 for s in skipped), "of": len(skipped)}
+            if skipped else None,
             "entropy": [u["losses/entropy"] for u in finite], "value_loss": [u["losses/value_loss"] for u in finite]}
 
 
@@ -86,23 +90,32 @@ def fmt(x, spec=".2f") -> str:
     return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
-def report(glam: dict, baselines: dict[str, dict], bin_steps: int) -> tuple[list[str], dict]:
+def fmt_skipped(skip: dict) -> str:
+    return f"{skip['minibatches']} ({skip['updates']} of {skip['of']})" if skip else "–"
+
+
+def report(glam: dict, baselines: dict[str, dict], bin_steps: int,
+           reached: dict[str, int] | None = None) -> tuple[list[str], dict]:
+    """``reached``: the env steps per task up to which episodes are pooled (default: the furthest run's)."""
     lines, result = [], {"bin_steps": bin_steps, "tasks": {}}
     for task, methods in glam.items():
         lines += [f"## {task}", "", "| arm | seed | env steps | wall s | env steps/s | episodes | successes | "
-                  "NaN losses at | entropy first → last | value loss first → last |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "NaN losses at | skipped minibatches (updates) | entropy first → last | value loss first → last |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         entry = {"lease": methods, "baselines": baselines.get(task, {})}
         for method, seeds in methods.items():
             for seed, r in sorted(seeds.items()):
                 ent = f"{fmt(r['entropy'][0])} → {fmt(r['entropy'][-1])}" if r["entropy"] else "–"
                 val = f"{fmt(r['value_loss'][0], '.3g')} → {fmt(r['value_loss'][-1], '.3g')}" if r["value_loss"] else "–"
+                skip = r["skipped"] or {}
                 lines.append(f"| {method} (GPU) | {seed} | {r['steps']:,} | {r['wall_s']:.0f} | {fmt(r['sps'], '.1f')} | "
-                             f"{r['episodes']} | {r['successes']} | {fmt(r['nan_at'], ',')} | {ent} | {val} |")
+                             f"{r['episodes']} | {r['successes']} | {fmt(r['nan_at'], ',')} | "
+                             f"{fmt_skipped(skip)} | {ent} | {val} |")
         for arm, seeds in baselines.get(task, {}).items():
             for seed, r in sorted(seeds.items()):
                 lines.append(f"| {arm} (CPU) | {seed} | {r['steps']:,} | {r['wall_s']:.0f} | {fmt(r['sps'], '.1f')} | "
-                             f"{r['episodes']} | {r['successes']} | {fmt(r['nan_at'], ',')} | – | – |")
-        upto = max((r["steps"] for seeds in methods.values() for r in seeds.values()), default=0)
+                             f"{r['episodes']} | {r['successes']} | {fmt(r['nan_at'], ',')} | – | – | – |")
+        upto = (reached or {}).get(task) or max((r["steps"] for s in methods.values() for r in s.values()), default=0)
         entry["common_steps"] = upto
         entry["pooled"] = {f"{m} (GPU)": pooled(s, upto) for m, s in methods.items()}
         entry["pooled"].update({f"{a} (CPU)": pooled(s, upto) for a, s in baselines.get(task, {}).items()})
@@ -148,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--lease", type=Path, required=True, help="folder with train/<task>-<method>-s<seed>.metrics.jsonl")
     p.add_argument("--baseline", nargs="*", default=[], help="TASK=RUNS: a harness run folder of CPU baselines")
+    p.add_argument("--earlier", nargs="*", type=Path, default=[],
+                   help="earlier leases' folders: their runs as rows '<method> [<folder name>]' beside this lease's")
     p.add_argument("--bin-steps", type=int, default=2048, help="env steps per success bin (default: 32 envs x 64)")
     p.add_argument("--min-episodes", type=int, default=8, help="curves.png: only bins with this many episodes")
     p.add_argument("--notes", type=Path, help="a Markdown file appended to report.md")
@@ -157,6 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     if not glam:
         print(f"glam_curve: no <task>-<method>-s<seed>.metrics.jsonl under {args.lease / 'train'}", file=sys.stderr)
         return 2
+    reached = {task: max(r["steps"] for s in methods.values() for r in s.values()) for task, methods in glam.items()}
+    for earlier in args.earlier:
+        if not (earlier / "train").is_dir():
+            print(f"glam_curve: --earlier {earlier}: no train/ folder", file=sys.stderr)
+            return 2
+        for task, methods in lease_runs(earlier, args.bin_steps).items():
+            if task in glam:
+                glam[task].update({f"{m} [{earlier.name}]": seeds for m, seeds in methods.items()})
     baselines = {}
     for item in args.baseline:
         task, sep, runs = item.partition("=")
@@ -166,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         baselines[task] = baseline_runs(Path(runs), args.bin_steps)
     out = args.out or args.lease
     out.mkdir(parents=True, exist_ok=True)
-    lines, result = report(glam, baselines, args.bin_steps)
-    head = ["# GLAM's learning curve on one GPU, beside CPU baselines at the same env steps", "",
+    lines, result = report(glam, baselines, args.bin_steps, reached)
+    title = "GLAM's learning curve on one GPU" + (", beside CPU baselines at the same env steps" if baselines else "")
+    head = [f"# {title}", "",
             f"![training success per {args.bin_steps:,} env steps](curves.png)", ""]
     notes = [args.notes.read_text()] if args.notes else []
     (out / "report.md").write_text("\n".join(head + notes + lines) + "\n")

@@ -167,6 +167,32 @@ def test_batched_scoring_gives_the_same_ppo_gradients_as_one_prompt_per_forward(
 
 
 @needs_hf
+def test_eager_attention_scores_a_left_padded_batch_as_sdpa_does(lora_policy, capsys):
+    """``llm.attn_implementation=eager`` (the candidate fix for GLAM's non-finite gradients on a GPU) loads the
+    eager kernel and gives the same action log-probs as the default on a left-padded batch; an unknown value is
+    one line naming the key, exit 2."""
+    from llmguide import cli
+    from llmguide.llm.backends.hf import HFLM
+
+    long = glam_prompt("open the door", ["You see a door 3 steps right", "You see a wall 1 step forward",
+                                         "You see a grey key 2 steps left"], ["turn right", "go forward"],
+                       ACTION_STRINGS)
+    prompts = [SHORT, long, OTHER]   # left padding of different widths in one forward
+    eager = HFLM(attn_implementation="eager")
+    assert eager.model.config._attn_implementation == "eager"
+    assert lora_policy.lm.model.config._attn_implementation != "eager"
+    with torch.no_grad():
+        lora_policy.score_batch = 3
+        want, _ = lora_policy.action_logits(prompts)   # LoRA's B starts at zero: the base model's scores
+        lora_policy.score_batch = 1
+        got, _ = LMPolicy(eager, ACTION_STRINGS, ValueHead(d_model_of(eager), 8), score_batch=3).action_logits(prompts)
+    assert torch.allclose(got, want, atol=1e-3), (got - want).abs().max()
+    code = cli.main(["train", "env=babyai", "method=glam", "llm=hf", "llm.attn_implementation=flash", "total_steps=2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "config error at 'llm.attn_implementation'" in err[-1] and "flash" in err[-1]
+
+
+@needs_hf
 def test_train_cli_end_to_end_writes_metrics_checkpoint_and_eval(tmp_path):
     from llmguide import cli
 

@@ -49,3 +49,24 @@ def test_a_baseline_that_is_not_task_equals_folder_exits_2(load_benchmark, tmp_p
     assert curve.main(["--lease", str(tmp_path), "--baseline", "GoToX"]) == 2
     assert "--baseline 'GoToX'" in capsys.readouterr().err
     assert curve.main(["--lease", str(tmp_path / "nothing")]) == 2
+
+
+def test_skipped_minibatches_are_counted_and_an_earlier_lease_gets_its_own_rows(load_benchmark, tmp_path, capsys):
+    curve = load_benchmark("glam_curve")
+    lease, old = tmp_path / "lease", tmp_path / "old-lease"
+    skips = [0, 4, 12, 0]
+    _write(lease / "train" / "GoToX-glam-s0.metrics.jsonl",
+           [{**_update(512 * (i + 1)), "losses/skipped_minibatches": float(k)} for i, k in enumerate(skips)])
+    _write(old / "train" / "GoToX-glam-s0.metrics.jsonl", [_update(512), _update(1024, loss=float("nan"))])
+    _write(old / "train" / "GoToY-glam-s0.metrics.jsonl", [_update(512)])   # a task this lease lacks: left out
+    assert curve.main(["--lease", str(lease), "--earlier", str(old)]) == 0
+    result = json.loads((lease / "result.json").read_text())["tasks"]
+    assert set(result) == {"GoToX"}
+    assert result["GoToX"]["lease"]["glam"]["0"]["skipped"] == {"minibatches": 16, "updates": 2, "of": 4}
+    assert result["GoToX"]["lease"]["glam [old-lease]"]["0"]["nan_at"] == 1024
+    report = (lease / "report.md").read_text()
+    assert "| 16 (2 of 4) |" in report and "| glam [old-lease] (GPU) | 0 | 1,024 |" in report
+    assert curve.main(["--lease", str(lease), "--earlier", str(tmp_path / "none")]) == 2
+    assert "--earlier" in capsys.readouterr().err
+    assert result["GoToX"]["lease"]["glam [old-lease]"]["0"]["skipped"] is None   # its run had no guard
+    assert result["GoToX"]["common_steps"] == 2048   # this lease's furthest step, not the earlier one's

@@ -54,6 +54,7 @@ LLM_RULES = {
     "llm.base_url": _url,
     "llm.api_key_env": _env_var_name,
     "llm.dtype": one_of("float32", "bfloat16", "float16"),
+    "llm.attn_implementation": one_of("sdpa", "eager"),
     "llm.device": _device,
     "llm.timeout": positive,
     "llm.backoff_base": non_negative,
@@ -127,7 +128,8 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
 
         return HFLM(model_path=cfg_get(llm_cfg, "model_path"), gguf_file=cfg_get(llm_cfg, "gguf_file"),
                     device=cfg_get(llm_cfg, "device", "cpu"), dtype=cfg_get(llm_cfg, "dtype", "float32"),
-                    trainable=bool(cfg_get(llm_cfg, "trainable", False)), max_batch=int(cfg_get(llm_cfg, "max_batch", 16)))
+                    trainable=bool(cfg_get(llm_cfg, "trainable", False)), max_batch=int(cfg_get(llm_cfg, "max_batch", 16)),
+                    attn_implementation=cfg_get(llm_cfg, "attn_implementation"))
     if backend in GROUND_TRUTH_BACKENDS:
         from llmguide.llm.backends.oracle import OracleLM
 

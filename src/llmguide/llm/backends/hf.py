@@ -55,9 +55,13 @@ class HFLM(LanguageModel):
         trainable: bool = False,
         max_batch: int = 16,
         pretrained: bool = True,
+        attn_implementation: str | None = None,
     ):
         """``pretrained=False``: the same architecture with random weights except the (pretrained) token
-        embeddings, GLAM's NPAE baseline (``torch.manual_seed`` before the call fixes the draw)."""
+        embeddings, GLAM's NPAE baseline (``torch.manual_seed`` before the call fixes the draw).
+        ``attn_implementation`` (None: transformers' default, sdpa): ``eager`` masks with a large negative number
+        instead of a boolean mask, so the fully masked query rows of a left-padded batch stay finite in every
+        kernel (the suspect in GLAM's non-finite gradients on a GPU: ``benchmarks/results/glam/gpu-h200-nanguard``)."""
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -69,7 +73,8 @@ class HFLM(LanguageModel):
         self.is_seq2seq = bool(getattr(config, "is_encoder_decoder", False))
         auto = AutoModelForSeq2SeqLM if self.is_seq2seq else AutoModelForCausalLM
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder), **gguf_kw)
-        self.model = auto.from_pretrained(str(folder), dtype=getattr(torch, dtype), **gguf_kw).to(device)
+        attn = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        self.model = auto.from_pretrained(str(folder), dtype=getattr(torch, dtype), **attn, **gguf_kw).to(device)
         if not pretrained:
             self.model = _random_init_keeping_embeddings(self.model, auto)
         self.model_id = Path(folder).name if not gguf_kw else Path(gguf_kw["gguf_file"]).stem

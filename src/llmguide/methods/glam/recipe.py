@@ -66,7 +66,7 @@ class GLAMRecipe(TextPolicyRecipe):
         dtype = default_dtype(str(llm.device)) if str(llm.dtype) == "auto" else str(llm.dtype)
         lm = HFLM(model_path=llm.get("model_path"), gguf_file=llm.get("gguf_file"), device=str(llm.device),
                   dtype=dtype, trainable=not m.lora, max_batch=int(llm.max_batch),
-                  pretrained=bool(m.pretrained))
+                  pretrained=bool(m.pretrained), attn_implementation=llm.get("attn_implementation"))
         if m.lora:
             apply_lora(lm, r=int(m.lora_r), alpha=int(m.lora_alpha), dropout=float(m.lora_dropout),
                        target_modules=m.lora_targets, last_layers=int(m.lora_last_layers))
