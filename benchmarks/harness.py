@@ -169,14 +169,33 @@ class Study:
 
 # --- arguments -----------------------------------------------------------------------------------------
 def parse_seeds(text: str) -> list[int]:
-    """``3`` -> [0, 1, 2]; ``100,101`` -> [100, 101]; ``100-102`` -> [100, 101, 102]."""
+    """``3`` -> [0, 1, 2]; ``100,101`` -> [100, 101]; ``2,`` -> [2]; ``100-102`` -> [100, 101, 102].
+
+    ValueError when that names no seed: ``0`` is a count of none, not seed 0 (``0,`` is seed 0)."""
     text = text.strip()
-    if "," in text:
-        return [int(s) for s in text.split(",") if s.strip()]
-    if "-" in text.lstrip("-"):
-        low, high = text.split("-", 1)
-        return list(range(int(low), int(high) + 1))
-    return list(range(int(text)))
+    try:
+        if "," in text:
+            seeds = [int(s) for s in text.split(",") if s.strip()]
+        elif "-" in text.lstrip("-"):
+            low, high = text.split("-", 1)
+            seeds = list(range(int(low), int(high) + 1))
+        else:
+            seeds = list(range(int(text)))
+    except ValueError:
+        seeds = []
+    if not seeds:
+        raise ValueError(f"{text!r} names no seed: give a count (3 = seeds 0,1,2), a list (0,2 or 2, for seed 2 "
+                         "alone) or a range (100-104)")
+    return seeds
+
+
+def seeds_arg(text: str) -> str:
+    """argparse type of ``--seeds``: checked now (one line, exit 2), parsed by :func:`parse_seeds` later."""
+    try:
+        parse_seeds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def budget_name(steps: int) -> str:
@@ -196,7 +215,8 @@ def build_parser(study: Study) -> argparse.ArgumentParser:
     p.add_argument(*env_flags, dest="env", default=study.env, help=f"env group (default {study.env})")
     p.add_argument(*task_flags, dest="task", default=study.task,
                    help=f"env.task (env.id on nethack/minihack); default {study.task or 'the env config default'}")
-    p.add_argument("--seeds", default=str(study.seeds), help="a count (3 = seeds 0,1,2), a list 100,101 or a range 100-104")
+    p.add_argument("--seeds", default=str(study.seeds), type=seeds_arg,
+                   help="a count (3 = seeds 0,1,2), a list 100,101 (2, = seed 2 alone) or a range 100-104")
     p.add_argument("--steps", type=int, default=study.steps, help="env steps per run")
     p.add_argument("--variant", default=None, help="results subfolder (default: <task>-<budget>)")
     p.add_argument("--study", default=None, help="results folder <results>/<study>/ (default: the study's name)")

@@ -57,7 +57,9 @@ ARMS = {
     "bc-gru": {**BASE, "memory": "gru", "seq": 32},
     "bc-gru-map": {**BASE, "memory": "gru", "seq": 32, "obs": "map"},
     "bc-gru-seq8": {**BASE, "memory": "gru", "seq": 8},
+    "bc-tenth-data": {**BASE, "fraction": 1 / 10},
     "bc-third-data": {**BASE, "fraction": 1 / 3},
+    "bc-half-data": {**BASE, "fraction": 1 / 2},
     "bc-data-mode": {**BASE, "data": "data"},
     "bc-dagger": {**BASE, "dagger": 3},
     "bc-dagger-map": {**BASE, "obs": "map", "dagger": 3},
@@ -68,7 +70,9 @@ ABOUT = {
     "bc-gru": "+ a GRU (32-step BPTT)",
     "bc-gru-map": "+ a GRU and the seen map",
     "bc-gru-seq8": "+ a GRU with 8-step BPTT",
+    "bc-tenth-data": "a tenth of the data (the first tenth of every env's stream)",
     "bc-third-data": "a third of the data (the first third of every env's stream)",
+    "bc-half-data": "half the data (the first half of every env's stream)",
     "bc-data-mode": "PTGM's data instead: the expert in data mode (random subgoals, ε 0.1, random walks)",
     "bc-dagger": "+ 3 DAgger rounds: the clone plays, the expert labels its states, the clone trains on all",
     "bc-dagger-map": "+ the seen map and 3 DAgger rounds",
@@ -455,12 +459,24 @@ def write_report(task: str, args, values: dict[str, dict[int, float]], clones: d
     return out
 
 
+def harness():
+    """benchmarks/harness.py, loaded from its file (this folder is off the import path, see the top)."""
+    import importlib.util
+
+    if "harness" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("harness", HERE / "harness.py")
+        sys.modules["harness"] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules["harness"]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--env-id", default="craftax", choices=("craftax",))
     p.add_argument("--tasks", default="make_wood_pickaxe,make_stone_pickaxe")
     p.add_argument("--task", default=None, help="one task (overrides --tasks)")
-    p.add_argument("--seeds", default="3", help="a count (3 = seeds 0,1,2) or a list 0,1,2")
+    p.add_argument("--seeds", default="3", type=harness().seeds_arg,
+                   help="a count (3 = seeds 0,1,2), a list 0,1,2 (2, = seed 2 alone) or a range 0-2")
     p.add_argument("--steps", "--collect-steps", dest="collect_steps", type=int, default=300_000,
                    help="expert steps collected per mode (all 64 envs together)")
     p.add_argument("--collect-max-steps", type=int, default=1000, help="episode cap while collecting")
@@ -485,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     args.tasks = [args.task] if args.task else [t for t in args.tasks.split(",") if t]
-    seeds = list(range(int(args.seeds))) if args.seeds.isdigit() else [int(s) for s in args.seeds.split(",") if s]
+    seeds = harness().parse_seeds(args.seeds)
     arms = [a for a in args.arms.split(",") if a]
     unknown = [a for a in arms if a not in ARMS]
     if unknown:

@@ -99,9 +99,19 @@ def test_converted_script_is_an_arm_table(harness, load_benchmark):
     assert "seed=range(0,1)" in harness.sweep_command(crafter, "rnd", [0], "resume")
 
 
-def test_seed_and_budget_parsing(harness):
+def test_seed_and_budget_parsing(harness, capsys):
     assert harness.parse_seeds("3") == [0, 1, 2]
     assert harness.parse_seeds("100,102") == [100, 102] and harness.parse_seeds("5-7") == [5, 6, 7]
+    assert harness.parse_seeds("2,") == [2]
+    for nothing in ("0", "", "x", "3-1"):   # "0" is a count of none, not seed 0: refused, never an empty study
+        with pytest.raises(ValueError, match="names no seed"):
+            harness.parse_seeds(nothing)
+    study = harness.Study(name="x", arms={"a": []}, control="a", metric="m")
+    with pytest.raises(SystemExit) as stop:
+        harness.build_parser(study).parse_args(["--seeds", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and "--seeds" in err[-1] and "names no seed" in err[-1] and "Traceback" not in err[0]
+    assert harness.build_parser(study).parse_args(["--seeds", "2,"]).seeds == "2,"
     assert [harness.budget_name(n) for n in (300, 8000, 120_000, 1_000_000, 1500)] == ["300", "8k", "120k", "1m", "1500"]
     with pytest.raises(ValueError, match="control arm"):
         harness.Study(name="x", arms={"a": []}, control="b", metric="m")

@@ -54,7 +54,7 @@ LLM_RULES = {
     "llm.base_url": _url,
     "llm.api_key_env": _env_var_name,
     "llm.dtype": one_of("float32", "bfloat16", "float16"),
-    "llm.attn_implementation": one_of("sdpa", "eager"),
+    "llm.attn_implementation": one_of(None, "sdpa", "eager"),   # None: transformers' default
     "llm.device": _device,
     "llm.timeout": positive,
     "llm.backoff_base": non_negative,
