@@ -447,7 +447,9 @@ def write_report(task: str, args, values: dict[str, dict[int, float]], clones: d
               "metric_key": "success", "value": {"kind": "success_rate", "episodes": args.episodes},
               "higher_is_better": True, "control": control, "arms": arms, "paired": paired,
               "seeds": sorted(values[control]), "failed": [],
-              "details": {"share": share, "val_accuracy": accuracy, "episodes": play_stats,
+              "details": {"share": share, "val_accuracy": accuracy,
+                          "val_accuracy_mean": {arm: float(np.mean(list(acc.values()))) for arm, acc in accuracy.items()},
+                          "episodes": play_stats,
                           "bc": {arm: {s: {k: r["bc"][k] for k in ("train_steps", "val_steps", "seq_len", "updates",
                                                                     "batch_steps", "seconds")}
                                        for s, r in by_seed.items()} for arm, by_seed in clones.items()},
