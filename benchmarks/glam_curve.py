@@ -90,7 +90,7 @@ def fmt(x, spec=".2f") -> str:
     return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
-def fmt_skipped(skip: dict) -> str:
+def fmt_skipped(skip: dict | None) -> str:
     return f"{skip['minibatches']} ({skip['updates']} of {skip['of']})" if skip else "–"
 
 
@@ -107,10 +107,9 @@ def report(glam: dict, baselines: dict[str, dict], bin_steps: int,
             for seed, r in sorted(seeds.items()):
                 ent = f"{fmt(r['entropy'][0])} → {fmt(r['entropy'][-1])}" if r["entropy"] else "–"
                 val = f"{fmt(r['value_loss'][0], '.3g')} → {fmt(r['value_loss'][-1], '.3g')}" if r["value_loss"] else "–"
-                skip = r["skipped"] or {}
                 lines.append(f"| {method} (GPU) | {seed} | {r['steps']:,} | {r['wall_s']:.0f} | {fmt(r['sps'], '.1f')} | "
                              f"{r['episodes']} | {r['successes']} | {fmt(r['nan_at'], ',')} | "
-                             f"{fmt_skipped(skip)} | {ent} | {val} |")
+                             f"{fmt_skipped(r['skipped'])} | {ent} | {val} |")
         for arm, seeds in baselines.get(task, {}).items():
             for seed, r in sorted(seeds.items()):
                 lines.append(f"| {arm} (CPU) | {seed} | {r['steps']:,} | {r['wall_s']:.0f} | {fmt(r['sps'], '.1f')} | "

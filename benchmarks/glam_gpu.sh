@@ -19,7 +19,8 @@
 # do in bf16 at lr 1e-4 (most updates round away), so NPAE runs in fp32.  Every run first checks its action
 # distributions against a float32 CPU copy (agent.device_check) and stops with one line if they differ.
 # DEVICE=cpu DTYPE=float32 NUM_ENVS=2 ROLLOUT=2 MINIBATCH=4 MICRO=2 run the same script on a CPU for a smoke test.
-# METHODS (default "glam npae") names the arms to run; EXTRA adds overrides to every run (space-separated).
+# METHODS (default "glam npae") names the arms to run; EXTRA adds overrides to every run (space-separated), e.g.
+# EXTRA=llm.attn_implementation=eager, the check still owed on GLAM's non-finite gradients (glam/gpu-h200-nanguard).
 # MINIBATCH is prompts per gradient step: agent.num_minibatches = NUM_ENVS x ROLLOUT / MINIBATCH (divide evenly).
 set -u
 model=$1 out=$2 secs=$3 seeds=${4:-3} task=${5:-GoToLocal}

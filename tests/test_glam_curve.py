@@ -64,9 +64,9 @@ def test_skipped_minibatches_are_counted_and_an_earlier_lease_gets_its_own_rows(
     assert set(result) == {"GoToX"}
     assert result["GoToX"]["lease"]["glam"]["0"]["skipped"] == {"minibatches": 16, "updates": 2, "of": 4}
     assert result["GoToX"]["lease"]["glam [old-lease]"]["0"]["nan_at"] == 1024
+    assert result["GoToX"]["lease"]["glam [old-lease]"]["0"]["skipped"] is None   # its run had no guard
+    assert result["GoToX"]["common_steps"] == 2048   # this lease's furthest step, not the earlier one's
     report = (lease / "report.md").read_text()
     assert "| 16 (2 of 4) |" in report and "| glam [old-lease] (GPU) | 0 | 1,024 |" in report
     assert curve.main(["--lease", str(lease), "--earlier", str(tmp_path / "none")]) == 2
     assert "--earlier" in capsys.readouterr().err
-    assert result["GoToX"]["lease"]["glam [old-lease]"]["0"]["skipped"] is None   # its run had no guard
-    assert result["GoToX"]["common_steps"] == 2048   # this lease's furthest step, not the earlier one's
