@@ -98,7 +98,7 @@ def test_stats_dict_and_rate_and_log_flood_control(caplog):
 # ---------------------------------------------------------------- versioned prompt templates
 
 SHIPPED = {"ellm_goals": ["caption"], "ellm_goal_score": ["caption"], "ellm_actions_listed": ["vocabulary", "caption"],
-           "ellm_actions_zeroshot": ["vocabulary", "caption"],
+           "ellm_actions_zeroshot": ["vocabulary", "caption"], "ellm_actions_offdomain": ["vocabulary", "caption"],
            "ellm_actions_score_listed": ["vocabulary", "caption"], "oni_label": ["message"], "motif_pref": ["a", "b"],
            "bk_code_write": ["obs_description", "caption_examples", "env_notes"],
            "bk_code_write_task": ["mission", "obs_description", "caption_examples", "env_notes"]}

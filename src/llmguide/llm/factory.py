@@ -27,7 +27,10 @@ log = logging.getLogger(__name__)
 
 # backends that answer from ground truth: the oracle and the counterfactual LMs built on it (they take answerers)
 GROUND_TRUTH_BACKENDS = ("oracle", "random", "shuffled", "constant")
-BACKENDS = ("embedded", "http", "hf", *GROUND_TRUTH_BACKENDS)
+# the prompt-only control: answers from the prompt's own worked examples (the oracle, when there is one, only
+# counts how many items to give); an LM arm's control, not ground truth (it is told no more than the LM)
+PROMPT_ONLY = "prompt_only"
+BACKENDS = ("embedded", "http", "hf", *GROUND_TRUTH_BACKENDS, PROMPT_ONLY)
 
 
 def _url(value: Any) -> str | None:
@@ -64,10 +67,11 @@ LLM_RULES = {
     "llm.positive_rate": in_range(0.0, 1.0),
     "llm.tie_rate": in_range(0.0, 1.0),
     "llm.window": non_negative,
+    "llm.match_table": lambda v: None if v is None or (isinstance(v, str) and v) else f"must be a table file, got {v!r}",
     "llm.chat": lambda v: None if v in ("auto", True, False) else f"must be auto, true or false, got {v!r}",
 }
 for _key, _rule in LLM_RULES.items():
-    register_rule(_key, _rule, any_type=_key in ("llm.n_threads", "llm.chat"))   # "auto" or a number / bool
+    register_rule(_key, _rule, any_type=_key in ("llm.n_threads", "llm.chat", "llm.match_table"))   # "auto" or a number / bool
 
 
 def _validate(cfg: Any) -> None:
@@ -145,7 +149,29 @@ def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = Fal
                                 positive_rate=float(cfg_get(llm_cfg, "positive_rate", 0.5)),
                                 tie_rate=float(cfg_get(llm_cfg, "tie_rate", 0.0)),
                                 window=int(cfg_get(llm_cfg, "window", 128)))
+    if backend == PROMPT_ONLY:
+        return _prompt_only(llm_cfg, env_family, answerers, actions)
     raise ConfigError("llm.backend", f"unknown backend {backend!r}; choose one of {list(BACKENDS)}")
+
+
+def _prompt_only(llm_cfg: Any, env_family: str | None, answerers: Sequence[Any], actions: str) -> LanguageModel:
+    """``llm=prompt_only``: the prompt's worked examples; the env's oracle (if any) only counts items per state."""
+    from llmguide.llm.backends.prompt_only import PromptOnlyLM
+    from llmguide.llm.table import AnswerTableError
+
+    oracle = None
+    family = env_family or cfg_get(llm_cfg, "env_family")
+    if family:
+        from llmguide.llm.backends.oracle import OracleLM
+
+        oracle = OracleLM(family, answerers, actions)
+        oracle = oracle if getattr(oracle.oracle, "ground_truth", True) else None
+    match = cfg_get(llm_cfg, "match_table")
+    try:
+        return PromptOnlyLM(seed=int(cfg_get(llm_cfg, "seed", 0)), oracle=oracle, match_table=match,
+                            formats=[f for a in answerers for f in getattr(a, "answer_formats", ())])
+    except AnswerTableError as err:
+        raise ConfigError("llm.match_table", str(err)) from None
 
 
 def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str | None = None,

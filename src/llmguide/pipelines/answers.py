@@ -51,13 +51,20 @@ def build_answers(cfg: DictConfig, recipe: Any) -> int:
     if gather is None:
         raise ConfigError("method", f"method '{cfg.method.name}' has no answer-table support (ELLM, ONI's "
                                     "retrieval and classification do)")
-    if not a.data:
-        raise ConfigError("answers.data", "name the data source: a dataset folder or a collection run's directory")
     if cfg.llm.get("table"):
         raise ConfigError("llm.table", "a table is built by the LM itself: leave llm.table unset here")
-    from llmguide.data import EpisodeDataset
+    if a.get("requests_of"):
+        if a.data:
+            raise ConfigError("answers.requests_of", "give answers.data or answers.requests_of, not both")
+        dataset = TableStates(a.requests_of)
+        source = str(a.requests_of)
+    elif not a.data:
+        raise ConfigError("answers.data", "name the data source: a dataset folder or a collection run's directory")
+    else:
+        from llmguide.data import EpisodeDataset
 
-    dataset = EpisodeDataset(a.data)
+        dataset = EpisodeDataset(a.data)
+        source = str(a.data)
     queries = gather(cfg, dataset)
     steps = int(sum(q.weight for q in queries))
     if not queries:
@@ -68,7 +75,7 @@ def build_answers(cfg: DictConfig, recipe: Any) -> int:
     first = queries[0].payload
     meta = {"lm": name, "method": str(cfg.method.name), "env": str(cfg.env.name),
             "prompt_sha256": hashlib.sha256(_prompt_identity(cfg, recipe).encode()).hexdigest(),
-            "data": str(a.data), "data_episodes": len(dataset), "data_steps": steps,
+            "data": source, "data_episodes": len(dataset), "data_steps": steps,
             "command": "llmguide answers " + " ".join(shlex.quote(x) for x in sys.argv[2:]),
             "example_request": str(first.get("prompt") or first.get("context"))[:4000]}
     answerers = recipe.table_answerers(cfg) if hasattr(recipe, "table_answerers") else ()
@@ -80,11 +87,51 @@ def build_answers(cfg: DictConfig, recipe: Any) -> int:
                               batch=int(a.batch), progress=bool(cfg.progress))
     finally:
         lm.close()
+    if isinstance(dataset, TableStates):
+        same = len({q.key for q in queries} & dataset.keys)
+        print(f"answers: the states of {source}: {same} of its {len(dataset.keys)} requests asked as they were "
+              f"(the rest are the same states asked with this config's prompt)")
     curve = ", ".join(f"{k} of steps: {v}" for k, v in summary["coverage_curve"].items())
     print(f"answers: {out} — {summary['answered']} of {summary['queries_in_data']} distinct queries answered, "
           f"covering {summary['coverage_of_data_steps']:.1%} of the data's {steps} asking steps "
           f"in {summary['seconds']:.0f} s; queries needed for {curve}")
     return 0
+
+
+class TableStates:
+    """The states a built answer table answered, as a dataset (``answers.requests_of``): one episode whose
+    captions are each row's state (its query label) repeated by its weight, so a method rebuilds the table's
+    requests with its own config's prompt: the same requests when the prompt is the table's (a prompt-only or
+    random control over the LM's states), the same states otherwise (another prompt, another LM)."""
+
+    def __init__(self, path: str | Path):
+        from llmguide.llm.table import AnswerTable, AnswerTableError
+
+        try:
+            table = AnswerTable(path)
+        except AnswerTableError as err:
+            raise ConfigError("answers.requests_of", str(err)) from None
+        try:
+            self.keys = table.keys()
+            rows = table.rows()
+        finally:
+            table.close()
+        captions: list[str] = []
+        for _, label, _, weight in rows:
+            captions.extend([str(label)] * max(1, int(round(weight))))
+        self.episode = _StatesEpisode(captions + [""])   # an episode's last caption is the state after its end
+
+    def __iter__(self):
+        return iter([self.episode])
+
+    def __len__(self) -> int:
+        return 1
+
+
+class _StatesEpisode:
+    def __init__(self, captions: list[str]):
+        self.captions = captions
+        self.messages = captions
 
 
 def shuffle_answers(cfg: DictConfig) -> int:

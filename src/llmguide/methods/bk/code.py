@@ -5,7 +5,9 @@ loop (:func:`write_potential_code`); the code only ever runs in :class:`llmguide
 A program is *valid* when it runs cleanly on every sampled dataset state, returns finite numbers and
 is not constant over them (a constant Φ shapes nothing); anything else goes back to the LM with the
 error.  The prompt's ``env_notes`` carry a function skeleton and a few-shot example
-(:data:`BABYAI_NOTES`), which a small embedded model needs to write a program that runs at all.
+(:data:`BABYAI_NOTES`, :data:`BABYAI_EXAMPLE`), which a small embedded model needs to write a program that runs
+at all; ``method.code.example`` swaps the example for one from another game (``offdomain``) or drops it
+(``none``), so that what the LM writes can be told from what the example shows.
 If no program is valid the loop returns ``ok=False`` and the label step fails (no Φ ≡ 0 stand-in).
 """
 
@@ -55,7 +57,9 @@ def potential(obs, caption):
     # ... your idea of progress here ...
     return float(score)
 ```
+"""
 
+BABYAI_EXAMPLE = """
 Example of a valid program (a different idea: prefer seeing many objects):
 ```python
 import numpy as np
@@ -86,7 +90,9 @@ def potential(obs, caption):
     # ... your idea of progress here ...
     return float(score)
 ```
+"""
 
+CRAFTER_EXAMPLE = """
 Example of a valid program (a different idea: prefer full vitals and water in view):
 ```python
 import numpy as np
@@ -98,10 +104,35 @@ def potential(obs, caption):
 ```
 """
 
+# the off-domain example: the same format (imports, signature, a float from obs arrays) for another game, a racing
+# game whose observation keys no env here has, so it teaches how to write a program and nothing of the env
+OFFDOMAIN_EXAMPLE = """
+Example of a valid program for another game (a racing game whose obs has 'track' and 'speed'; not this game):
+```python
+import numpy as np
 
-def env_notes(env_name: str) -> str:
-    """The obs notes, skeleton and few-shot example shown to the LM for an env family ("" if none)."""
-    return {"babyai": BABYAI_NOTES, "crafter": CRAFTER_NOTES, "craftax": CRAFTER_NOTES}.get(str(env_name), "")
+def potential(obs, caption):
+    track = np.asarray(obs["track"])                  # 1 on the road ahead, 0 off it
+    speed = float(np.asarray(obs["speed"])[0])
+    return 0.5 * float(track[0].mean()) + 0.01 * speed
+```
+"""
+
+NOTES = {"babyai": (BABYAI_NOTES, BABYAI_EXAMPLE), "crafter": (CRAFTER_NOTES, CRAFTER_EXAMPLE),
+         "craftax": (CRAFTER_NOTES, CRAFTER_EXAMPLE)}
+EXAMPLES = ("env", "offdomain", "none")   # method.code.example: the notes' example program
+
+
+def env_notes(env_name: str, example: str = "env") -> str:
+    """The obs notes and skeleton shown to the LM for an env family ("" if none), then the example program:
+    ``env`` one for this env (few-shot), ``offdomain`` one for another game (the format only), ``none`` no
+    example (zero-shot)."""
+    if example not in EXAMPLES:
+        raise ValueError(f"example must be one of {EXAMPLES}, got {example!r}")
+    notes, own = NOTES.get(str(env_name), ("", ""))
+    if not notes:
+        return ""
+    return notes + {"env": own, "offdomain": OFFDOMAIN_EXAMPLE, "none": ""}[example]
 
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
@@ -173,13 +204,20 @@ def write_potential_code(lm: LanguageModel, states: Sequence[tuple[dict, str]], 
     version = write_t.version
     result = CodeResult(code=ZERO_PROGRAM, ok=False)
     log_file = open(out / "steps.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+    unanswered = False   # the LM cannot answer a later prompt (llm=prompt_only: the improve prompt)
     try:
         for it in range(iterations):
+            if unanswered:
+                break
             for attempt in range(1 + fix_retries):
                 try:
                     completion = lm.generate([prompt], max_tokens=max_tokens, temperature=temperature,
                                              seed=seed + result.lm_calls)[0]
                 except LLMUnavailableError as err:   # e.g. llm=random: no counterfactual program
+                    if result.ok:   # llm=prompt_only: the improve prompt tells no answer; keep the valid program
+                        log.info("BK-Code: %s; keeping the valid program", err)
+                        unanswered = True
+                        break
                     raise LLMUnavailableError(f"{err}; BK's is method=bk_random_phi") from err
                 result.lm_calls += 1
                 code = extract_code(completion.text)

@@ -47,7 +47,7 @@ def _label_code(cfg, bk, lm, episodes, out, rng, mission: str | None = None
                 ) -> tuple[dict[str, Any], list[str], str | None]:
     k = cfg.method.code
     states = bk.sample_states(episodes, int(positive(cfg, "code.sample_states")), rng)
-    notes = bk.env_notes(str(cfg.env.name))
+    notes = bk.env_notes(str(cfg.env.name), str(k.get("example", "env")))
     res = bk.write_potential_code(lm, states, make_sandbox(cfg, out / "scratch"), out, env_notes=notes,
                                   iterations=int(positive(cfg, "code.iterations")),
                                   fix_retries=int(k.fix_retries), max_tokens=int(k.max_tokens),

@@ -30,6 +30,7 @@ from llmguide.pipelines.runner import Parts, Recipe
 log = logging.getLogger(__name__)
 
 register_rule("method.code.isolation", one_of("os", "python"))
+register_rule("method.code.example", one_of("env", "offdomain", "none"))
 
 
 # --- collect -----------------------------------------------------------------------------------

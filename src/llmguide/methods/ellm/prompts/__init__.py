@@ -8,10 +8,13 @@
   (caption -> actions), then the state (generate; parsed as bullets and matched to the vocabulary).
 * ``ellm_actions_zeroshot``: the same without the worked examples (generate; the knowledge probe's
   zero-shot row).
+* ``ellm_actions_offdomain``: the same with three worked examples from another game (a space-trading game),
+  which teach the answer's format and name no action or object of Crafter (generate).
 * ``ellm_actions_score_listed``: the same instructions and list, asking for one action; each candidate is
   scored as the assistant's answer (score).
 
-Every prompt ends its state with a line ``Caption: ...`` (the oracle backend reads the caption there).
+What a prompt's examples tell is the prompt's knowledge: ``llm=prompt_only`` answers from them alone
+(:mod:`llmguide.llm.backends.prompt_only`).  Every prompt ends its state with a line ``Caption: ...`` (the oracle backend reads the caption there).
 """
 
 from __future__ import annotations
