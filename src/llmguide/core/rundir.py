@@ -235,29 +235,32 @@ class RunDir:
         return target
 
     def load_checkpoint(self) -> dict[str, Any] | None:
-        """The newest checkpoint that loads: latest.pt, else the ckpt_<step>.pt files newest first
-        (each one skipped is logged with the reason).  None when the run has no checkpoint;
-        :class:`CheckpointError` when it has some but none loads."""
-        paths = [self.checkpoint_dir / "latest.pt"] if (self.checkpoint_dir / "latest.pt").exists() else []
-        paths += sorted(self.checkpoint_dir.glob("ckpt_*.pt"), reverse=True)
+        """The state of :meth:`newest_checkpoint` (None when the run has no checkpoint)."""
+        newest = self.newest_checkpoint()
+        return newest[1] if newest is not None else None
+
+    def newest_checkpoint(self) -> tuple[Path, dict[str, Any]] | None:
+        """``(file, state)`` of the newest checkpoint that loads: the highest step among latest.pt and the
+        ckpt_<step>.pt files (latest.pt is written just after the newest ckpt_<step>.pt, so a kill between the
+        two leaves it a checkpoint behind); a file that does not load is skipped (logged with the reason).  None
+        when the run has no checkpoint; :class:`CheckpointError` when it has some but none loads."""
         skipped: list[str] = []
-        for path in paths:
-            try:
-                if path.stat().st_size == 0:
-                    raise ValueError("empty file")
-                state = safe_torch_load(path)
-                if not isinstance(state, dict) or type(state.get("step")) is not int:
-                    raise ValueError("not a checkpoint (no integer 'step')")
-            except Exception as err:             # noqa: BLE001  (any damage: try the next one)
-                skipped.append(f"{path.name} ({_load_error(err)})")
-                log.warning("checkpoint %s does not load: %s", path, _load_error(err))
-                continue
-            if skipped:
-                log.warning("using checkpoint %s (step %d); skipped: %s", path, state["step"], "; ".join(skipped))
-            return state
-        if skipped:
+        latest = self.checkpoint_dir / "latest.pt"
+        state = _load_or_skip(latest, skipped) if latest.exists() else None
+        best = (latest, state) if state is not None else None
+        for path in sorted(self.checkpoint_dir.glob("ckpt_*.pt"), reverse=True):   # zero-padded: newest first
+            named = _named_step(path)
+            if best is not None and named is not None and named <= best[1]["step"]:
+                break
+            state = _load_or_skip(path, skipped)
+            if state is not None and (best is None or state["step"] > best[1]["step"]):
+                best = (path, state)
+                break
+        if best is None and skipped:
             raise CheckpointError(f"no checkpoint in {self.checkpoint_dir} loads: {'; '.join(skipped)}")
-        return None
+        if best is not None and skipped:
+            log.warning("using checkpoint %s (step %d); skipped: %s", best[0], best[1]["step"], "; ".join(skipped))
+        return best
 
     def resume_state(self) -> dict[str, Any] | None:
         """For ``run.resume=true``: the newest checkpoint that loads (see :meth:`load_checkpoint`),
@@ -278,7 +281,7 @@ class RunDir:
 
     def checkpoint_step(self) -> int | None:
         """The step of the newest ``ckpt_<step>.pt`` (None when there is none)."""
-        steps = [int(p.stem[5:]) for p in self.checkpoint_dir.glob("ckpt_*.pt") if p.stem[5:].isdigit()]
+        steps = [step for p in self.checkpoint_dir.glob("ckpt_*.pt") if (step := _named_step(p)) is not None]
         return max(steps, default=None)
 
     def truncate_metrics_after(self, step: int | None) -> None:
@@ -360,6 +363,27 @@ def _record(line: str) -> dict[str, Any] | None:
     if not isinstance(step, int | float) or isinstance(step, bool) or not math.isfinite(step):
         return None
     return record
+
+
+def _named_step(path: Path) -> int | None:
+    """The step in a checkpoint's file name ``ckpt_<step>.pt`` (None for another name)."""
+    digits = path.stem.removeprefix("ckpt_")
+    return int(digits) if path.stem.startswith("ckpt_") and digits.isdigit() else None
+
+
+def _load_or_skip(path: Path, skipped: list[str]) -> dict[str, Any] | None:
+    """A checkpoint file's state, or None with the reason appended to ``skipped`` (and logged)."""
+    try:
+        if path.stat().st_size == 0:
+            raise ValueError("empty file")
+        state = safe_torch_load(path)
+        if not isinstance(state, dict) or type(state.get("step")) is not int:
+            raise ValueError("not a checkpoint (no integer 'step')")
+    except Exception as err:             # noqa: BLE001  (any damage: try the next one)
+        skipped.append(f"{path.name} ({_load_error(err)})")
+        log.warning("checkpoint %s does not load: %s", path, _load_error(err))
+        return None
+    return state
 
 
 def _load_error(err: BaseException) -> str:

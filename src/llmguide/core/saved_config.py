@@ -34,13 +34,18 @@ def load_run_config(overrides: Sequence[str] = (), providers: Providers = ()) ->
     check_overrides(overrides)
     saved = resumed_run_config(overrides)
     if saved is not None:
-        return load_saved_config(saved, overrides, providers)
+        return load_saved_config(saved, overrides, providers, keep=RUN_IDENTITY + RESUME_SHAPE)
     return load_config(overrides, providers)
 
 
 # what a run's checkpoint was built for: a resumed run (or ``llmguide eval``) may not change them
 RUN_IDENTITY = ("env.name", "env.id", "method.name", "agent.name", "agent.hidden", "agent.recurrent",
                 "agent.image_encoder", "agent.two_value_heads")
+
+
+# what the checkpoint's training state is shaped by (per-env reward normalisers, n-step windows): a resumed run may
+# not change them either (``llmguide eval`` may: it acts from the networks alone)
+RESUME_SHAPE = ("num_envs",)
 
 
 def _key(override: str) -> str:
@@ -75,12 +80,13 @@ def read_saved_config(path: Path) -> dict:
     return keep(data)
 
 
-def load_saved_config(path: Path, overrides: Sequence[str] = (), providers: Providers = ()) -> DictConfig:
+def load_saved_config(path: Path, overrides: Sequence[str] = (), providers: Providers = (),
+                      keep: Sequence[str] = RUN_IDENTITY) -> DictConfig:
     """The config a run saved (``path``: its ``config.yaml``) with ``overrides`` on top, validated like the
     command line: the run's ``env``, ``method``, ``agent`` and ``llm`` options are composed, the file's
     values merged over them (an unknown key, a wrong type or a bad value is a ConfigError naming the key
-    and the file), then each override.  An override may not change :data:`RUN_IDENTITY` (what the
-    checkpoint was built for); ``llm=OPTION`` replaces the saved LM."""
+    and the file), then each override.  An override may not change ``keep`` (:data:`RUN_IDENTITY`: what the
+    checkpoint was built for; a resume also :data:`RESUME_SHAPE`); ``llm=OPTION`` replaces the saved LM."""
     saved = read_saved_config(path)
     given = {_key(o): o for o in overrides}
     run_options = _saved_choices(saved, overrides)
@@ -90,7 +96,7 @@ def load_saved_config(path: Path, overrides: Sequence[str] = (), providers: Prov
         cli = compose_config([*options, *overrides])
     except (HydraException, OmegaConfBaseException) as err:
         raise translate_hydra_error(err, overrides) from None
-    _check_identity(OmegaConf.create(saved), cli, given, path)
+    _check_identity(OmegaConf.create(saved), cli, given, path, keep)
     cfg = _merge_saved(base, _with_shipped_recipe(saved, base), path, options)
     for key in given:
         if key == "llm":                     # another LM: its option's keys, not the saved LM's
@@ -145,9 +151,10 @@ def _compose_saved_options(run_options: Sequence[str], options: Sequence[str], p
         raise translate_hydra_error(err, options) from None
 
 
-def _check_identity(saved: DictConfig, cli: DictConfig, given: dict[str, str], path: Path) -> None:
-    """Refuse an override that changes what the run's checkpoint was built for (:data:`RUN_IDENTITY`)."""
-    for key in RUN_IDENTITY:
+def _check_identity(saved: DictConfig, cli: DictConfig, given: dict[str, str], path: Path,
+                    keep: Sequence[str]) -> None:
+    """Refuse an override that changes one of the ``keep`` keys (what the run's checkpoint was built for)."""
+    for key in keep:
         group, _, leaf = key.partition(".")
         if key not in given and not (leaf == "name" and group in given):
             continue

@@ -1,17 +1,18 @@
 """The Runner: the one place that owns a run, and the :class:`Recipe` that says what a method adds.
 
 ``train(cfg, recipe)``: seed → run dir → vector env → ``recipe.build`` (env wrappers, reward
-modules, periodic metrics) → ``recipe.make_agent`` → resume from ``checkpoints/latest.pt`` with
-``run.resume=true`` (metrics after the checkpoint dropped), else ``recipe.prepare`` (offline steps such
+modules, periodic metrics) → ``recipe.make_agent`` → resume from the newest checkpoint that loads with
+``run.resume=true`` (metrics after the checkpoint dropped; the step resumed from is printed), else ``recipe.prepare`` (offline steps such
 as behavioural cloning) → ``agent.learn`` with the callbacks (checkpoint every ``checkpoint_every``,
 evaluation every ``eval.every``, the recipe's metrics every ``log_every``) → final checkpoint →
 ``recipe.evaluate`` into ``eval.json`` → ``report.md``.  Every method writes the same artefacts:
 ``config.yaml``, ``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``eval.json``, ``report.md``.
 
 A run holds its directory's lock throughout (:class:`~llmguide.core.rundir.RunLock`).  A resumed run
-writes ``config.yaml`` only once its checkpoint has loaded into the agent.  Ctrl-C or SIGTERM stops
-training at the next step boundary: a checkpoint and the metrics are saved and :class:`Interrupted` says
-how to resume (a second Ctrl-C stops at once).  A non-finite loss or parameter stops the run
+writes ``config.yaml`` only once it has trained an update (:class:`ConfigRecord`; a session that diverges puts
+the old file back).  Ctrl-C or SIGTERM stops training at the next step boundary: a checkpoint and the metrics
+are saved and :class:`Interrupted` says how to resume (a second Ctrl-C stops at once); during setup or the
+final evaluation it stops at once, saving what it can.  A non-finite loss or parameter stops the run
 (:class:`~llmguide.learners.common.NonFiniteError`) with its last good checkpoint kept.
 
 Offline steps (``collect``, ``label``) open their run directory with :func:`open_run`; ``llmguide eval``
@@ -35,9 +36,9 @@ from omegaconf import DictConfig, open_dict
 
 from llmguide.core.errors import ConfigError, Interrupted, UsageError
 from llmguide.core.hparams import write_config_text
-from llmguide.core.rundir import RunDir, read_metrics
+from llmguide.core.rundir import RunDir, atomic_write_bytes, read_metrics
 from llmguide.core.seeding import seed_everything
-from llmguide.core.stopping import stop_requests
+from llmguide.core.stopping import Stopped, stop_requests
 from llmguide.learners.callbacks import (
     Callback,
     CheckpointCallback,
@@ -207,71 +208,127 @@ def train(cfg: DictConfig, recipe: Recipe) -> int:
 def run_training(cfg: DictConfig, recipe: Recipe, callbacks: Sequence[Callback] = ()) -> TrainResult:
     """Run ``recipe`` into ``runs/<name>/`` and print a one-line summary (run directory, train return, eval
     return, report).  ``callbacks``: the caller's own :class:`~llmguide.learners.callbacks.Callback` objects,
-    called after the Runner's (checkpoints, evaluation, metrics) and before the stop request's."""
+    called after the Runner's (checkpoints, evaluation, metrics) and before the stop request's.
+
+    Ctrl-C / SIGTERM during setup or the final evaluation stops at once (:class:`Stopped`): what can be written
+    is (the final checkpoint and the report) and :class:`Interrupted` says what was."""
     from llmguide.report.runs import train_return
 
     recipe.check()
     start = time.perf_counter()
     seed_everything(int(cfg.seed), bool(cfg.deterministic))
-    with open_run(cfg, write_config=not cfg.run.resume) as run:
+    with stop_requests(at_boundary=False), open_run(cfg, write_config=not cfg.run.resume) as run:
         if not cfg.run.resume:   # a resumed run's tb/ has it already
             write_config_text(run.tb, cfg)
         wait = _family_wait(cfg)
         if wait:
             print(f"env={cfg.env.name}: {wait}", file=sys.stderr, flush=True)
-        envs = make_run_envs(cfg)
-        parts = None
+        record = ConfigRecord(run, cfg, resumed=bool(cfg.run.resume))
+        envs = parts = None
         try:
-            parts = recipe.build(envs, run)
-            agent = recipe.make_agent(parts, run)
-            if cfg.run.resume:
-                resume_agent(cfg, recipe, agent, run)
-            else:
-                recipe.prepare(agent, run)
+            with _stops_in("setup", run):
+                envs = make_run_envs(cfg)
+                parts = recipe.build(envs, run)
+                agent = recipe.make_agent(parts, run)
+                resumed_from = resume_agent(cfg, recipe, agent, run) if cfg.run.resume else None
+                if resumed_from is None:
+                    recipe.prepare(agent, run)
             if recipe.learns():
-                learn(cfg, agent, [*_callbacks(cfg, recipe, parts, run, envs), *callbacks], parts, run)
-            recipe.finish(parts, run)
+                learn(cfg, agent, [record, *_callbacks(cfg, recipe, parts, run, envs), *callbacks], parts, run,
+                      record)
+            record.write()
+            with _stops_in("the end of training", run):
+                recipe.finish(parts, run)
             run.save_checkpoint({"agent": agent.state_dict()}, int(agent.global_step))
             final = _log_final_metrics(parts, agent, run)
         finally:
             if parts is not None:
                 parts.close()
-            envs.close()
-        results = evaluate_agent(recipe, agent, int(cfg.eval.episodes), bool(cfg.eval.greedy),
-                                 progress=bool(cfg.progress))
+            if envs is not None:
+                envs.close()
+        try:
+            results = evaluate_agent(recipe, agent, int(cfg.eval.episodes), bool(cfg.eval.greedy),
+                                     progress=bool(cfg.progress))
+        except Stopped as err:
+            report = write_report(run.path)
+            raise Interrupted(f"{err.signal} during the final evaluation: the checkpoint (step {agent.global_step})"
+                              f"{' and the report ' + str(report) if report else ''} are saved, eval.json is not; "
+                              f"evaluate with: {shlex.join(['llmguide', 'eval', str(run.path)])}") from None
         run.write_json("eval.json", {"step": int(agent.global_step), **results})
         trained = train_return(read_metrics(run.path)) or (None, 0)   # the report's: last 10 % of steps
         result = TrainResult(run.path, int(agent.global_step), results, write_report(run.path),
                              time.perf_counter() - start, {k: v for k, v in final.items() if k.startswith("lm/")},
                              *trained)
     print(summary_line(result), flush=True)
+    if resumed_from is not None:
+        print(f"resume: from step {resumed_from}; this session trained {result.step - resumed_from} steps "
+              f"(to step {result.step})", flush=True)
     # llm.require_fraction: a run whose LM answered too few of its requests fails, with every file written
     check_answered_fraction(final, cfg.llm.get("require_fraction"))
     return result
 
 
-def resume_agent(cfg: DictConfig, recipe: Recipe, agent: Any, run: RunDir) -> None:
-    """``run.resume=true``: the newest checkpoint that loads into ``agent`` (none: ``recipe.prepare``, from step
-    0), then metrics.jsonl cut to its step and ``config.yaml`` written: a resume that fails changes no file."""
-    state = run.load_checkpoint()
-    if state is None:
-        recipe.prepare(agent, run)
-    else:
+@contextmanager
+def _stops_in(phase: str, run: RunDir) -> Iterator[None]:
+    """Within: a stop signal (:class:`Stopped`, raised at once) is :class:`Interrupted` saying in which ``phase``
+    and what the run kept."""
+    try:
+        yield
+    except Stopped as err:
+        raise Interrupted(f"{err.signal} during {phase}: stopped before training went on; {_kept(run)}; "
+                          f"resume with: {resume_command(run)}") from None
+
+
+class ConfigRecord(Callback):
+    """A resumed session's config becomes the run's ``config.yaml`` only once the session has trained: at its
+    first update that completes (or at its end when it has none to do), never as its checkpoint loads; a session
+    that diverges (:class:`NonFiniteError`) puts the file it found back, so the next plain resume does not repeat
+    it.  A fresh run wrote its config when its folder opened: nothing to do."""
+
+    def __init__(self, run: RunDir, cfg: DictConfig, resumed: bool):
+        self.run, self.cfg, self.pending = run, cfg, resumed
+        saved = run.path / "config.yaml"
+        self.found = saved.read_bytes() if resumed and saved.is_file() else None
+
+    def on_rollout_end(self, metrics: dict[str, Any]) -> None:
+        self.write()
+
+    def write(self) -> None:
+        if self.pending:
+            self.run.write_config(self.cfg)
+            self.pending = False
+
+    def restore(self) -> None:
+        """The ``config.yaml`` the session found, back in place (a diverged session is not the run's record)."""
+        if self.found is not None and not self.pending:
+            atomic_write_bytes(self.run.path / "config.yaml", self.found)
+            self.pending = True
+
+
+def resume_agent(cfg: DictConfig, recipe: Recipe, agent: Any, run: RunDir) -> int | None:
+    """``run.resume=true``: the newest checkpoint that loads into ``agent``, then metrics.jsonl cut to its step;
+    the step resumed from (None: no checkpoint, the run starts over from step 0).  ``config.yaml`` is written
+    later (:class:`ConfigRecord`): a resume that fails, or diverges, leaves the run's record as it was."""
+    newest = run.newest_checkpoint()
+    state = newest[1] if newest is not None else None
+    if state is not None:
         try:
             agent.load_state_dict(state["agent"])
         except (RuntimeError, ValueError, KeyError, TypeError) as err:   # another network, agent or module
             detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
             raise UsageError(f"the checkpoint in {run.checkpoint_dir} does not fit this run's agent ({detail}); "
                              f"resume with the settings it was trained with ({run.path / 'config.yaml'})") from None
-        log.info("resumed %s at step %d", run.path, agent.global_step)
+        print(f"llmguide: resuming {run.path} from step {agent.global_step} ({newest[0].name})", file=sys.stderr,
+              flush=True)
     run.cut_metrics_to(state)
-    run.write_config(cfg)
+    return int(agent.global_step) if state is not None else None
 
 
-def learn(cfg: DictConfig, agent: Any, callbacks: list[Callback], parts: Parts, run: RunDir) -> None:
+def learn(cfg: DictConfig, agent: Any, callbacks: list[Callback], parts: Parts, run: RunDir,
+          record: ConfigRecord | None = None) -> None:
     """``agent.learn`` to ``total_steps``.  Ctrl-C / SIGTERM: stop at the next step boundary, save a checkpoint
     and the metrics, raise :class:`Interrupted` (how to resume); a second one stops at once.  A non-finite loss
-    or parameter: :class:`NonFiniteError` naming the last good checkpoint."""
+    or parameter: :class:`NonFiniteError` naming the last good checkpoint (and ``record``'s config put back)."""
     with stop_requests() as stop:
         try:
             agent.learn(int(cfg.total_steps), callback=[*callbacks, StopCallback(stop)], progress=bool(cfg.progress))
@@ -281,7 +338,11 @@ def learn(cfg: DictConfig, agent: Any, callbacks: list[Callback], parts: Parts, 
             raise Interrupted(f"stopped at once at step {agent.global_step}; {_kept(run)}; resume with: "
                               f"{resume_command(run)}") from None
         except NonFiniteError as err:
-            raise NonFiniteError(f"{err}; {_kept(run, 'good ')}") from None
+            restored = ""
+            if record is not None and record.found is not None:
+                record.restore()
+                restored = f"; {run.path / 'config.yaml'} is the one this session found"
+            raise NonFiniteError(f"{err}; {_kept(run, 'good ')}{restored}") from None
         if stop.requested:
             run.save_checkpoint({"agent": agent.state_dict()}, int(agent.global_step))
             _log_final_metrics(parts, agent, run)
