@@ -58,6 +58,8 @@ def test_tiny_study_end_to_end(harness, tmp_path, capsys):
     assert f"- `rnd`: `{here}` (seeds 0, 1)" in report and "Warning" not in report
     assert str(runs) not in report and "| none/seed-0 |" in report     # runs named relative to --runs
     assert str(runs) not in (out / "result.json").read_text()
+    for written in out.iterdir():   # no machine path in any text file the report wrote (lm_stats.json included)
+        assert written.suffix not in harness.TEXT_SUFFIXES or not harness.machine_paths(written.read_text()), written
     index = (results / "README.md").read_text()
     assert "## babyai · GoToLocal" in index
     assert re.search(r"^\| \[tiny/300\]\(tiny/300/report\.md\) \| harness \| 300 \| 2 \| episode length \| "

@@ -1,6 +1,6 @@
 """Which software gives GLAM's peaked prior: print the first 8 GoToLocal bot-state prompts' action
 distributions (float32, CPU) for a converted model folder, with the transformers version and a prompt hash.
-Run on the lease from /tmp/gw6/ (lease_call2.sh); from the repo root: python tokenizer_cross.py MODEL_DIR."""
+Run on the lease from <tmp>/gw6/ (lease_call2.sh); from the repo root: python tokenizer_cross.py MODEL_DIR."""
 import hashlib
 import sys
 
