@@ -166,13 +166,39 @@ def test_a_table_builds_resumes_and_answers_exactly_what_the_lm_said(tmp_path):
     assert row == oracle.score([q.payload["context"]], [q.payload["candidates"]])[0] and not is_miss(row)
     miss = table_lm.score(["Caption: You see diamond."], [q.payload["candidates"]])[0]
     assert is_miss(miss) and len(miss) == 139
-    assert table_lm.io_stats() == {"table_hits": 1.0, "table_misses": 1.0, "table_online": 0.0}
+    assert table_lm.io_stats() == {"table_hits": 1.0, "table_misses": 1.0, "table_online": 0.0, "table_nearest": 0.0}
     gen = table_lm.generate(["not asked"])[0]
     assert gen.text == "" and is_miss(gen) and gen.error is None
     # with an online LM a miss is asked of it (counted), never answered as nothing
     online = TableLM(AnswerTable(out), online=oracle)
     assert not is_miss(online.score(["Caption: You see diamond."], [q.payload["candidates"]])[0])
     assert online.io_stats()["table_online"] == 1
+
+
+def test_the_nearest_fallback_answers_a_miss_with_the_most_similar_states_answer(tmp_path):
+    """llm.table_fallback=nearest: a request the table lacks gets the table's answer for the state most like it
+    (counted apart from the hits); a request of another width or kind it cannot match stays a miss."""
+    from llmguide.llm.table import is_nearest
+    from llmguide.methods.ellm.recipe import signature_queries as answer_queries
+
+    queries = answer_queries(_ellm_cfg(), CAPTIONS)
+    out = tmp_path / "t.sqlite"
+    build_table(_oracle_lm(), queries, out, meta={"lm": "oracle", "method": "ellm", "prompt_sha256": "p"},
+                progress=False)
+    lm = TableLM(AnswerTable(out), fallback="nearest")
+    cands = queries[0].payload["candidates"]
+    by_caption = {q.label: lm.score([q.payload["context"]], [cands])[0] for q in queries}
+    near = "You see cow, grass, tree. You face cow. You have 1 sapling."   # most like the cow state (4 of 6 words)
+    context = queries[0].payload["context"].replace(queries[0].label, near)
+    row = lm.score([context], [cands])[0]
+    cow = [c for c in by_caption if c.startswith("You see cow")][0]
+    assert is_nearest(row) and not is_miss(row) and list(row) == list(by_caption[cow])
+    assert is_miss(lm.score([context], [cands[:5]])[0])   # no state of that width: a miss
+    assert lm.io_stats() == {"table_hits": 4.0, "table_misses": 1.0, "table_online": 0.0, "table_nearest": 1.0}
+    plain = TableLM(AnswerTable(out))
+    assert is_miss(plain.score([context], [cands])[0])   # the default fallback: a miss, as before
+    with pytest.raises(ValueError, match="fallback"):
+        TableLM(AnswerTable(out), fallback="closest")
 
 
 def test_a_shuffled_table_keeps_the_requests_and_the_answers_but_not_their_pairing(tmp_path):
@@ -286,6 +312,15 @@ def test_answers_verb_builds_a_table_from_a_collection_and_a_run_reads_only_it(t
     rows = [json.loads(line) for line in (run / "t" / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in rows if "lm/table_coverage" in r][-1]
     assert 0 < last["lm/table_coverage"] <= 1 and last["lm/table_hits"] > 0
+    assert last["ellm/table_exact_fraction"] == pytest.approx(last["lm/table_coverage"])   # no fallback: the same
+    # the nearest fallback: another seed meets states the table lacks; every step is answered, the exact share less
+    assert main(["train", *ellm, "llm=embedded", f"llm.table={table}", "llm.table_fallback=nearest", "seed=5",
+                 "env.max_steps=200", "agent.num_steps=32", "agent.hidden=32", "total_steps=256", "eval.episodes=0",
+                 "log_every=64", f"run.dir={run}", "run.name=near"]) == 0
+    rows = [json.loads(line) for line in (run / "near" / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in rows if "lm/table_coverage" in r][-1]
+    assert last["lm/table_nearest"] > 0 and last["lm/table_coverage"] > 0.9   # less only the answers in flight
+    assert 0 < last["ellm/table_exact_fraction"] < last["lm/table_coverage"]
     out = capfd.readouterr()
     assert "LM: loading" not in out.err   # llm=embedded was never loaded: the table answered
     assert "answer table covered" in out.out and "WARNING" not in out.out   # the summary line says so

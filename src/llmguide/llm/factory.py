@@ -67,6 +67,7 @@ LLM_RULES = {
     "llm.positive_rate": in_range(0.0, 1.0),
     "llm.tie_rate": in_range(0.0, 1.0),
     "llm.window": non_negative,
+    "llm.table_fallback": one_of("miss", "nearest"),
     "llm.match_table": lambda v: None if v is None or (isinstance(v, str) and v) else f"must be a table file, got {v!r}",
     "llm.chat": lambda v: None if v in ("auto", True, False) else f"must be auto, true or false, got {v!r}",
 }
@@ -190,7 +191,7 @@ def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str 
         if cfg_get(llm_cfg, "table_online", False):
             live = make_llm({**plain_dict(llm_cfg), "table": None}, env_family, template_version, online, answerers,
                             actions)
-        return open_table_lm(table, online=live)
+        return open_table_lm(table, online=live, fallback=str(cfg_get(llm_cfg, "table_fallback", "miss")))
     backend = make_backend(llm_cfg, env_family, online, answerers, actions)
     cache_cfg = cfg_get(llm_cfg, "cache", {})
     if not cfg_get(cache_cfg, "enabled", False):

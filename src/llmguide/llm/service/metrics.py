@@ -63,8 +63,11 @@ key                        meaning
 ``lm/parse_errors``        only when the caller passes ``parse_errors=`` (answers its parser rejected)
 ``lm/table_hits``,         an answer table only (``llm.table``): requests answered from the table, requests
 ``lm/table_misses``,       not in it (answered as "nothing"), and misses asked of the LM (``llm.table_online``)
-``lm/table_online``
+``lm/table_online``,
+``lm/table_nearest``       and misses answered by the table's nearest state (``llm.table_fallback=nearest``)
 ``lm/table_coverage``      an answer table only: the share of the reported steps whose query the table answered
+                           (exactly or, with the nearest fallback, by its nearest state: the method's own
+                           exact share is apart, e.g. ``ellm/table_exact_fraction``)
                            (= ``lm/fresh_fraction``: a method that reports steps counts a miss as not fresh),
                            or, when the method reports no steps, the share of its requests found in the table
 ``lm/answer_*``,           a knowledge control only (``llm=random|shuffled|constant``): its answers' rates
@@ -163,10 +166,12 @@ def lm_metrics(state: ServiceState, io: dict[str, Any], parse_errors: float | No
         hits, misses = float(io["table_hits"]), float(io.get("table_misses", 0))
         out["lm/table_hits"], out["lm/table_misses"] = hits, misses
         out["lm/table_online"] = float(io.get("table_online", 0))
+        out["lm/table_nearest"] = float(io.get("table_nearest", 0))   # misses answered by the nearest state's
         if state.fresh[1]:
             out["lm/table_coverage"] = out["lm/fresh_fraction"]
         elif hits + misses:
-            out["lm/table_coverage"] = hits / (hits + misses)
+            nearest = out["lm/table_nearest"]
+            out["lm/table_coverage"] = (hits + nearest) / (hits + misses + nearest)
     return out
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from llmguide.llm.backends.oracle import MISS_SCORE
-from llmguide.llm.table import is_miss
+from llmguide.llm.table import is_miss, is_nearest
 from llmguide.methods.ellm.signature import StateSignature, goal_request, state_signature
 from llmguide.methods.ellm.warm_start import cached_answers, record_seen
 
@@ -55,6 +55,8 @@ class SuggestionStats:
     dropped: int = 0         # requests the service dropped as stale (every env that asked moved on)
     warm: int = 0            # signatures preloaded into the memo from the persistent cache
     table_misses: int = 0    # signatures an answer table (llm.table) does not hold: no goals, not fresh
+    table_nearest: int = 0   # ... answered by the table's nearest state instead (llm.table_fallback=nearest)
+    exact_steps: int = 0     # fresh steps whose own signature the table holds (not a nearest state's answer)
     grades: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GRADES, 0))
 
     def quality(self) -> dict[str, float]:
@@ -116,6 +118,7 @@ class GoalSuggester:
         self.seed = seed   # ties of a score row are broken at random, seeded by the run seed and the state
         self.stats = SuggestionStats()
         self._missed: set[StateSignature] = set()   # signatures an answer table does not hold (no goals)
+        self._near: set[StateSignature] = set()     # ... answered by its nearest state (llm.table_fallback=nearest)
         self._memo: OrderedDict[StateSignature, list[str]] = OrderedDict()
         self._inflight: dict[StateSignature, tuple[Future, dict]] = {}
         self._sig: list[StateSignature | None] = [None] * num_envs
@@ -210,9 +213,11 @@ class GoalSuggester:
         Called once per vector step by the wrapper (after :meth:`poll`); reported to the LM service
         (``lm/fresh_fraction``) and as ``ellm/fresh_fraction``.  A signature an answer table does not hold has
         no answer, so its steps are not fresh (with a table, ``lm/table_coverage``)."""
-        fresh = sum(1 for f, sig in zip(self._fresh, self._sig, strict=True) if f and sig not in self._missed)
+        fresh_sigs = [sig for f, sig in zip(self._fresh, self._sig, strict=True) if f and sig not in self._missed]
+        fresh = len(fresh_sigs)
         self.stats.steps += self.num_envs
         self.stats.fresh_steps += fresh
+        self.stats.exact_steps += sum(sig not in self._near for sig in fresh_sigs)
         if self.service is not None:
             self.service.record_fresh(fresh, self.num_envs)
         return fresh
@@ -248,6 +253,9 @@ class GoalSuggester:
             "ellm/dropped_stale": s.dropped,
             "ellm/warm_start": s.warm,
             "ellm/table_misses": s.table_misses,
+            "ellm/table_nearest": s.table_nearest,
+            # the share of steps whose own state the table answered (lm/table_coverage also counts nearest answers)
+            "ellm/table_exact_fraction": s.exact_steps / s.steps if s.steps else 0.0,
             "ellm/good": quality["good"],
             "ellm/ill_timed": quality["ill-timed"],
             "ellm/impossible": quality["impossible"],
@@ -349,6 +357,10 @@ class GoalSuggester:
             if sig is not None:
                 self._missed.add(sig)
             return []
+        if is_nearest(result):   # answered by the table's nearest state: fresh, but not the state's own answer
+            self.stats.table_nearest += 1
+            if sig is not None:
+                self._near.add(sig)
         if self.mode == "generate":
             if getattr(result, "error", None):
                 self.stats.fallbacks += 1
