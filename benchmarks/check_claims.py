@@ -11,15 +11,29 @@ A study's numbers come from the per-seed values of its ``result.json``: each arm
 other number of the JSON files (arms, ``paired``, curves and per-seed values left out). Every number a claim
 quotes must be one of them, to the precision printed:
 
-- a signed number (``+0.111``, ``−0.001``) is a difference: the mean of a comparison. An interval that follows
-  it (``range [+0.011, +0.231]``) and a p-value (``p 0.087``, ``p < 0.001``) must belong to the same
-  comparison, unless an unsigned number comes between them;
+- a signed number (``+0.111``, ``−0.001``) is a difference: the mean of a comparison **between two arms the
+  claim names**. An interval that follows it (``range [+0.011, +0.231]``) and a p-value (``p 0.087``,
+  ``p < 0.001``) must belong to the same comparison, unless an unsigned number comes between them;
 - an unsigned number (``0.419``) is an arm's mean, min or max, or another number of the JSON files;
-- a p-value with no difference before it is any comparison's p-value.
+- a *bare* p-value (no difference before it, or an unsigned number between) must be the p-value of a comparison
+  between two arms the claim names: quote the difference it belongs to, or name both arms.
+
+**Which arms a claim names** (:class:`Naming`): a sentence, or a table row with its table's header row, names
+an arm of a cited study when it holds the arm's name (``oni_retrieval-constant``, in a code span too) or its key
+words that tell it from the other arm of the comparison: the words of its name (split at ``-`` and ``_``,
+without the words most of the study's arms share, such as the method's ``oni_retrieval``, and without words with
+digits, such as ``coef10``) that the other arm's name lacks, each written as itself, as a word's start
+(``shuffled`` -> ``shuffle``, ``oracle's``) or as a synonym of :data:`SYNONYMS` (``constant``: "every message
+helpful"; ``matched``: "at its rate"; ``phi``: Φ, "potential"; ``code``: "program"; ``embedded``: Gemma). A
+sentence's naming text is the sentence and the ones before it in its paragraph ("It is +0.111 over random Φ").
+One side may go unnamed when it is the study's control (the arm its paired differences are against; in a
+two-arm study, either arm) and the claim names no third arm: "Constant +0.075" in a study against
+random-matched. So "the oracle beats random labels at its rate by +0.141" fails when +0.141 is oracle − constant
+(random labels are a third arm), and passes as "oracle − every-message-helpful +0.141". The paired differences a study stores in its ``details`` (per
+measure) are named by their measure, not by arms: their arms are not checked.
 
 Not checked: integers (seed counts, steps), numbers followed by a unit (``%``, ``s``, ``×``, ``GB`` ...),
-numbers in code spans, and claims that cite no study. So the check says that a claim's numbers are its study's
-(and its differences, intervals and p-values one comparison's), not that they belong to the arms it names.
+numbers in code spans, and claims that cite no study.
 
 ``python benchmarks/check_claims.py [FILE ...]`` (default: README.md and docs/*.md) prints each claim whose
 numbers are not found and exits 1; ``tests/test_docs.py`` runs the check in ``make test``.
@@ -57,9 +71,21 @@ TOKEN = re.compile(
 SKIP = {"arms", "paired", "curve", "values", "seeds", "differences"}  # arms and paired: as comparisons
 
 
+# words a claim writes for an arm's key word (a regular expression each, matched at a word's start, any case)
+SYNONYMS = {
+    "constant": [r"constant", r"every[- ]message[- ]helpful", r"always[- ]helpful", r"all[- ]helpful"],
+    "matched": [r"match", r"(?:at|with) (?:the oracle'?s?|its|their|the same|a matched) (?:positive )?rate",
+                r"rate[- ]matched"],
+    "phi": [r"phi", r"Φ", r"φ", r"potential"],
+    "code": [r"code", r"program"],
+    "embedded": [r"embedd", r"gemma"],
+    "no": [r"no\b", r"without", r"none\b"],
+}
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """One paired difference between two arms of a study."""
+    """One paired difference between two arms of a study: ``a`` − ``b`` (both "" for a stored per-measure one)."""
 
     mean: float
     low: float
@@ -67,6 +93,20 @@ class Comparison:
     t_low: float
     t_high: float
     p: float | None
+    a: str = ""
+    b: str = ""
+    study: str = ""
+
+    def label(self) -> str:
+        return f"{self.a} − {self.b}" if self.a else "a stored per-measure difference"
+
+
+@dataclass(frozen=True)
+class Arms:
+    """The arms of one cited study and its control."""
+
+    names: tuple[str, ...]
+    control: str | None
 
 
 @dataclass
@@ -74,11 +114,13 @@ class Numbers:
     values: list[float] = field(default_factory=list)
     pvalues: list[float] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
+    arms: dict[str, Arms] = field(default_factory=dict)   # study (its result.json) -> its arms
 
     def add(self, other: Numbers) -> None:
         self.values += other.values
         self.pvalues += other.pvalues
         self.comparisons += other.comparisons
+        self.arms |= other.arms
 
 
 @dataclass
@@ -87,6 +129,7 @@ class Claim:
     line: int
     text: str
     links: list[str]
+    context: str = ""   # text that names arms for it: a row's table header, a sentence's paragraph before it
 
 
 @dataclass
@@ -143,7 +186,7 @@ def _stored(obj, out: Numbers) -> None:
             _stored(v, out)
 
 
-def _comparison(treatment: dict, control: dict) -> Comparison | None:
+def _comparison(treatment: dict, control: dict, names: tuple[str, str] = ("", ""), study: str = "") -> Comparison | None:
     seeds = sorted(set(treatment) & set(control))
     if len(seeds) < 2:
         return None
@@ -152,7 +195,7 @@ def _comparison(treatment: dict, control: dict) -> Comparison | None:
     if d.std() > 0:
         p = float(stats.ttest_1samp(d, 0.0).pvalue)
         half = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d)))
-    return Comparison(mean, float(d.min()), float(d.max()), mean - half, mean + half, p)
+    return Comparison(mean, float(d.min()), float(d.max()), mean - half, mean + half, p, *names, study)
 
 
 @cache
@@ -175,9 +218,67 @@ def study_numbers(path: Path) -> Numbers:
             out.values += [float(np.mean(values)), min(values), max(values)]
             per_seed[name] = dict(zip(arm.get("seeds", range(len(values))), values, strict=False))
     for a, b in itertools.permutations(per_seed, 2):
-        if (c := _comparison(per_seed[a], per_seed[b])) is not None:
+        if (c := _comparison(per_seed[a], per_seed[b], (a, b), str(path))) is not None:
             out.comparisons.append(c)
+    control = data.get("control")
+    out.arms[str(path)] = Arms(tuple(arms), control if isinstance(control, str) else None)
     return out
+
+
+# --- which arms a claim names -------------------------------------------------------------------------
+def _words(arm: str) -> list[str]:
+    return [w for w in re.split(r"[-_]", arm.lower()) if w]
+
+
+def key_words(arms: tuple[str, ...]) -> dict[str, list[str]]:
+    """Each arm's key words: its name's words without those most of the study's arms share (the method's) and
+    without words holding digits (``coef10``, ``s0``); all its words when that leaves none."""
+    words = {a: _words(a) for a in arms}
+    shared = {w for w in {w for ws in words.values() for w in ws} if 2 * sum(w in ws for ws in words.values()) > len(arms)}
+    out = {}
+    for arm, ws in words.items():
+        key = [w for w in ws if w not in shared and not re.search(r"\d", w)]
+        out[arm] = key or [w for w in ws if not re.search(r"\d", w)] or ws
+    return out
+
+
+@cache
+def _word_pattern(word: str) -> re.Pattern[str]:
+    own = re.escape(word[:6]) if len(word) > 6 else re.escape(word) + (r"\b" if len(word) <= 3 else "")
+    forms = [*SYNONYMS.get(word, []), own]
+    return re.compile(r"(?<![\w])(?:" + "|".join(forms) + ")", re.I)
+
+
+@dataclass
+class Naming:
+    """Which arms of one study a claim's text names (module docstring)."""
+
+    arms: Arms
+    key: dict[str, list[str]]
+    words: set[str]          # the key words the text names
+    text: str
+
+    @classmethod
+    def of(cls, arms: Arms, text: str) -> Naming:
+        key = key_words(arms.names)
+        return cls(arms, key, {w for ws in key.values() for w in ws if _word_pattern(w).search(text)}, text.lower())
+
+    def _by(self, arm: str, unlike: tuple[str, ...]) -> bool:
+        """The text holds ``arm``'s name, or a key word of it that none of ``unlike`` has."""
+        own = [w for w in self.key.get(arm, []) if not any(w in self.key.get(u, []) for u in unlike)]
+        return arm.lower() in self.text or any(w in self.words for w in own or self.key.get(arm, []))
+
+    def side(self, arm: str, other: str) -> bool:
+        """``arm`` is named as one side of a comparison with ``other``: by a word that tells it from ``other``
+        (``shuffled`` for qwen-shuffled against qwen), or left unnamed as the study's control (in a two-arm study:
+        the other arm) while the text names no third arm."""
+        if self._by(arm, (other,)):
+            return True
+        unnamed_ok = len(self.arms.names) == 2 or arm == self.arms.control
+        return unnamed_ok and not any(self._by(c, (arm, other)) for c in self.arms.names if c not in (arm, other))
+
+    def pair(self, a: str, b: str) -> bool:
+        return self.side(a, b) and self.side(b, a)
 
 
 def sources(link: str, doc: Path) -> list[Path] | None:
@@ -200,6 +301,7 @@ def claims(doc: Path) -> list[Claim]:
     out: list[Claim] = []
     paragraph: list[tuple[int, str]] = []
     caption: list[str] = []  # the links of the last paragraph, for a table below it
+    header: str | None = None  # the header row of the table being read
     fenced = False
 
     def flush() -> None:
@@ -208,13 +310,17 @@ def claims(doc: Path) -> list[Claim]:
             return
         text = " ".join(t for _, t in paragraph)
         caption = [m.group(2) for m in LINK.finditer(text)]
+        before = ""   # the sentences before it: "it" in "It is +0.111 over random Φ" is named there
         for sentence in SENTENCE_END.split(text):
             own = [m.group(2) for m in LINK.finditer(sentence)]
-            out.append(Claim(doc, paragraph[0][0], sentence, own or caption))
+            out.append(Claim(doc, paragraph[0][0], sentence, own or caption, before))
+            before += " " + sentence
         paragraph.clear()
 
     for number, line in enumerate(doc.read_text().splitlines(), 1):
         stripped = line.strip()
+        if not stripped.startswith("|"):
+            header = None
         if stripped.startswith("```"):
             flush()
             fenced = not fenced
@@ -222,7 +328,9 @@ def claims(doc: Path) -> list[Claim]:
             continue
         elif stripped.startswith("|"):
             flush()
-            out.append(Claim(doc, number, stripped, [m.group(2) for m in LINK.finditer(stripped)] or caption))
+            header = stripped if header is None else header
+            out.append(Claim(doc, number, stripped, [m.group(2) for m in LINK.finditer(stripped)] or caption,
+                             "" if header == stripped else header))
         elif not stripped or stripped.startswith("#"):
             flush()
             if stripped:
@@ -259,20 +367,36 @@ def _p_ok(bound: str | None, q: Quoted, p: float | None) -> bool:
     return p is not None and (p < q.value if bound else q.matches(p))
 
 
-def _record_ok(r: _Record, numbers: Numbers) -> bool:
-    for c in numbers.comparisons:
-        if not r.diff.matches(c.mean):
-            continue
-        if r.interval and not any(
-            r.interval[0].matches(lo) and r.interval[1].matches(hi)
-            for lo, hi in ((c.low, c.high), (c.t_low, c.t_high))
-        ):
-            continue
-        if r.p and not _p_ok(*r.p, c.p):
-            continue
-        return True
-    if numbers.comparisons:
+def _names(c: Comparison, named: dict[str, Naming]) -> bool:
+    """Whether the claim names both arms of ``c`` (a stored per-measure difference: named by its measure)."""
+    return not c.a or c.study in named and named[c.study].pair(c.a, c.b)
+
+
+def _record_matches(r: _Record, c: Comparison) -> bool:
+    if not r.diff.matches(c.mean):
         return False
+    if r.interval and not any(
+        r.interval[0].matches(lo) and r.interval[1].matches(hi)
+        for lo, hi in ((c.low, c.high), (c.t_low, c.t_high))
+    ):
+        return False
+    return not r.p or _p_ok(*r.p, c.p)
+
+
+def _record_problem(r: _Record, numbers: Numbers, named: dict[str, Naming]) -> str | None:
+    """None when a comparison between two arms the claim names has the record's numbers, else the problem."""
+    matching = [c for c in numbers.comparisons if _record_matches(r, c)]
+    if any(_names(c, named) for c in matching):
+        return None
+    if matching:
+        return (f"{r.text()}: no comparison between arms this claim names has these numbers; they are "
+                f"{' or '.join(sorted({c.label() for c in matching}))} (name both arms)")
+    if numbers.comparisons or not _values_ok(r, numbers):
+        return f"{r.text()}: no comparison of the cited study has these numbers"
+    return None
+
+
+def _values_ok(r: _Record, numbers: Numbers) -> bool:
     # a JSON file without arms: each number on its own
     ends = r.interval or ()
     return all(any(q.matches(v) for v in numbers.values) for q in (r.diff, *ends)) and (
@@ -280,8 +404,19 @@ def _record_ok(r: _Record, numbers: Numbers) -> bool:
     )
 
 
-def _any_p(bound: str | None, q: Quoted, numbers: Numbers) -> bool:
-    return any(_p_ok(bound, q, p) for p in [*numbers.pvalues, *(c.p for c in numbers.comparisons)])
+def _bare_p_problem(bound: str | None, q: Quoted, numbers: Numbers, named: dict[str, Naming]) -> str | None:
+    """A p-value with no difference before it: a comparison's between two arms the claim names (in a JSON file
+    without arms: any p-value of it)."""
+    text = f"p {bound or ''}{q.text}"
+    if not numbers.comparisons:
+        return None if any(_p_ok(bound, q, p) for p in numbers.pvalues) else f"{text} is not a p-value of the cited study"
+    matching = [c for c in numbers.comparisons if _p_ok(bound, q, c.p)]
+    if any(_names(c, named) for c in matching):
+        return None
+    if matching:
+        return (f"{text} follows no difference, and no comparison between arms this claim names has it: quote "
+                "the difference it belongs to, or name both arms")
+    return f"{text} is not a p-value of the cited study"
 
 
 def check_claim(claim: Claim) -> tuple[int, list[str]]:
@@ -307,9 +442,11 @@ def check_claim(claim: Claim) -> tuple[int, list[str]]:
         nonlocal checked
         if record is not None:
             checked += record.size()
-            if not _record_ok(record, numbers):
-                problems.append(f"{record.text()}: no comparison of the cited study has these numbers")
+            if (problem := _record_problem(record, numbers, named)) is not None:
+                problems.append(problem)
 
+    naming = LINK.sub(lambda m: m.group(1), f"{claim.text} {claim.context}")
+    named = {study: Naming.of(arms, naming) for study, arms in numbers.arms.items()}
     text = LINK.sub(lambda m: m.group(1), CODE.sub(" ", claim.text))
     for m in TOKEN.finditer(text):
         if m["p"]:
@@ -318,8 +455,8 @@ def check_claim(claim: Claim) -> tuple[int, list[str]]:
                 record.p = (m["bound"], q)
             else:
                 checked += 1
-                if not _any_p(m["bound"], q, numbers):
-                    problems.append(f"p {m['bound'] or ''}{m['p']} is not a p-value of the cited study")
+                if (problem := _bare_p_problem(m["bound"], q, numbers, named)) is not None:
+                    problems.append(problem)
         elif m["low"]:
             ends = tuple(Quoted.parse(*re.match(r"([+\-−]?)(.*)", e).groups()) for e in (m["low"], m["high"]))
             if record is not None and record.interval is None and record.p is None and not unsigned_since:
@@ -365,6 +502,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("files", nargs="*", type=Path, help="Markdown files (default: README.md, docs/*.md)")
     args = parser.parse_args(argv)
     files = [f.resolve() for f in args.files] or default_files()
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        print(f"check_claims: no such Markdown file: {', '.join(missing)}", file=sys.stderr)
+        return 2
     total, problems = check(files)
     for line in problems:
         print(line)
