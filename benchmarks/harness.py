@@ -31,11 +31,15 @@ seed s of every arm has the same initialisation, env layouts and minibatch order
   bootstrap from 10, the smallest detectable difference; Holm-adjusted p-values beside the raw ones with more
   than 3 comparisons), learning curves, achievements, LM statistics, and the code every arm ran (each run's
   ``provenance.jsonl``: its commit, dirty or not), with a warning when the arms come from different commits;
+  its first lines say when a comparison's arms come from different commits (reported only with
+  ``--allow-mixed``) or the runs were trained from uncommitted changes (``--allow-dirty``);
 - ``curves.png``: the study metric over training, every arm;
 - ``result.json``: docs/design.md's format (``task``, ``budget_steps``, ``metric``, ``higher_is_better``,
   ``arms: {name: {seeds, values, curve}}``, ``paired: {"<arm> - <control>": {mean, t_low, t_high, p, n, ...}}``)
   plus the study's settings, the preparation steps, the failed runs, the commit at report time (``commit``) and
-  the code of every arm's runs (``commits: {arm: {commit: [seeds]}}``);
+  the code of every arm's runs (``commits: {arm: {commit: [seeds]}}``), the comparisons across commits
+  (``mixed_code``) and every harness session that trained in the runs folder (``sessions``: commit, dirty, diff
+  sha256, command);
 
 and regenerates the index ``benchmarks/results/README.md``: every study variant's headline row, grouped
 by env and task, so studies of different methods on the same task sit in one table.
@@ -73,7 +77,16 @@ overrides for every arm), ``--metric`` (another metrics key; the report then nam
 continue interrupted ones from their checkpoint), ``--dry-run`` (print the preparation and the sweeps,
 validate every config, run nothing), ``--prepare-only``, ``--report-only`` (no training: report what is
 in ``--runs``), ``--runs``, ``--prep`` and ``--results`` (folders), ``--notes`` (Markdown appended to
-report.md). ``python benchmarks/harness.py --index`` only regenerates the index.
+report.md), ``--allow-dirty``, ``--allow-mixed`` (below). ``python benchmarks/harness.py --index`` only
+regenerates the index.
+
+**One commit per study** (issue 67): a call that trains (or prepares) refuses, exit 2, when the code that makes
+runs (``src/``, ``benchmarks/`` but its results, ``pyproject.toml``; tracked or new files) differs from HEAD;
+``--allow-dirty`` trains anyway and keeps the diff (``<runs>/code/<sha256>.patch``) and its sha256 in
+``<runs>/code.jsonl``. The report refuses, exit 2 and nothing written, when one comparison's arms (the arm's and
+the control's runs) come from more than one recorded code, unless ``--allow-mixed``. The index says per study
+whether its per-arm commits are on record. Machine paths never go into results: every text file written into
+``<variant>/`` names runs, preparation, path flags and the repository relative (:func:`relativize`).
 
 A call never silently replaces a report holding arms it cannot report again: when ``<variant>/result.json`` has an
 arm this call does not run and whose runs are not in ``--runs`` (a subset of arms run into a study's default
@@ -85,6 +98,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -94,6 +108,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +251,11 @@ def build_parser(study: Study) -> argparse.ArgumentParser:
                    help="print the preparation steps and the sweeps, validate every config, run nothing")
     p.add_argument("--prepare-only", action="store_true", help="run the preparation steps only")
     p.add_argument("--report-only", action="store_true", help="no training: report the runs already in --runs")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="train although src/ or benchmarks/ have uncommitted changes; the diff and its sha256 are "
+                        "kept in <runs>/code/ and named in the report")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="report although a comparison's arms come from different commits (the report says so first)")
     p.add_argument("--replace-report", action="store_true",
                    help="let this call's report replace one that holds arms whose runs are not in --runs")
     p.add_argument("--runs", "--out", dest="runs", type=Path, default=None,
@@ -502,6 +522,99 @@ def _git_commit() -> str | None:
         return None
 
 
+# --- the code a study trains with (issue 67) ---------------------------------------------------------------
+# A study trains from one commit: the code that makes its runs (the package, the study scripts, the build file)
+# must have no uncommitted change, tracked or new, or --allow-dirty, which keeps the diff and its sha256 with the
+# runs. Results, docs and tests may differ.
+REPO = ROOT
+CODE_PATHS = ("src", "benchmarks", "pyproject.toml", ":(exclude)benchmarks/results")
+SESSIONS = "code.jsonl"   # in the runs folder: one line per harness session that trained there
+
+
+def _git_bytes(repo: Path, *args: str, ok: tuple[int, ...] = (0,)) -> bytes | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode in ok else None
+
+
+def tree_state(repo: Path | None = None) -> dict[str, Any] | None:
+    """The code the checkout would train with: ``{"commit", "dirty", "diff_sha256", "patch"}``, where ``patch`` is
+    ``git diff HEAD`` of :data:`CODE_PATHS` plus every new (untracked, not ignored) file there as a patch, and
+    ``diff_sha256`` its sha256 (None when clean). None outside a git checkout."""
+    repo = repo or REPO
+    head = _git_bytes(repo, "rev-parse", "HEAD")
+    if not head:
+        return None
+    patch = _git_bytes(repo, "diff", "HEAD", "--binary", "--", *CODE_PATHS) or b""
+    new = _git_bytes(repo, "ls-files", "--others", "--exclude-standard", "-z", "--", *CODE_PATHS) or b""
+    for name in sorted(n for n in new.decode(errors="replace").split("\0") if n):
+        patch += _git_bytes(repo, "diff", "--no-index", "--binary", "--", "/dev/null", name, ok=(0, 1)) or b""
+    return {"commit": head.decode().strip(), "dirty": bool(patch),
+            "diff_sha256": hashlib.sha256(patch).hexdigest() if patch else None, "patch": patch}
+
+
+def record_session(plan: Plan, state: dict[str, Any] | None) -> dict[str, Any]:
+    """Append this session's code to ``<runs>/code.jsonl`` (a dirty tree's patch beside it, in ``code/``)."""
+    state = state or {"commit": None, "dirty": None, "diff_sha256": None, "patch": b""}
+    entry = {"time": datetime.now(UTC).isoformat(timespec="seconds"), "commit": state["commit"],
+             "dirty": state["dirty"], "diff_sha256": state["diff_sha256"], "command": " ".join(sys.argv)}
+    plan.runs.mkdir(parents=True, exist_ok=True)
+    if state["patch"]:
+        patch = plan.runs / "code" / f"{state['diff_sha256']}.patch"
+        patch.parent.mkdir(exist_ok=True)
+        patch.write_bytes(state["patch"])
+        entry["patch"] = str(patch)
+    with open(plan.runs / SESSIONS, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+    return entry
+
+
+def sessions(plan: Plan) -> list[dict[str, Any]]:
+    """The harness sessions that trained in the runs folder, oldest first (unreadable lines skipped)."""
+    path = plan.runs / SESSIONS
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+    out = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
+    return out
+
+
+def mixed_comparisons(commits: dict[str, dict[str, list[Any]]], control: str) -> dict[str, list[str]]:
+    """The paired comparisons whose runs (the arm's and the control's) come from more than one recorded code:
+    ``{"<arm> - <control>": [codes]}``. A run from before runs recorded their code (``unrecorded``) is not
+    counted: it can be told from no other."""
+    out = {}
+    for arm, codes in commits.items():
+        if arm != control and control in commits:
+            both = sorted((set(codes) | set(commits[control])) - {"unrecorded"})
+            if len(both) > 1:
+                out[f"{arm} - {control}"] = both
+    return out
+
+
+def code_warnings(mixed: dict[str, list[str]], trained: list[dict[str, Any]]) -> list[str]:
+    """The report's first lines about its code: comparisons across commits (``--allow-mixed``) and sessions that
+    trained from uncommitted changes (``--allow-dirty``)."""
+    lines = []
+    if mixed:
+        lines += [f"**Mixed code (`--allow-mixed`): {len(mixed)} comparison(s) of this report take their arms from "
+                  "different commits**, so a difference may be the code's as well as the arms': " + "; ".join(
+                      f"`{k}` ({', '.join(f'`{c}`' for c in v)})" for k, v in mixed.items()) + ".", ""]
+    dirty = [s for s in trained if s.get("dirty")]
+    if dirty:
+        lines += ["**Trained from uncommitted changes (`--allow-dirty`)**: " + "; ".join(
+            f"commit `{str(s.get('commit'))[:10]}` + diff sha256 `{s.get('diff_sha256')}`"
+            + (f" (`{s['patch']}`)" if s.get("patch") else "") for s in dirty) + ".", ""]
+    return lines
+
+
 def collect(plan: Plan) -> tuple[list[str], list[dict[str, Any]], dict[str, Any]]:
     """Finished run folders, failed (arm, seed) with their logs (an arm whose preparation failed: seed
     ``all`` and the reason), and the first finished run's config."""
@@ -682,10 +795,19 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
         print(f"{plan.name}/{plan.variant}: no finished run in {plan.runs}" +
               "".join(f"\n  {_failed_text(f)}" for f in failed if f["seed"] == "all"), file=sys.stderr)
         return 1
+    commits, code_lines = code_of_arms(done)
+    mixed = mixed_comparisons(commits, study.control)
+    if mixed and not getattr(plan.args, "allow_mixed", False):
+        which = "; ".join(f"{k}: {' '.join(v)}" for k, v in mixed.items())
+        print(f"harness: {plan.name}/{plan.variant}: {len(mixed)} comparison(s) take their arms from different "
+              f"commits ({which}): rerun them at one commit, or pass --allow-mixed to report them so", file=sys.stderr)
+        return 2
+    trained = sessions(plan)
     plan.out.mkdir(parents=True, exist_ok=True)
     task = _task_of(cfg, plan)
     seeds = ", ".join(map(str, plan.seeds))
-    intro = [study.about.strip()] if study.about.strip() else []
+    intro = code_warnings(mixed, trained)
+    intro += [study.about.strip()] if study.about.strip() else []
     intro += [f"Env `{plan.env}`, task `{task}`, {plan.steps:,} env steps per run, seeds {seeds} (common random "
               f"numbers across arms). Control: `{study.control}`. Metric: {plan.metric_name} "
               f"(`{plan.metric}`, {'higher' if study.higher_is_better else 'lower'} is better); value of a run: "
@@ -715,7 +837,6 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
         path, summary = study_report(done, plan.out, reps, group_by="folder", control=study.control,
                                      metric=plan.metric, metric_name=plan.metric_name, title=title, intro=intro)
     details_lines, details = study.details(plan) if study.details else ([], {})
-    commits, code_lines = code_of_arms(done)
     extra = [*details_lines, *code_lines, *([plan.args.notes.read_text().strip(), ""] if getattr(plan.args, "notes", None)
                                and Path(plan.args.notes).exists() else [])]
     if extra:
@@ -734,7 +855,7 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
               "paired": summary["paired"], "seeds": plan.seeds, "common": plan.overrides, "failed": failed,
               "prepare": plan.steps_done, "details": details, "notes": summary["notes"],
               "produced_by": "benchmarks/harness.py", "commit": _git_commit(), "commits": commits,
-              "command": " ".join(sys.argv)}
+              "mixed_code": mixed, "sessions": trained, "command": " ".join(sys.argv)}
     (plan.out / "result.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     folders = plan_folders(plan)
     for written in sorted(plan.out.iterdir()):   # report.md, result.json, lm_stats.json, what a details hook wrote
@@ -823,6 +944,23 @@ def headline(result: dict[str, Any]) -> tuple[str, bool]:
     return "; ".join(cells), computed
 
 
+def code_note(result: dict[str, Any]) -> str:
+    """The index's word on a study's code: which produced it, and whether its arms' commits are on record
+    (``commits``, issue 67) and one per comparison."""
+    old = result.get("produced_by") != "benchmarks/harness.py"
+    commits = result.get("commits") or {}
+    recorded = {arm: set(codes) - {"unrecorded"} for arm, codes in commits.items()}
+    if not any(recorded.values()):
+        note = "no commit record"
+    elif not all(recorded.get(arm) for arm, data in (result.get("arms") or {}).items() if data.get("values")):
+        note = "commits partly unrecorded"
+    elif mixed_comparisons(commits, str(result.get("control"))):
+        note = "mixed commits"
+    else:
+        note = "one commit per comparison"
+    return f"{'old code' if old else 'harness'}, {note}"
+
+
 def write_index(root: Path = RESULTS) -> Path:
     """``<root>/README.md``: every study variant's headline row, grouped by env and task."""
     studies, others = [], []
@@ -849,7 +987,12 @@ def write_index(root: Path = RESULTS) -> Path:
              "the t-test p-value.", "",
              "*Old code*: produced by the reproduction scripts before the harness (moved here from the flat "
              "`benchmarks/results/` layout, numbers unchanged); their paired statistics are computed by this "
-             "index from the per-seed values in their `result.json`.", ""]
+             "index from the per-seed values in their `result.json`.", "",
+             "*Code* also says whether the commit each arm's runs were trained with is on record (`commits` in "
+             "`result.json`, from each run's `provenance.jsonl`): *no commit record* (the runs predate it, so "
+             "which code trained each arm is unknown), *commits partly unrecorded*, *mixed commits* (a comparison "
+             "takes its arms from different commits: the harness now refuses to report that without "
+             "`--allow-mixed`) or *one commit per comparison*.", ""]
     for (env, task), items in sorted(groups.items()):
         lines += [f"## {env} · {task}", "",
                   "| study / variant | code | budget | seeds | metric | arms: mean (paired Δ vs control) |",
@@ -857,11 +1000,10 @@ def write_index(root: Path = RESULTS) -> Path:
         for folder, result in sorted(items, key=lambda x: (x[1].get("budget_steps") or 0, str(x[0]))):
             cell, _ = headline(result)
             rel = folder.relative_to(root).as_posix()
-            old = result.get("produced_by") != "benchmarks/harness.py"
             seeds = sorted({s for a in result["arms"].values() for s in a.get("seeds", [])})
             budget = result.get("budget_steps")
             budget = f"{budget:,}" if isinstance(budget, int) else "?"
-            lines.append(f"| [{rel}]({rel}/report.md) | {'old code' if old else 'harness'} | {budget} | {len(seeds)} | "
+            lines.append(f"| [{rel}]({rel}/report.md) | {code_note(result)} | {budget} | {len(seeds)} | "
                          f"{result.get('metric', '?')} | {cell} |")
         lines.append("")
     if others:
@@ -908,6 +1050,14 @@ def main(study: Study, argv: list[str] | None = None) -> int:
         return 2
     print(f"{plan.name}/{plan.variant}: arms {plan.arms} x seeds {plan.seeds}, {plan.steps:,} steps; runs in "
           f"{plan.runs}; results in {plan.out}", flush=True)
+    if not (args.dry_run or args.report_only):   # a study trains from one commit
+        state = tree_state()
+        if state and state["dirty"] and not args.allow_dirty:
+            print(f"harness: src/ or benchmarks/ have uncommitted changes (diff sha256 {state['diff_sha256'][:12]}): "
+                  "commit them and train from the commit, or pass --allow-dirty (the diff is kept with the runs)",
+                  file=sys.stderr)
+            return 2
+        record_session(plan, state)
     if study.prepare:
         study.prepare(plan)
     if args.prepare_only:

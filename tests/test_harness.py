@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
+import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,30 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def harness(load_benchmark):
     return load_benchmark("harness")
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout
+
+
+def _repo(root: Path) -> Path:
+    """A git checkout with a package file, a study script and a result, all committed."""
+    for name, text in (("src/pkg.py", "x = 1\n"), ("benchmarks/study.py", "arms = {}\n"),
+                       ("benchmarks/results/s/v/report.md", "# r\n"), ("docs/a.md", "a\n")):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    _git(root, "init", "-q")
+    _git(root, "add", ".")
+    _git(root, "commit", "-q", "-m", "init")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def clean_checkout(harness, tmp_path_factory, monkeypatch):
+    """Studies here train from a clean checkout (the working tree the tests run in may have uncommitted changes:
+    the harness would refuse to train from it); test_a_dirty_tree_* sets its own."""
+    monkeypatch.setattr(harness, "REPO", _repo(tmp_path_factory.mktemp("clean")))
 
 
 def test_tiny_study_end_to_end(harness, tmp_path, capsys):
@@ -62,7 +89,8 @@ def test_tiny_study_end_to_end(harness, tmp_path, capsys):
         assert written.suffix not in harness.TEXT_SUFFIXES or not harness.machine_paths(written.read_text()), written
     index = (results / "README.md").read_text()
     assert "## babyai · GoToLocal" in index
-    assert re.search(r"^\| \[tiny/300\]\(tiny/300/report\.md\) \| harness \| 300 \| 2 \| episode length \| "
+    assert re.search(r"^\| \[tiny/300\]\(tiny/300/report\.md\) \| harness, one commit per comparison \| 300 \| 2 \| "
+                     r"episode length \| "
                      r"\*\*none [\d.]+\*\* \(control\); rnd [\d.]+", index, re.M)
 
     # --resume keeps the finished runs; a failing arm is listed, never dropped, and the exit code says so
@@ -77,6 +105,26 @@ def test_tiny_study_end_to_end(harness, tmp_path, capsys):
     assert [(f["arm"], f["seed"]) for f in result["failed"]] == [("broken", 0), ("broken", 1)]
     assert set(result["arms"]) == {"none", "rnd"}
     assert "Failed runs: broken seed 0" in (out / "report.md").read_text()
+    sessions = result["sessions"]   # every training session's code, from the runs folder's code.jsonl
+    assert len(sessions) == 2 and all(s["dirty"] is False and s["diff_sha256"] is None for s in sessions)
+
+    # a comparison whose arms come from different commits is refused, unless --allow-mixed: then said first
+    for s in (0, 1):
+        (runs / "rnd" / f"seed-{s}" / "provenance.jsonl").write_text(json.dumps({"commit": "2" * 40, "dirty": False}) + "\n")
+    capsys.readouterr()
+    before = (out / "report.md").read_text()
+    assert harness.main(study, [*args, "--arms", "none,rnd", "--report-only"]) == 2
+    err = capsys.readouterr().err
+    assert "1 comparison(s) take their arms from different commits (rnd - none: " in err and "--allow-mixed" in err
+    assert len(err.strip().splitlines()) == 1 and (out / "report.md").read_text() == before   # nothing written
+    assert harness.main(study, [*args, "--arms", "none,rnd", "--report-only", "--allow-mixed"]) == 0
+    report = (out / "report.md").read_text()
+    assert report.splitlines()[2].startswith("**Mixed code (`--allow-mixed`): 1 comparison(s) of this report take "
+                                             "their arms from different commits**") and "`rnd - none`" in report
+    result = json.loads((out / "result.json").read_text())
+    assert result["mixed_code"] == {"rnd - none": sorted(["2222222222", here])}
+    assert re.search(r"^\| \[tiny/300\]\(tiny/300/report\.md\) \| harness, mixed commits \|",
+                     (results / "README.md").read_text(), re.M)
 
 
 def test_converted_script_is_an_arm_table(harness, load_benchmark):
@@ -522,3 +570,60 @@ def test_the_glam_study_is_an_arm_table(harness, load_benchmark, tmp_path):
     assert small.arms == ["symbolic-ppo", "symbolic-ppo-64", "drrn"]
     assert {"agent.num_steps=5", "eval.greedy=true", "num_envs=4"} <= set(small.arm_overrides("symbolic-ppo"))
     assert "agent.num_steps=64" in small.arm_overrides("symbolic-ppo-64")
+
+
+def test_a_dirty_tree_is_refused_unless_allowed_and_its_diff_is_kept(harness, tmp_path, monkeypatch, capsys):
+    """A change to the package or a study script (tracked or new) makes the tree dirty; one to results or docs
+    does not. Training from it is refused (one line, exit 2); --allow-dirty keeps the patch and its sha256."""
+    repo = _repo(tmp_path / "repo")
+    monkeypatch.setattr(harness, "REPO", repo)
+    (repo / "benchmarks/results/s/v/report.md").write_text("# r, rewritten\n")
+    (repo / "docs/a.md").write_text("b\n")
+    (repo / "notes.txt").write_text("scratch\n")   # outside the code paths
+    clean = harness.tree_state()
+    assert clean["dirty"] is False and clean["diff_sha256"] is None and clean["commit"] == _git(repo, "rev-parse",
+                                                                                                "HEAD").strip()
+    (repo / "src/pkg.py").write_text("x = 2\n")
+    tracked = harness.tree_state()
+    (repo / "benchmarks/new_study.py").write_text("arms = {'a': []}\n")
+    both = harness.tree_state()
+    assert tracked["dirty"] and both["dirty"] and tracked["diff_sha256"] != both["diff_sha256"]
+    assert b"x = 2" in both["patch"] and b"new_study.py" in both["patch"]
+    assert hashlib.sha256(both["patch"]).hexdigest() == both["diff_sha256"]
+
+    study = harness.Study(name="d", env="babyai", steps=300, seeds=1, arms={"a": ["method=none"]}, control="a",
+                          metric="charts/episodic_length")
+    runs = tmp_path / "runs"
+    args = ["--runs", str(runs), "--results", str(tmp_path / "results"), "--prepare-only"]
+    assert harness.main(study, args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("harness: src/ or benchmarks/ have uncommitted changes") and "--allow-dirty" in err
+    assert len(err.splitlines()) == 1 and not runs.exists()   # nothing ran, nothing recorded
+    assert harness.main(study, [*args, "--dry-run"]) == 0     # a dry run trains nothing: not refused
+    assert harness.main(study, [*args, "--allow-dirty"]) == 0
+    entry = json.loads((runs / "code.jsonl").read_text().splitlines()[-1])
+    assert entry["dirty"] is True and entry["diff_sha256"] == both["diff_sha256"]
+    assert Path(entry["patch"]).read_bytes() == both["patch"]
+    lines = harness.code_warnings({}, [entry])
+    assert lines[0].startswith("**Trained from uncommitted changes (`--allow-dirty`)**") and both["diff_sha256"] in lines[0]
+
+
+def test_the_index_says_which_studies_have_no_commit_record(harness, tmp_path):
+    def study(name: str, commits: dict | None, produced: str = "benchmarks/harness.py") -> None:
+        folder = tmp_path / name / "v"
+        folder.mkdir(parents=True)
+        arms = {"a": {"seeds": [0, 1], "values": [1.0, 2.0]}, "b": {"seeds": [0, 1], "values": [1.5, 2.5]}}
+        result = {"env": "babyai", "task": "T", "control": "a", "arms": arms, "produced_by": produced}
+        (folder / "result.json").write_text(json.dumps(result | ({"commits": commits} if commits is not None else {})))
+
+    study("none", None)
+    study("old", None, produced="benchmarks/bk.py")
+    study("unrecorded", {"a": {"unrecorded": [0, 1]}, "b": {"unrecorded": [0, 1]}})
+    study("partly", {"a": {"1111111111": [0, 1]}, "b": {"unrecorded": [0, 1]}})
+    study("mixed", {"a": {"1111111111": [0, 1]}, "b": {"1111111111": [0], "2222222222": [1]}})
+    study("one", {"a": {"1111111111": [0, 1]}, "b": {"1111111111": [0, 1]}})
+    index = harness.write_index(tmp_path).read_text()
+    for name, note in (("none", "harness, no commit record"), ("old", "old code, no commit record"),
+                       ("unrecorded", "harness, no commit record"), ("partly", "harness, commits partly unrecorded"),
+                       ("mixed", "harness, mixed commits"), ("one", "harness, one commit per comparison")):
+        assert f"| [{name}/v]({name}/v/report.md) | {note} |" in index, name
