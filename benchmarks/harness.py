@@ -38,8 +38,10 @@ seed s of every arm has the same initialisation, env layouts and minibatch order
   ``arms: {name: {seeds, values, curve}}``, ``paired: {"<arm> - <control>": {mean, t_low, t_high, p, n, ...}}``)
   plus the study's settings, the preparation steps, the failed runs, the commit at report time (``commit``) and
   the code of every arm's runs (``commits: {arm: {commit: [seeds]}}``), the comparisons across commits
-  (``mixed_code``) and every harness session that trained in the runs folder (``sessions``: commit, dirty, diff
-  sha256, command);
+  (``mixed_code``), every harness session that trained in the runs folder (``sessions``: commit, dirty, diff
+  sha256, command), and each arm's answer-table coverage (``coverage``: the last ``lm/table_coverage`` of its
+  runs, mean, min, max and per seed; null for an arm that reads no table) with ``coverage_warnings`` (an arm
+  under 90 %, arms more than 5 points apart: also the report's first lines and stderr; issue 66);
 
 and regenerates the index ``benchmarks/results/README.md``: every study variant's headline row, grouped
 by env and task, so studies of different methods on the same task sit in one table.
@@ -599,9 +601,60 @@ def mixed_comparisons(commits: dict[str, dict[str, list[Any]]], control: str) ->
     return out
 
 
-def code_warnings(mixed: dict[str, list[str]], trained: list[dict[str, Any]]) -> list[str]:
-    """The report's first lines about its code: comparisons across commits (``--allow-mixed``) and sessions that
-    trained from uncommitted changes (``--allow-dirty``)."""
+# --- answer-table coverage per arm (issue 66) ----------------------------------------------------------------
+# An arm that reads an answer table (llm.table) logs lm/table_coverage: the share of its training steps whose query
+# the table answered. An arm asked less than the others is not a fair comparison: every such arm should answer
+# >= 90 % of its steps, within 5 points of the others'.
+COVERAGE_KEY = "table_coverage"   # lm/table_coverage, its last logged value in the run's metrics.jsonl
+MIN_COVERAGE, COVERAGE_GAP = 0.90, 0.05
+
+
+def arm_coverage(done: list[str]) -> dict[str, dict[str, Any] | None]:
+    """Each arm's answer-table coverage over its finished runs: ``{"mean", "min", "max", "per_seed", "seeds"}``,
+    None for an arm that reads no table (logs no ``lm/table_coverage``)."""
+    from llmguide.report.runs import lm_stats, load_run
+
+    per_arm: dict[str, dict[Any, float]] = {}
+    for path in map(Path, done):
+        run = load_run(path)
+        values = per_arm.setdefault(path.parent.name, {})
+        if (value := lm_stats(run).get(COVERAGE_KEY)) is not None:
+            values[run.seed if run.seed is not None else path.name] = value
+    return {arm: {"mean": sum(v.values()) / len(v), "min": min(v.values()), "max": max(v.values()),
+                  "per_seed": {str(s): x for s, x in sorted(v.items(), key=lambda sv: str(sv[0]))}, "seeds": len(v)}
+            if v else None for arm, v in per_arm.items()}
+
+
+def coverage_warnings(coverage: dict[str, dict[str, Any] | None]) -> list[str]:
+    """One line per problem: an arm under :data:`MIN_COVERAGE`, and arms more than :data:`COVERAGE_GAP` apart."""
+    covered = {arm: c["mean"] for arm, c in coverage.items() if c}
+    out = [f"`{arm}` answers {mean:.3f} of its training steps from its table (under {MIN_COVERAGE:.2f})"
+           for arm, mean in covered.items() if mean < MIN_COVERAGE]
+    if covered and max(covered.values()) - min(covered.values()) > COVERAGE_GAP:
+        low, high = min(covered, key=covered.get), max(covered, key=covered.get)
+        out.append(f"coverage differs by {100 * (covered[high] - covered[low]):.1f} points between arms (more than "
+                   f"{100 * COVERAGE_GAP:.0f}): `{low}` {covered[low]:.3f} to `{high}` {covered[high]:.3f}")
+    return out
+
+
+def coverage_section(coverage: dict[str, dict[str, Any] | None]) -> list[str]:
+    """``## Answer-table coverage``: each arm's share of training steps its table answered; [] when no arm reads one."""
+    if not any(coverage.values()):
+        return []
+    lines = ["## Answer-table coverage", "", "The share of each arm's training steps whose query its answer table "
+             "answered (`lm/table_coverage`, last logged value per run), over its seeds; an arm that reads no table: "
+             "–. Arms compare fairly when each answers at least "
+             f"{MIN_COVERAGE:.0%} of its steps, within {100 * COVERAGE_GAP:.0f} points of the others.", "",
+             "| arm | coverage (mean) | min | max | seeds |", "|---|---|---|---|---|"]
+    for arm, c in coverage.items():
+        lines.append(f"| {arm} | " + (f"{c['mean']:.3f} | {c['min']:.3f} | {c['max']:.3f} | {c['seeds']} |" if c
+                                      else "– | – | – | – |"))
+    return [*lines, ""]
+
+
+def code_warnings(mixed: dict[str, list[str]], trained: list[dict[str, Any]], coverage: list[str] = ()) -> list[str]:
+    """The report's first lines: comparisons across commits (``--allow-mixed``), sessions that trained from
+    uncommitted changes (``--allow-dirty``) and arms whose answer-table coverage is low or unequal."""
     lines = []
     if mixed:
         lines += [f"**Mixed code (`--allow-mixed`): {len(mixed)} comparison(s) of this report take their arms from "
@@ -612,6 +665,9 @@ def code_warnings(mixed: dict[str, list[str]], trained: list[dict[str, Any]]) ->
         lines += ["**Trained from uncommitted changes (`--allow-dirty`)**: " + "; ".join(
             f"commit `{str(s.get('commit'))[:10]}` + diff sha256 `{s.get('diff_sha256')}`"
             + (f" (`{s['patch']}`)" if s.get("patch") else "") for s in dirty) + ".", ""]
+    if coverage:
+        lines += ["**Warning: unequal or low answer-table coverage** (see *Answer-table coverage*): "
+                  + "; ".join(coverage) + ".", ""]
     return lines
 
 
@@ -803,10 +859,14 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
               f"commits ({which}): rerun them at one commit, or pass --allow-mixed to report them so", file=sys.stderr)
         return 2
     trained = sessions(plan)
+    coverage = arm_coverage(done)
+    low_coverage = coverage_warnings(coverage)
+    for warning in low_coverage:
+        print(f"warning: {plan.name}/{plan.variant}: {warning}", file=sys.stderr)
     plan.out.mkdir(parents=True, exist_ok=True)
     task = _task_of(cfg, plan)
     seeds = ", ".join(map(str, plan.seeds))
-    intro = code_warnings(mixed, trained)
+    intro = code_warnings(mixed, trained, low_coverage)
     intro += [study.about.strip()] if study.about.strip() else []
     intro += [f"Env `{plan.env}`, task `{task}`, {plan.steps:,} env steps per run, seeds {seeds} (common random "
               f"numbers across arms). Control: `{study.control}`. Metric: {plan.metric_name} "
@@ -837,7 +897,7 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
         path, summary = study_report(done, plan.out, reps, group_by="folder", control=study.control,
                                      metric=plan.metric, metric_name=plan.metric_name, title=title, intro=intro)
     details_lines, details = study.details(plan) if study.details else ([], {})
-    extra = [*details_lines, *code_lines, *([plan.args.notes.read_text().strip(), ""] if getattr(plan.args, "notes", None)
+    extra = [*details_lines, *coverage_section(coverage), *code_lines, *([plan.args.notes.read_text().strip(), ""] if getattr(plan.args, "notes", None)
                                and Path(plan.args.notes).exists() else [])]
     if extra:
         path.write_text(path.read_text().rstrip("\n") + "\n\n" + "\n".join(extra) + "\n")
@@ -855,7 +915,8 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
               "paired": summary["paired"], "seeds": plan.seeds, "common": plan.overrides, "failed": failed,
               "prepare": plan.steps_done, "details": details, "notes": summary["notes"],
               "produced_by": "benchmarks/harness.py", "commit": _git_commit(), "commits": commits,
-              "mixed_code": mixed, "sessions": trained, "command": " ".join(sys.argv)}
+              "mixed_code": mixed, "sessions": trained, "coverage": coverage, "coverage_warnings": low_coverage,
+              "command": " ".join(sys.argv)}
     (plan.out / "result.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     folders = plan_folders(plan)
     for written in sorted(plan.out.iterdir()):   # report.md, result.json, lm_stats.json, what a details hook wrote

@@ -111,6 +111,11 @@ def test_tiny_study_end_to_end(harness, tmp_path, capsys):
     # a comparison whose arms come from different commits is refused, unless --allow-mixed: then said first
     for s in (0, 1):
         (runs / "rnd" / f"seed-{s}" / "provenance.jsonl").write_text(json.dumps({"commit": "2" * 40, "dirty": False}) + "\n")
+    # and arms that read answer tables get their coverage, with a warning when it is low or unequal
+    for arm, values in (("none", (0.95, 0.97)), ("rnd", (0.80, 0.84))):
+        for s, value in enumerate(values):
+            with open(runs / arm / f"seed-{s}" / "metrics.jsonl", "a") as f:
+                f.write(json.dumps({"step": 300, "lm/table_coverage": value}) + "\n")
     capsys.readouterr()
     before = (out / "report.md").read_text()
     assert harness.main(study, [*args, "--arms", "none,rnd", "--report-only"]) == 2
@@ -123,6 +128,16 @@ def test_tiny_study_end_to_end(harness, tmp_path, capsys):
                                              "their arms from different commits**") and "`rnd - none`" in report
     result = json.loads((out / "result.json").read_text())
     assert result["mixed_code"] == {"rnd - none": sorted(["2222222222", here])}
+    assert result["coverage"]["rnd"]["mean"] == pytest.approx(0.82) and result["coverage"]["none"]["seeds"] == 2
+    assert result["coverage"]["rnd"]["per_seed"] == {"0": 0.80, "1": 0.84}
+    warnings = ["`rnd` answers 0.820 of its training steps from its table (under 0.90)",
+                "coverage differs by 14.0 points between arms (more than 5): `rnd` 0.820 to `none` 0.960"]
+    assert result["coverage_warnings"] == warnings
+    assert report.splitlines()[4] == ("**Warning: unequal or low answer-table coverage** (see *Answer-table "
+                                      "coverage*): " + "; ".join(warnings) + ".")
+    assert "| rnd | 0.820 | 0.800 | 0.840 | 2 |" in report
+    err = capsys.readouterr().err
+    assert all(f"warning: tiny/300: {w}" in err for w in warnings)
     assert re.search(r"^\| \[tiny/300\]\(tiny/300/report\.md\) \| harness, mixed commits \|",
                      (results / "README.md").read_text(), re.M)
 
@@ -627,3 +642,28 @@ def test_the_index_says_which_studies_have_no_commit_record(harness, tmp_path):
                        ("unrecorded", "harness, no commit record"), ("partly", "harness, commits partly unrecorded"),
                        ("mixed", "harness, mixed commits"), ("one", "harness, one commit per comparison")):
         assert f"| [{name}/v]({name}/v/report.md) | {note} |" in index, name
+
+
+def test_coverage_per_arm_and_its_warnings(harness, tmp_path):
+    """Arms that read no table have none; within 5 points and >= 90 % no warning; an arm with a lower or unequal
+    one is named."""
+    done = []
+    for arm, values in (("ppo", (None, None)), ("oracle", (0.95, 0.93)), ("qwen", (0.91, 0.97))):
+        for s, value in enumerate(values):
+            run = tmp_path / arm / f"seed-{s}"
+            run.mkdir(parents=True)
+            (run / "config.yaml").write_text(f"seed: {s}\n")
+            record = {"step": 10, "charts/x": 1.0, **({"lm/table_coverage": value} if value is not None else {})}
+            (run / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+            done.append(str(run))
+    coverage = harness.arm_coverage(done)
+    assert coverage["ppo"] is None and coverage["oracle"]["mean"] == pytest.approx(0.94)
+    assert (coverage["qwen"]["min"], coverage["qwen"]["max"], coverage["qwen"]["seeds"]) == (0.91, 0.97, 2)
+    assert harness.coverage_warnings(coverage) == []
+    section = "\n".join(harness.coverage_section(coverage))
+    assert "| ppo | – | – | – | – |" in section and "| qwen | 0.940 | 0.910 | 0.970 | 2 |" in section
+    coverage["qwen"]["mean"] = 0.88
+    assert harness.coverage_warnings(coverage) == [
+        "`qwen` answers 0.880 of its training steps from its table (under 0.90)",
+        "coverage differs by 6.0 points between arms (more than 5): `qwen` 0.880 to `oracle` 0.940"]
+    assert harness.coverage_section({"ppo": None}) == []
