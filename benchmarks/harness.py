@@ -876,7 +876,9 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
               *[f"| {a}{' (upper reference)' if a in study.upper_reference else ''} | "
                 f"`{' '.join(plan.fill(study.arms[a]))}` |" for a in plan.arms], "",
               f"Every arm also gets: `{' '.join(plan.overrides)}`.", "",
-              "Runs are named relative to the runs folder (`--runs`, `<runs>`); preparation folders as `<prep>`.", ""]
+              "Runs are named relative to the runs folder (`--runs`, `<runs>`); preparation folders as `<prep>`; other "
+              "folders a flag names outside the repository by the flag (`--tables` as `<tables>`), the repository's "
+              "files by their path in it.", ""]
     if plan.steps_done:
         intro += [f"Preparation (`{plan.prep}`): " + "; ".join(
             f"`{name}` ({r['verb']}, {r.get('state', '?')}{', ' + str(r['seconds']) + ' s' if 'seconds' in r else ''})"
@@ -1053,7 +1055,13 @@ def write_index(root: Path = RESULTS) -> Path:
              "`result.json`, from each run's `provenance.jsonl`): *no commit record* (the runs predate it, so "
              "which code trained each arm is unknown), *commits partly unrecorded*, *mixed commits* (a comparison "
              "takes its arms from different commits: the harness now refuses to report that without "
-             "`--allow-mixed`) or *one commit per comparison*.", ""]
+             "`--allow-mixed`) or *one commit per comparison*.", "",
+             "*Paths* in these files are relative, never a machine's (`tests/test_results_paths.py`): `<runs>` is a "
+             "study's runs folder (a run in it `<arm>/seed-N`), `<prep>` its preparation folder, `<tables>`, "
+             "`<data>`, `<notes>` ... the folders its command's flags named, `<runs-root>` the folder beside the "
+             "checkout where the machines kept runs, tables and collections, `<tmp>` a machine's scratch folder; "
+             "a file the repository holds is named by its path in it (`benchmarks/tools/relpaths.py` rewrote the "
+             "results made before).", ""]
     for (env, task), items in sorted(groups.items()):
         lines += [f"## {env} · {task}", "",
                   "| study / variant | code | budget | seeds | metric | arms: mean (paired Δ vs control) |",

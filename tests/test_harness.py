@@ -28,7 +28,7 @@ def _git(repo: Path, *args: str) -> str:
 def _repo(root: Path) -> Path:
     """A git checkout with a package file, a study script and a result, all committed."""
     for name, text in (("src/pkg.py", "x = 1\n"), ("benchmarks/study.py", "arms = {}\n"),
-                       ("benchmarks/results/s/v/report.md", "# r\n"), ("docs/a.md", "a\n")):
+                       ("benchmarks/results/s/v/report.md", "# r\n"), ("README.md", "a\n")):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     _git(root, "init", "-q")
@@ -588,12 +588,12 @@ def test_the_glam_study_is_an_arm_table(harness, load_benchmark, tmp_path):
 
 
 def test_a_dirty_tree_is_refused_unless_allowed_and_its_diff_is_kept(harness, tmp_path, monkeypatch, capsys):
-    """A change to the package or a study script (tracked or new) makes the tree dirty; one to results or docs
+    """A change to the package or a study script (tracked or new) makes the tree dirty; one to results or the README
     does not. Training from it is refused (one line, exit 2); --allow-dirty keeps the patch and its sha256."""
     repo = _repo(tmp_path / "repo")
     monkeypatch.setattr(harness, "REPO", repo)
     (repo / "benchmarks/results/s/v/report.md").write_text("# r, rewritten\n")
-    (repo / "docs/a.md").write_text("b\n")
+    (repo / "README.md").write_text("b\n")
     (repo / "notes.txt").write_text("scratch\n")   # outside the code paths
     clean = harness.tree_state()
     assert clean["dirty"] is False and clean["diff_sha256"] is None and clean["commit"] == _git(repo, "rev-parse",
