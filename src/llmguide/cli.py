@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from llmguide.core.config import GROUPS, group_options
 from llmguide.core.errors import ConfigError, Interrupted, LLMGuideError, StorageError, UsageError
+from llmguide.core.stopping import stop_requests
 from llmguide.pipelines import load_config
 
 VERBS = {
@@ -186,6 +187,46 @@ def list_catalog(what: str | None = None) -> str:
     return "\n".join(out)
 
 
+def _run(args: argparse.Namespace) -> int:
+    """The command ``args`` names; its exit status."""
+    if args.verb == "list":
+        print(list_catalog(args.what))
+        return 0
+    if args.verb in CONFIG_VERBS:
+        cfg = load_config(args.overrides)
+        if args.print_config:
+            from omegaconf import OmegaConf
+
+            from llmguide.core.config import redact
+
+            print(OmegaConf.to_yaml(OmegaConf.create(redact(cfg))))
+            return 0
+        from llmguide import pipelines
+        from llmguide.distributed import connect, uses_ray
+
+        if uses_ray(cfg):  # runners=N or llm.actor=true: join ray.address's cluster before anything starts
+            connect(cfg.ray)
+        return pipelines.run(args.verb, cfg) or 0
+    if args.verb == "eval":
+        from llmguide.pipelines import evaluate_run
+
+        return evaluate_run(args.run_dir, args.overrides) or 0
+    if args.verb == "report":
+        from llmguide.report import write_report
+
+        path = write_report(args.run_dirs, out=args.out, group_by=args.group_by, control=args.control,
+                            metric=args.metric, smooth=args.smooth)
+        print(f"report: {path}")
+        return 0
+    if args.verb == "bench":
+        return _run_bench(args.name, args.args)
+    if args.verb == "cache":
+        from llmguide.llm.cache.cli import cache_command
+
+        return cache_command(args.action, args.file, args.path) or 0
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; errors are one line ``llmguide: ...`` on stderr, never a traceback: exit 2 for a user
     error (:class:`UsageError`: a bad config, a run directory in use, a folder with no run), 130 for Ctrl-C /
@@ -201,45 +242,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args = build_parser().parse_args(argv)
     try:
-        if args.verb == "list":
-            print(list_catalog(args.what))
-            return 0
-        if args.verb == "train" and args.multirun:
+        if args.verb == "train" and args.multirun:   # the launcher's own handler forwards a stop to its runs
             from llmguide.sweep import run_sweep
 
             return run_sweep(args.overrides)
-        if args.verb in CONFIG_VERBS:
-            cfg = load_config(args.overrides)
-            if args.print_config:
-                from omegaconf import OmegaConf
-
-                from llmguide.core.config import redact
-
-                print(OmegaConf.to_yaml(OmegaConf.create(redact(cfg))))
-                return 0
-            from llmguide import pipelines
-            from llmguide.distributed import connect, uses_ray
-
-            if uses_ray(cfg):  # runners=N or llm.actor=true: join ray.address's cluster before anything starts
-                connect(cfg.ray)
-            return pipelines.run(args.verb, cfg) or 0
-        if args.verb == "eval":
-            from llmguide.pipelines import evaluate_run
-
-            return evaluate_run(args.run_dir, args.overrides) or 0
-        if args.verb == "report":
-            from llmguide.report import write_report
-
-            path = write_report(args.run_dirs, out=args.out, group_by=args.group_by, control=args.control,
-                                metric=args.metric, smooth=args.smooth)
-            print(f"report: {path}")
-            return 0
-        if args.verb == "bench":
-            return _run_bench(args.name, args.args)
-        if args.verb == "cache":
-            from llmguide.llm.cache.cli import cache_command
-
-            return cache_command(args.action, args.file, args.path) or 0
+        with stop_requests(at_boundary=False):       # Ctrl-C / SIGTERM anywhere in the command: one line, 130
+            code = _run(args)
+            sys.stdout.flush()                       # a closed pipe is told here, not at exit
+            return code
     except UsageError as err:
         print(f"llmguide: {err}", file=sys.stderr)
         return 2
@@ -257,6 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("llmguide: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:     # the reader of stdout went away (``llmguide cache stats | head -1``)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit's flush
+        print("llmguide: the output was closed before it was all written (broken pipe)", file=sys.stderr)
+        return 1
     except (LLMGuideError, FileExistsError, FileNotFoundError) as err:
         print(f"llmguide: {err}", file=sys.stderr)
         return 1

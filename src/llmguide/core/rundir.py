@@ -33,11 +33,11 @@ import logging
 import math
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +45,15 @@ import torch
 import yaml
 from omegaconf import DictConfig
 
+from llmguide.core.checkpoint_files import (  # noqa: F401 - safe_torch_load ...: part of this module's API
+    load_or_skip,
+    named_step,
+    numpy_safe_globals,
+    safe_torch_load,
+    unsafe_globals,
+)
 from llmguide.core.config import redact
-from llmguide.core.errors import LLMGuideError, storage_errors
+from llmguide.core.errors import LLMGuideError, UsageError, storage_errors
 from llmguide.core.runlock import RunInUseError, RunLock  # noqa: F401 - RunInUseError: part of this module's API
 
 log = logging.getLogger(__name__)
@@ -83,33 +90,6 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     atomic_write_bytes(path, buffer.getvalue())
-
-
-@cache
-def numpy_safe_globals() -> tuple[Any, ...]:
-    """What numpy arrays, scalars and dtypes (RNG states, replay buffers, normalisers) need to load
-    with ``weights_only=True``: rebuilding them calls no other function (an object array's items
-    must themselves be allowed; numpy refuses raw bytes for object dtype)."""
-    import numpy as np
-
-    try:
-        from numpy._core.multiarray import _reconstruct, scalar
-    except ImportError:                      # numpy < 2
-        from numpy.core.multiarray import _reconstruct, scalar
-    dtypes = [t for t in vars(np.dtypes).values() if isinstance(t, type) and issubclass(t, np.dtype)]
-    return (np.ndarray, np.dtype, _reconstruct, scalar, *dtypes)
-
-
-def safe_torch_load(path: str | Path | io.BytesIO) -> Any:
-    """``torch.load(weights_only=True)`` with numpy's types allowed; never runs code from the file."""
-    with torch.serialization.safe_globals(list(numpy_safe_globals())):
-        return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def unsafe_globals(data: bytes) -> list[str]:
-    """The classes and functions in a ``torch.save`` blob that :func:`safe_torch_load` would refuse."""
-    with torch.serialization.safe_globals(list(numpy_safe_globals())):
-        return sorted(torch.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(data)))
 
 
 def default_run_name(cfg: DictConfig) -> str:
@@ -246,13 +226,13 @@ class RunDir:
         when the run has no checkpoint; :class:`CheckpointError` when it has some but none loads."""
         skipped: list[str] = []
         latest = self.checkpoint_dir / "latest.pt"
-        state = _load_or_skip(latest, skipped) if latest.exists() else None
+        state = load_or_skip(latest, skipped) if latest.exists() else None
         best = (latest, state) if state is not None else None
         for path in sorted(self.checkpoint_dir.glob("ckpt_*.pt"), reverse=True):   # zero-padded: newest first
-            named = _named_step(path)
+            named = named_step(path)
             if best is not None and named is not None and named <= best[1]["step"]:
                 break
-            state = _load_or_skip(path, skipped)
+            state = load_or_skip(path, skipped)
             if state is not None and (best is None or state["step"] > best[1]["step"]):
                 best = (path, state)
                 break
@@ -261,6 +241,23 @@ class RunDir:
         if best is not None and skipped:
             log.warning("using checkpoint %s (step %d); skipped: %s", best[0], best[1]["step"], "; ".join(skipped))
         return best
+
+    def resume_agent(self, agent: Any) -> int | None:
+        """``run.resume=true``: the newest checkpoint that loads (:meth:`newest_checkpoint`) into ``agent`` (its
+        ``load_state_dict``; one that does not fit is a :class:`UsageError`), metrics.jsonl cut to its step, the
+        step and file told on stderr; the step resumed from, or None without a checkpoint (the run starts over)."""
+        newest = self.newest_checkpoint()
+        if newest is not None:
+            try:
+                agent.load_state_dict(newest[1]["agent"])
+            except (RuntimeError, ValueError, KeyError, TypeError) as err:   # another network, agent or module
+                detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+                raise UsageError(f"the checkpoint in {self.checkpoint_dir} does not fit this run's agent ({detail}); "
+                                 f"resume with the settings it was trained with ({self.path / 'config.yaml'})") from None
+            print(f"llmguide: resuming {self.path} from step {newest[1]['step']} ({newest[0].name})",
+                  file=sys.stderr, flush=True)
+        self.cut_metrics_to(newest[1] if newest is not None else None)
+        return newest[1]["step"] if newest is not None else None
 
     def resume_state(self) -> dict[str, Any] | None:
         """For ``run.resume=true``: the newest checkpoint that loads (see :meth:`load_checkpoint`),
@@ -281,7 +278,7 @@ class RunDir:
 
     def checkpoint_step(self) -> int | None:
         """The step of the newest ``ckpt_<step>.pt`` (None when there is none)."""
-        steps = [step for p in self.checkpoint_dir.glob("ckpt_*.pt") if (step := _named_step(p)) is not None]
+        steps = [step for p in self.checkpoint_dir.glob("ckpt_*.pt") if (step := named_step(p)) is not None]
         return max(steps, default=None)
 
     def truncate_metrics_after(self, step: int | None) -> None:
@@ -363,39 +360,6 @@ def _record(line: str) -> dict[str, Any] | None:
     if not isinstance(step, int | float) or isinstance(step, bool) or not math.isfinite(step):
         return None
     return record
-
-
-def _named_step(path: Path) -> int | None:
-    """The step in a checkpoint's file name ``ckpt_<step>.pt`` (None for another name)."""
-    digits = path.stem.removeprefix("ckpt_")
-    return int(digits) if path.stem.startswith("ckpt_") and digits.isdigit() else None
-
-
-def _load_or_skip(path: Path, skipped: list[str]) -> dict[str, Any] | None:
-    """A checkpoint file's state, or None with the reason appended to ``skipped`` (and logged)."""
-    try:
-        if path.stat().st_size == 0:
-            raise ValueError("empty file")
-        state = safe_torch_load(path)
-        if not isinstance(state, dict) or type(state.get("step")) is not int:
-            raise ValueError("not a checkpoint (no integer 'step')")
-    except Exception as err:             # noqa: BLE001  (any damage: try the next one)
-        skipped.append(f"{path.name} ({_load_error(err)})")
-        log.warning("checkpoint %s does not load: %s", path, _load_error(err))
-        return None
-    return state
-
-
-def _load_error(err: BaseException) -> str:
-    """One line for why a checkpoint did not load (torch's weights_only message spans a page)."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    if lines and lines[0].startswith("Weights only load failed"):
-        boilerplate = ("Please file an issue", "Check the documentation", "(1)", "(2)")
-        detail = [ln.split("WeightsUnpickler error:", 1)[-1].strip() for ln in lines[1:]
-                  if not ln.startswith(boilerplate) or "WeightsUnpickler error:" in ln]
-        detail = " ".join(d for d in detail if d).split(" Please use `torch.serialization")[0]
-        return f"safe loading refused it: {detail[:300] or '?'}"
-    return f"{type(err).__name__}: {lines[0][:300]}" if lines else type(err).__name__
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,6 +1,7 @@
 """A run's saved ``config.yaml`` read back: a resumed run (``run.resume=true``) and ``llmguide eval`` compose the
 saved options and values, then the explicit overrides, and check them like the command line; a change to what
-the checkpoint was built for (the env, method, agent, network) is refused before anything is written."""
+the checkpoint was built for (the env, method, agent, network) is refused before anything is written, and a
+resumed session's config becomes the run's record only once it has trained (:class:`ConfigRecord`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from llmguide.core.config import (
     validated_config,
 )
 from llmguide.core.errors import ConfigError
+from llmguide.core.rundir import RunDir, atomic_write_bytes
 
 
 def load_run_config(overrides: Sequence[str] = (), providers: Providers = ()) -> DictConfig:
@@ -200,3 +202,28 @@ def _set(cfg: DictConfig, key: str, value: Any) -> None:
             node.pop(leaf, None)
 
 
+class ConfigRecord:
+    """A resumed session's config becomes the run's ``config.yaml`` only once the session has trained (the Runner
+    calls :meth:`write` at its first update that completes, or at its end when it has none to do), never as its
+    checkpoint loads; a session that diverges puts the file it found back (:meth:`restore`), so the next plain
+    resume does not repeat it.  A fresh run wrote its config when its folder opened: nothing to do."""
+
+    def __init__(self, run: RunDir, cfg: DictConfig, resumed: bool):
+        self.run, self.cfg, self.pending = run, cfg, resumed
+        saved = run.path / "config.yaml"
+        self.found = saved.read_bytes() if resumed and saved.is_file() else None
+
+    def write(self) -> None:
+        if self.pending:
+            self.run.write_config(self.cfg)
+            self.pending = False
+
+    def restore(self) -> str:
+        """The ``config.yaml`` the session found, back in place (a diverged session is not the run's record); the
+        words that say so (empty for a fresh run)."""
+        if self.found is None:
+            return ""
+        if not self.pending:
+            atomic_write_bytes(self.run.path / "config.yaml", self.found)
+            self.pending = True
+        return f"; {self.run.path / 'config.yaml'} is the one this session found"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import signal
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -39,8 +41,18 @@ def _make_vector(fam: Any, env_cfg: Any, num_envs: int, seed: int, mode: str) ->
         return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     if mode == "async":
         # forkserver: workers never inherit threads (LM servers, torch) from the parent
+        fns = [partial(_worker_env, cfg, seed + i) for i in range(num_envs)]
         return AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP, context="forkserver")
     raise ValueError(f"vector mode must be 'sync' or 'async', got {mode!r}")
+
+
+def _worker_env(cfg: dict, seed: int) -> gym.Env:
+    """An async worker's env; the worker ignores Ctrl-C (a terminal sends it to the whole process group): the
+    parent stops at its next step boundary and closes the workers itself.  (Gymnasium also calls the first one in
+    the parent, for the spaces: there the handlers stay.)"""
+    if multiprocessing.parent_process() is not None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return make_env(cfg, seed)
 
 
 def object_array(items: list) -> np.ndarray:

@@ -34,15 +34,17 @@ from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
-from llmguide.core.errors import ConfigError, Interrupted, UsageError
+from llmguide.core.errors import ConfigError, Interrupted
 from llmguide.core.hparams import write_config_text
-from llmguide.core.rundir import RunDir, atomic_write_bytes, read_metrics
+from llmguide.core.rundir import RunDir, read_metrics
+from llmguide.core.saved_config import ConfigRecord
 from llmguide.core.seeding import seed_everything
 from llmguide.core.stopping import Stopped, stop_requests
 from llmguide.learners.callbacks import (
     Callback,
     CheckpointCallback,
     EvalCallback,
+    FunctionCallback,
     MetricsCallback,
     StopCallback,
     TrainingStopped,
@@ -208,10 +210,8 @@ def train(cfg: DictConfig, recipe: Recipe) -> int:
 def run_training(cfg: DictConfig, recipe: Recipe, callbacks: Sequence[Callback] = ()) -> TrainResult:
     """Run ``recipe`` into ``runs/<name>/`` and print a one-line summary (run directory, train return, eval
     return, report).  ``callbacks``: the caller's own :class:`~llmguide.learners.callbacks.Callback` objects,
-    called after the Runner's (checkpoints, evaluation, metrics) and before the stop request's.
-
-    Ctrl-C / SIGTERM during setup or the final evaluation stops at once (:class:`Stopped`): what can be written
-    is (the final checkpoint and the report) and :class:`Interrupted` says what was."""
+    called after the Runner's (checkpoints, evaluation, metrics) and before the stop request's.  Ctrl-C / SIGTERM
+    in setup or the final evaluation stops at once; :class:`Interrupted` says what was saved (:func:`_stops_in`)."""
     from llmguide.report.runs import train_return
 
     recipe.check()
@@ -230,15 +230,14 @@ def run_training(cfg: DictConfig, recipe: Recipe, callbacks: Sequence[Callback] 
                 envs = make_run_envs(cfg)
                 parts = recipe.build(envs, run)
                 agent = recipe.make_agent(parts, run)
-                resumed_from = resume_agent(cfg, recipe, agent, run) if cfg.run.resume else None
+                resumed_from = run.resume_agent(agent) if cfg.run.resume else None   # config.yaml: ConfigRecord
                 if resumed_from is None:
                     recipe.prepare(agent, run)
             if recipe.learns():
-                learn(cfg, agent, [record, *_callbacks(cfg, recipe, parts, run, envs), *callbacks], parts, run,
-                      record)
+                learn(cfg, agent, [FunctionCallback(lambda agent, metrics: record.write()),
+                                   *_callbacks(cfg, recipe, parts, run, envs), *callbacks], parts, run, record)
             record.write()
-            with _stops_in("the end of training", run):
-                recipe.finish(parts, run)
+            recipe.finish(parts, run)
             run.save_checkpoint({"agent": agent.state_dict()}, int(agent.global_step))
             final = _log_final_metrics(parts, agent, run)
         finally:
@@ -246,14 +245,9 @@ def run_training(cfg: DictConfig, recipe: Recipe, callbacks: Sequence[Callback] 
                 parts.close()
             if envs is not None:
                 envs.close()
-        try:
+        with _stops_in("the final evaluation", run, lambda: _kept_without_eval(run, write_report(run.path))):
             results = evaluate_agent(recipe, agent, int(cfg.eval.episodes), bool(cfg.eval.greedy),
                                      progress=bool(cfg.progress))
-        except Stopped as err:
-            report = write_report(run.path)
-            raise Interrupted(f"{err.signal} during the final evaluation: the checkpoint (step {agent.global_step})"
-                              f"{' and the report ' + str(report) if report else ''} are saved, eval.json is not; "
-                              f"evaluate with: {shlex.join(['llmguide', 'eval', str(run.path)])}") from None
         run.write_json("eval.json", {"step": int(agent.global_step), **results})
         trained = train_return(read_metrics(run.path)) or (None, 0)   # the report's: last 10 % of steps
         result = TrainResult(run.path, int(agent.global_step), results, write_report(run.path),
@@ -269,59 +263,20 @@ def run_training(cfg: DictConfig, recipe: Recipe, callbacks: Sequence[Callback] 
 
 
 @contextmanager
-def _stops_in(phase: str, run: RunDir) -> Iterator[None]:
+def _stops_in(phase: str, run: RunDir, kept: Callable[[], str] | None = None) -> Iterator[None]:
     """Within: a stop signal (:class:`Stopped`, raised at once) is :class:`Interrupted` saying in which ``phase``
-    and what the run kept."""
+    and what the run kept (``kept()``: saves what it can and says so; default: the checkpoint and how to resume)."""
     try:
         yield
     except Stopped as err:
-        raise Interrupted(f"{err.signal} during {phase}: stopped before training went on; {_kept(run)}; "
-                          f"resume with: {resume_command(run)}") from None
+        said = kept() if kept else f"{_kept(run)}; resume with: {resume_command(run)}"
+        raise Interrupted(f"{err.signal} during {phase}: {said}") from None
 
 
-class ConfigRecord(Callback):
-    """A resumed session's config becomes the run's ``config.yaml`` only once the session has trained: at its
-    first update that completes (or at its end when it has none to do), never as its checkpoint loads; a session
-    that diverges (:class:`NonFiniteError`) puts the file it found back, so the next plain resume does not repeat
-    it.  A fresh run wrote its config when its folder opened: nothing to do."""
-
-    def __init__(self, run: RunDir, cfg: DictConfig, resumed: bool):
-        self.run, self.cfg, self.pending = run, cfg, resumed
-        saved = run.path / "config.yaml"
-        self.found = saved.read_bytes() if resumed and saved.is_file() else None
-
-    def on_rollout_end(self, metrics: dict[str, Any]) -> None:
-        self.write()
-
-    def write(self) -> None:
-        if self.pending:
-            self.run.write_config(self.cfg)
-            self.pending = False
-
-    def restore(self) -> None:
-        """The ``config.yaml`` the session found, back in place (a diverged session is not the run's record)."""
-        if self.found is not None and not self.pending:
-            atomic_write_bytes(self.run.path / "config.yaml", self.found)
-            self.pending = True
-
-
-def resume_agent(cfg: DictConfig, recipe: Recipe, agent: Any, run: RunDir) -> int | None:
-    """``run.resume=true``: the newest checkpoint that loads into ``agent``, then metrics.jsonl cut to its step;
-    the step resumed from (None: no checkpoint, the run starts over from step 0).  ``config.yaml`` is written
-    later (:class:`ConfigRecord`): a resume that fails, or diverges, leaves the run's record as it was."""
-    newest = run.newest_checkpoint()
-    state = newest[1] if newest is not None else None
-    if state is not None:
-        try:
-            agent.load_state_dict(state["agent"])
-        except (RuntimeError, ValueError, KeyError, TypeError) as err:   # another network, agent or module
-            detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
-            raise UsageError(f"the checkpoint in {run.checkpoint_dir} does not fit this run's agent ({detail}); "
-                             f"resume with the settings it was trained with ({run.path / 'config.yaml'})") from None
-        print(f"llmguide: resuming {run.path} from step {agent.global_step} ({newest[0].name})", file=sys.stderr,
-              flush=True)
-    run.cut_metrics_to(state)
-    return int(agent.global_step) if state is not None else None
+def _kept_without_eval(run: RunDir, report: Path | None) -> str:
+    shown = f" and the report {report}" if report else ""
+    return (f"the checkpoint (step {run.checkpoint_step()}){shown} are saved, eval.json is not; evaluate with: "
+            f"{shlex.join(['llmguide', 'eval', str(run.path)])}")
 
 
 def learn(cfg: DictConfig, agent: Any, callbacks: list[Callback], parts: Parts, run: RunDir,
@@ -338,11 +293,7 @@ def learn(cfg: DictConfig, agent: Any, callbacks: list[Callback], parts: Parts, 
             raise Interrupted(f"stopped at once at step {agent.global_step}; {_kept(run)}; resume with: "
                               f"{resume_command(run)}") from None
         except NonFiniteError as err:
-            restored = ""
-            if record is not None and record.found is not None:
-                record.restore()
-                restored = f"; {run.path / 'config.yaml'} is the one this session found"
-            raise NonFiniteError(f"{err}; {_kept(run, 'good ')}{restored}") from None
+            raise NonFiniteError(f"{err}; {_kept(run, 'good ')}{record.restore() if record else ''}") from None
         if stop.requested:
             run.save_checkpoint({"agent": agent.state_dict()}, int(agent.global_step))
             _log_final_metrics(parts, agent, run)

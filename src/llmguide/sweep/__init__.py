@@ -5,7 +5,10 @@ is one run, in its own process, ``sweep.jobs`` at a time, each in ``<run.dir>/<s
 Every combination is checked as a single ``llmguide train`` checks its config (keys, values, ``env.task``,
 ``env.id``, method × env, the method's own checks) before the first run starts.  A failed run is
 started again up to ``sweep.retries`` times (resumed from its last checkpoint if it wrote one, else from
-scratch), then reported (and makes the exit code 1), never dropped silently.  At the end the finished
+scratch), then reported (and makes the exit code 1), never dropped silently.  Ctrl-C or SIGTERM to the launcher
+is forwarded to every running run (each saves a checkpoint and exits 130; such a run is never retried), no
+further run starts, the finished runs are aggregated and one line says what finished and how to continue
+(exit 130).  At the end the finished
 runs are aggregated into ``<run.dir>/<sweep name>/report/`` (arms: the swept values other than the seed;
 a failure there is a warning, never a failed sweep), and the ``llmguide report`` command that aggregates
 them again (e.g. with ``--control``) is printed.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import shlex
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +30,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
 from llmguide.pipelines import load_config
+from llmguide.sweep.jobs import CHILDREN, STOPPED
 from llmguide.sweep.local import run_locally
 
 
@@ -83,15 +88,31 @@ def run_sweep(overrides: list[str]) -> int:
 
         results = run_on_ray(jobs, root, first)
     else:
-        results = run_locally(jobs, root, max(1, int(first.sweep.jobs)), retries)
+        with CHILDREN.forwarding():
+            results = run_locally(jobs, root, max(1, int(first.sweep.jobs)), retries)
     done = [str(root / name) for name, code in results if code == 0]
-    failed = [name for name, code in results if code != 0]
+    failed = [name for name, code in results if code not in (0, STOPPED)]
     if done:
         write_sweep_report(root, {name: arms[name] for name, code in results if code == 0})
         print("aggregate with:\n  llmguide report " + " ".join(done))
+    if CHILDREN.signal is not None:
+        print(stopped_line(CHILDREN.signal, results, root, overrides), file=sys.stderr)
+        return STOPPED
     if failed:
         print(f"sweep: {len(failed)} of {len(results)} runs failed: {failed}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def stopped_line(signal: str, results: list[tuple[str, int]], root: Path, overrides: list[str]) -> str:
+    """The one line of a sweep stopped by ``signal``: what finished, what stopped, how to continue."""
+    stopped = [name for name, code in results if code == STOPPED]
+    started = sum((root / name / "checkpoints").is_dir() for name in stopped)
+    again = [o for o in overrides if not o.startswith(("run.dir=", "run.name=", "run.resume="))]
+    command = shlex.join(["llmguide", "train", "-m", *again, f"run.dir={root.parent}", f"run.name={root.name}",
+                          "run.resume=true"])
+    return (f"sweep: {signal}: stopped; {sum(code == 0 for _, code in results)} of {len(results)} runs finished, "
+            f"{len(stopped)} stopped ({started} with a checkpoint); "
+            f"continue with: {command}")
 
 
 def write_sweep_report(root: Path, arms: dict[str, str]) -> Path | None:

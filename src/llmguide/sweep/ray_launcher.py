@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from llmguide.distributed import connect
-from llmguide.sweep.jobs import print_outcome, run_train
+from llmguide.sweep.jobs import print_outcome, retried, run_train
 
 
 def _pack(root: Path, name: str) -> bytes:
@@ -119,7 +119,7 @@ def run_on_ray(jobs: list[tuple[str, list[str]]], root: Path, cfg: DictConfig) -
                 with open(root / f"{name}.log", "a") as log:
                     log.write(f"\nsweep: the Ray task of this run failed: {err}\n")
             print_outcome(root, name, code, attempt, retries, where)
-            if code != 0 and attempt < retries:
+            if retried(code, attempt, retries):
                 pending[submit(index, attempt + 1)] = (index, attempt + 1)
             else:
                 codes[index] = code
