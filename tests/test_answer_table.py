@@ -307,14 +307,14 @@ def test_answers_verb_builds_a_table_from_a_collection_and_a_run_reads_only_it(t
     # the table belongs to the oracle: a build with another LM into it is refused with one line (exit 1)
     assert main(["answers", *ellm, "llm=random", f"answers.data={tmp_path / 'data'}", f"answers.out={table}"]) == 1
     run = tmp_path / "runs"
-    assert main(["train", *ellm, "llm=embedded", f"llm.table={table}", "agent.num_steps=32", "agent.hidden=32",
+    assert main(["train", *ellm, "llm=oracle", f"llm.table={table}", "agent.num_steps=32", "agent.hidden=32",
                  "total_steps=128", "eval.episodes=0", "log_every=64", f"run.dir={run}", "run.name=t"]) == 0
     rows = [json.loads(line) for line in (run / "t" / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in rows if "lm/table_coverage" in r][-1]
     assert 0 < last["lm/table_coverage"] <= 1 and last["lm/table_hits"] > 0
     assert last["ellm/table_exact_fraction"] == pytest.approx(last["lm/table_coverage"])   # no fallback: the same
     # the nearest fallback: another seed meets states the table lacks; every step is answered, the exact share less
-    assert main(["train", *ellm, "llm=embedded", f"llm.table={table}", "llm.table_fallback=nearest", "seed=5",
+    assert main(["train", *ellm, "llm=oracle", f"llm.table={table}", "llm.table_fallback=nearest", "seed=5",
                  "env.max_steps=200", "agent.num_steps=32", "agent.hidden=32", "total_steps=256", "eval.episodes=0",
                  "log_every=64", f"run.dir={run}", "run.name=near"]) == 0
     rows = [json.loads(line) for line in (run / "near" / "metrics.jsonl").read_text().splitlines()]
@@ -322,7 +322,7 @@ def test_answers_verb_builds_a_table_from_a_collection_and_a_run_reads_only_it(t
     assert last["lm/table_nearest"] > 0 and last["lm/table_coverage"] > 0.9   # less only the answers in flight
     assert 0 < last["ellm/table_exact_fraction"] < last["lm/table_coverage"]
     out = capfd.readouterr()
-    assert "LM: loading" not in out.err   # llm=embedded was never loaded: the table answered
+    assert "LM: loading" not in out.err   # no LM was loaded: the table answered
     assert "answer table covered" in out.out and "WARNING" not in out.out   # the summary line says so
     # answers.shuffle_of: the verb writes the permuted copy without an LM; a missing or identical out is exit 2
     shuffled = tmp_path / "shuffled.sqlite"
@@ -366,3 +366,48 @@ def test_oni_labels_come_from_a_table_built_over_the_collected_message_line(tmp_
         assert annot.get(known) in (0.0, 1.0) and annot.get(unknown) is None
         assert annot.counts["table_misses"] == 1 and annot.submit([unknown]) == 0   # not asked again
 
+
+
+def test_a_run_refuses_a_table_built_for_another_lm_method_or_prompt(tmp_path, capfd):
+    """A table is read only by a run configured as it was built (#70): another LM (a random table read as Gemma),
+    another request kind (a generate table read by ELLM score) are one line each, exit 2; misses never count as
+    answers of the LM."""
+    from llmguide.cli import main
+    from llmguide.pipelines import load_config
+    from llmguide.pipelines.collect import Collection, explore
+
+    crafter = ["env=crafter", "env.actions=text", "env.max_steps=40", "num_envs=2", "progress=false"]
+    explore(load_config([*crafter, "method=bk_code", f"run.dir={tmp_path}", "run.name=data"]),
+            Collection(steps=80, policy="random"))
+    ellm = [*crafter, "method=ellm", "method.vocabulary=actions"]
+    gen = [*ellm, "method.suggester=generate", "method.prompt=ellm_actions_listed"]
+    random_t, gen_t = tmp_path / "random.sqlite", tmp_path / "gen.sqlite"
+    assert main(["answers", *ellm, "llm=random", f"answers.data={tmp_path / 'data'}", f"answers.out={random_t}"]) == 0
+    assert main(["answers", *gen, "llm=oracle", f"answers.data={tmp_path / 'data'}", f"answers.out={gen_t}"]) == 0
+    capfd.readouterr()
+    train = ["train", "total_steps=64", "agent.num_steps=32", "eval.episodes=0", f"run.dir={tmp_path / 'runs'}"]
+    assert main([*train, *ellm, "llm=embedded", f"llm.table={random_t}", "run.name=a"]) == 2
+    err = capfd.readouterr().err
+    assert "config error at 'llm'" in err and "'random'" in err and "'embedded:" in err and "Traceback" not in err
+    assert main([*train, *ellm, "llm=oracle", f"llm.table={gen_t}", "run.name=b"]) == 2   # score run, generate table
+    err = capfd.readouterr().err
+    assert "config error at 'method.prompt'" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs" / "a").exists() and not (tmp_path / "runs" / "b").exists()
+    assert main([*train, *gen, "llm=oracle", f"llm.table={gen_t}", "run.name=c"]) == 0   # as built: trains
+
+
+def test_table_misses_are_not_counted_as_answers(tmp_path):
+    """Through the real service: 2 of 4 requests in the table; the LM 'answered' 2, not 4."""
+    from llmguide.llm.service.core import LLMService
+    from llmguide.methods.ellm.recipe import signature_queries as answer_queries
+
+    queries = answer_queries(_ellm_cfg(), CAPTIONS)
+    out = tmp_path / "t.sqlite"
+    build_table(_oracle_lm(), queries, out, meta={"lm": "oracle"}, max_queries=2, progress=False)
+    with LLMService(TableLM(AnswerTable(out))) as service:
+        futures = [service.submit_score(q.payload["context"], q.payload["candidates"]) for q in queries]
+        rows = [f.result(timeout=30) for f in futures]
+        metrics = service.lm_metrics()
+    assert [is_miss(r) for r in rows] == [False, False, True, True]
+    assert metrics["lm/completed"] == 2 and metrics["lm/answered_fraction"] == 0.5
+    assert metrics["lm/table_misses"] == 2

@@ -74,6 +74,11 @@ def register_rules(cfg: DictConfig) -> None:
     for name in RULE_OWNERS:
         import_module(name)
     recipe_class(cfg).check_env(cfg)   # a method refuses an env family it does not support, before any compute
+    table = cfg.llm.get("table") if cfg.get("llm") is not None else None
+    if table and Path(str(table)).expanduser().is_file():   # a table built for another LM, method or prompt
+        from llmguide.pipelines.answers import check_table
+
+        check_table(cfg)
 
 
 def load_config(overrides: Sequence[str] = ()) -> DictConfig:

@@ -153,6 +153,38 @@ def shuffle_answers(cfg: DictConfig) -> int:
     return 0
 
 
+def prompt_sha256(cfg: DictConfig) -> str:
+    """The hash of what shapes a run's requests (a table's meta holds its build's)."""
+    return hashlib.sha256(_prompt_identity(cfg, None).encode()).hexdigest()
+
+
+def check_table(cfg: DictConfig) -> None:
+    """A run reading ``llm.table`` was configured as the table was built: the same LM, method and prompts (its
+    meta's ``lm``, ``method`` and ``prompt_sha256``), else :class:`ConfigError` naming both.  A shuffled or
+    prompt-only table names the LM and prompts it answers for (a shuffle keeps its source's meta)."""
+    from llmguide.llm.table import AnswerTable, AnswerTableError
+
+    try:
+        table = AnswerTable(cfg.llm.table)
+    except AnswerTableError as err:
+        raise ConfigError("llm.table", str(err)) from None
+    try:
+        meta = table.meta()
+    finally:
+        table.close()
+    mine = {"lm": lm_name(cfg), "method": str(cfg.method.name), "prompt_sha256": prompt_sha256(cfg)}
+    what = {"lm": ("llm", "was built by"), "method": ("method", "was built for method"),
+            "prompt_sha256": ("method.prompt", "was built with other prompt settings (method.suggester, "
+                                               "method.prompt, vocabulary, ...) than this run's; prompt hash")}
+    for field, (key, said) in what.items():
+        theirs = meta.get(field)
+        if theirs is not None and str(theirs) != mine[field]:
+            shown = (f"{str(theirs)[:12]} vs {mine[field][:12]}" if field == "prompt_sha256"
+                     else f"{theirs!r}, this run is {mine[field]!r}")
+            raise ConfigError(key, f"the answer table {cfg.llm.table} {said} {shown}: build a table for this "
+                                   "configuration (llmguide answers), or configure the run as the table was built")
+
+
 def _prompt_identity(cfg: DictConfig, recipe: Any) -> str:
     """What makes two builds ask the same prompts: the method's keys that shape a request."""
     m = cfg.method

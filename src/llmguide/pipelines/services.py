@@ -50,8 +50,13 @@ def check_cache_path(llm_cfg: DictConfig) -> None:
 
 
 def make_run_lm(cfg: DictConfig, answerers: Sequence[Any] = (), online: bool = True) -> LanguageModel:
-    """The run's LM: backend + cache, or the shared Ray actor's client with ``llm.actor=true``."""
+    """The run's LM: backend + cache, or the shared Ray actor's client with ``llm.actor=true``; an answer table
+    (``llm.table``) is checked against the run's configuration first."""
     check_cache_path(cfg.llm)
+    if cfg.llm.get("table"):
+        from llmguide.pipelines.answers import check_table
+
+        check_table(cfg)
     if bool(cfg.llm.get("actor", False)):
         if answerers and str(cfg.llm.backend) in GROUND_TRUTH_BACKENDS:
             raise ConfigError("llm.actor", "the oracle's method answers (BK, ONI) run in the learner process; "

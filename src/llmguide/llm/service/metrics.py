@@ -21,7 +21,7 @@ key                        meaning
 ``lm/hit_rate``            answered without a backend call / answered: ``(cache_hits + deduplicated) /
                            (cache_hits + deduplicated + calls)``; callers add their own memo hits if any
 ``lm/completed``           distinct requests answered by the backend or the cache (not a fallback, not a
-                           backend answer with an error)
+                           backend answer with an error, not an answer table's miss)
 ``lm/answered_fraction``   ``completed / (requests - deduplicated)``: the share of distinct requests the LM or
                            its cache answered.  A submission that joined an identical request is neither
                            answered nor counted; dropped-stale requests and fallbacks count as not answered.
@@ -155,6 +155,8 @@ def lm_metrics(state: ServiceState, io: dict[str, Any], parse_errors: float | No
         "lm/circuit_open": 1.0 if state.circuit_open else 0.0,
         "lm/dropped_stale": float(counts.get("dropped_stale", 0)),
     })
+    if "table_hits" in io:   # a table's miss is answered as "nothing": never an answer of the LM's
+        out["lm/completed"] = max(0.0, out["lm/completed"] - float(io.get("table_misses", 0)))
     distinct = out["lm/requests"] - dedup
     if distinct > 0:
         out["lm/answered_fraction"] = min(1.0, out["lm/completed"] / distinct)
