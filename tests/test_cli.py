@@ -76,10 +76,13 @@ def test_make_demo_configs_validate(capsys):
     from pathlib import Path
 
     runs = _make_demo_trainings()
-    assert len(runs) == 3, runs  # ELLM with the LM, its knowledge control (a random suggester), no reward
+    # ELLM with the LM's replayed answers, its prompt-only control, a random suggester, no reward
+    assert len(runs) == 4, runs
     root = Path(__file__).resolve().parents[1]
     tables = [a.split("=", 1)[1] for run in runs for a in run if a.startswith("llm.table=")]
-    assert len(tables) == 2 and all((root / t).is_file() for t in tables), tables   # both ELLM arms: a table
+    assert len(tables) == 3 and all((root / t).is_file() for t in tables), tables   # every ELLM arm: a table
+    assert [a for a in runs[1] if a.startswith("llm=")] == ["llm=prompt_only"]
+    assert all("llm.table_fallback=nearest" in run for run in runs[:3])   # the same fallback: equal coverage
     for overrides in runs:
         assert main(["train", "--print-config", *overrides]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
