@@ -620,6 +620,11 @@ def arm_coverage(done: list[str]) -> dict[str, dict[str, Any] | None]:
         values = per_arm.setdefault(path.parent.name, {})
         if (value := lm_stats(run).get(COVERAGE_KEY)) is not None:
             values[run.seed if run.seed is not None else path.name] = value
+    return summarize_coverage(per_arm)
+
+
+def summarize_coverage(per_arm: dict[str, dict[Any, float]]) -> dict[str, dict[str, Any] | None]:
+    """``{arm: {seed: coverage}}`` -> :func:`arm_coverage`'s summary (None for an arm without a value)."""
     return {arm: {"mean": sum(v.values()) / len(v), "min": min(v.values()), "max": max(v.values()),
                   "per_seed": {str(s): x for s, x in sorted(v.items(), key=lambda sv: str(sv[0]))}, "seeds": len(v)}
             if v else None for arm, v in per_arm.items()}

@@ -667,3 +667,37 @@ def test_coverage_per_arm_and_its_warnings(harness, tmp_path):
         "`qwen` answers 0.880 of its training steps from its table (under 0.90)",
         "coverage differs by 6.0 points between arms (more than 5): `qwen` 0.880 to `oracle` 0.940"]
     assert harness.coverage_section({"ppo": None}) == []
+
+
+def test_coverage_is_backfilled_from_lm_stats_into_older_results(harness, tmp_path):
+    """benchmarks/tools/coverage_backfill.py: a result without coverage gets it from lm_stats.json; nothing else in
+    result.json changes; the report gets the warning first and the section before Code; a second pass is a no-op."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(
+        "coverage_backfill", Path(harness.HERE) / "tools" / "coverage_backfill.py")
+    backfill = importlib.util.module_from_spec(spec)
+    sys.modules["coverage_backfill"] = backfill
+    spec.loader.exec_module(backfill)
+    folder = tmp_path / "ellm" / "v"
+    folder.mkdir(parents=True)
+    result = {"control": "random", "arms": {"random": {"seeds": [0, 1], "values": [1.0, 2.0]},
+                                            "qwen": {"seeds": [0, 1], "values": [1.5, 2.5]},
+                                            "none": {"seeds": [0, 1], "values": [0.5, 0.5]}}, "paired": {}}
+    (folder / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+    (folder / "lm_stats.json").write_text(json.dumps({
+        arm: {"runs": {f"{arm}/seed-{s}": {"lm/table_coverage": v, "lm/calls": 9.0} for s, v in enumerate(values)}}
+        for arm, values in (("random", (0.62, 0.68)), ("qwen", (0.45, 0.47)))}))
+    (folder / "report.md").write_text("# Study\n\nIntro.\n\n## Code\n\n- `qwen`: x\n")
+    assert backfill.main(["--results", str(tmp_path)]) == 0
+    new = json.loads((folder / "result.json").read_text())
+    assert {k: v for k, v in new.items() if not k.startswith("coverage")} == result
+    assert new["coverage"]["qwen"] == {"mean": pytest.approx(0.46), "min": 0.45, "max": 0.47,
+                                       "per_seed": {"0": 0.45, "1": 0.47}, "seeds": 2}
+    assert new["coverage"]["none"] is None and len(new["coverage_warnings"]) == 3   # two under 90 %, a gap
+    report = (folder / "report.md").read_text().splitlines()
+    assert report[:2] == ["# Study", ""] and report[2].startswith("**Warning: unequal or low answer-table coverage**")
+    assert report.index("## Answer-table coverage") < report.index("## Code") and "| qwen | 0.460 | 0.450 | 0.470 | 2 |" in report
+    snapshot = {p: p.read_bytes() for p in folder.iterdir()}
+    assert backfill.backfill(folder) is False and {p: p.read_bytes() for p in folder.iterdir()} == snapshot
