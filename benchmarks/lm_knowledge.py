@@ -22,7 +22,15 @@ prompt also shows three worked examples):
   action after the completion prompt ``ellm_goal_score`` (no list);
 * ``qwen-gen0`` / ``qwen-gen3``: Qwen2.5-Coder-1.5B-Instruct generating bullets with the list, zero-shot /
   three worked examples (``ellm_actions_zeroshot`` / ``ellm_actions_listed``);
-* ``qwen-score``: Qwen's summed log-prob of each action as its answer to ``ellm_actions_score_listed``.
+* ``qwen-gen-offdomain``: the same with three worked examples from another game (``ellm_actions_offdomain``): the
+  format taught, no action named;
+* ``qwen-score``: Qwen's summed log-prob of each action as its answer to ``ellm_actions_score_listed``;
+* ``prompt-only``: no LM: the actions the few-shot prompt's worked examples name (``llm=prompt_only``).
+
+``--from-tables DIR --states TABLE`` measures a study's tables (:data:`STUDY_TABLES`) over every state of ``TABLE``
+instead of sampling and building (no LM runs)::
+
+    python benchmarks/lm_knowledge.py --from-tables T --states T/qwen-gen3.sqlite --out benchmarks/results/lm_knowledge/attribution
 
 Writes ``<out>/knowledge.json`` (``{arm: {measure: value}}`` plus the setup) and ``knowledge.md``::
 
@@ -52,8 +60,15 @@ ARMS = {
     "gemma-score-norm": ("embedded", "score", "ellm_goal_score", True),
     "qwen-gen0": ("qwen", "generate", "ellm_actions_zeroshot", False),
     "qwen-gen3": ("qwen", "generate", "ellm_actions_listed", False),
+    "qwen-gen-offdomain": ("qwen", "generate", "ellm_actions_offdomain", False),
     "qwen-score": ("qwen", "score", "ellm_actions_score_listed", False),
+    # no LM: the few-shot prompt's own worked examples (as many of their actions as the oracle gives on the state,
+    # or, with --from-tables, as Qwen gave)
+    "prompt-only": ("prompt_only", "generate", "ellm_actions_listed", False),
 }
+# --from-tables: arm -> the table of the ELLM attribution study (benchmarks/ellm_lm.py) that answers it
+STUDY_TABLES = {"oracle": "oracle", "random": "random-s0", "qwen-gen0": "qwen-zeroshot", "qwen-gen3": "qwen-gen3",
+                "qwen-gen-offdomain": "qwen-offdomain", "prompt-only": "prompt-only-s0"}
 
 
 # ONI: arm -> (llm option, label mode); every arm uses ONI's own Craftax label prompts (task-agnostic)
@@ -352,7 +367,10 @@ def bk_probe(args, arms: list[str], seeds: list[int]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", required=True, help="a dataset folder or collection run dir with captions")
+    p.add_argument("--data", default=None, help="a dataset folder or collection run dir with captions")
+    p.add_argument("--states", default=None, help="instead of --data: every state of this answer table, its weights")
+    p.add_argument("--from-tables", default=None,
+                   help="ellm: measure the tables of this folder (STUDY_TABLES), build none (with --states)")
     p.add_argument("--env-id", dest="env_id", default="craftax", help="env family of the data (craftax|crafter|babyai)")
     p.add_argument("--task", default=None, help="bk_code: the env.task the programs are for")
     p.add_argument("--n", type=int, default=200, help="distinct state signatures sampled")
@@ -397,11 +415,18 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(results, indent=1, sort_keys=True))
         print(json.dumps(results, indent=1, sort_keys=True))
         return 0
-    from llmguide.pipelines.answers import data_captions
+    from llmguide.pipelines.answers import TableStates, data_captions
 
-    captions, episodes = data_captions(args.data)
-    captions = captions[: args.steps] if args.steps else captions
-    sigs, steps = sample_signatures(captions, args.n, args.seed)
+    if args.states:
+        captions, episodes = TableStates(args.states).episode.captions[:-1], 0
+        steps = Counter(captions)
+        sigs = sorted(steps)
+    elif args.data:
+        captions, episodes = data_captions(args.data)
+        captions = captions[: args.steps] if args.steps else captions
+        sigs, steps = sample_signatures(captions, args.n, args.seed)
+    else:
+        p.error("give --data (a collection) or --states (a built table)")
     arms = [a for a in (args.arms or ",".join(ARMS)).split(",") if a]
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
@@ -416,13 +441,19 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     for arm in arms:
         print(f"lm_knowledge: {arm} ...", file=sys.stderr, flush=True)
-        path, seconds = build_arm(arm, args, sigs, steps)
+        if args.from_tables:
+            path, seconds = Path(args.from_tables) / f"{STUDY_TABLES[arm]}.sqlite", 0.0
+            if not path.is_file():
+                print(f"lm_knowledge: {arm}: no {path}; skipped", file=sys.stderr)
+                continue
+        else:
+            path, seconds = build_arm(arm, args, sigs, steps)
         res = measure(arm, path, sigs, feasible, steps, args)
         old = results.get(arm, {})
         res["build_seconds"] = seconds + (old.get("build_seconds", 0.0) if seconds < 1.0 else 0.0)
         res["seconds_per_state"] = res["build_seconds"] / max(res["states"], 1)
         results[arm] = res
-        results["setup"] = {"data": str(args.data), "episodes": episodes, "data_steps": len(captions),
+        results["setup"] = {"data": str(args.data or args.states), "episodes": episodes, "data_steps": len(captions),
                             "distinct_signatures": len(steps), "sampled": len(sigs), "seed": args.seed,
                             "top_k": args.top_k, "env": args.env_id,
                             "states_with_feasible": sum(bool(f) for f in feasible.values()),
