@@ -266,7 +266,8 @@ class Naming:
     def _by(self, arm: str, unlike: tuple[str, ...]) -> bool:
         """The text holds ``arm``'s name, or a key word of it that none of ``unlike`` has."""
         own = [w for w in self.key.get(arm, []) if not any(w in self.key.get(u, []) for u in unlike)]
-        return arm.lower() in self.text or any(w in self.words for w in own or self.key.get(arm, []))
+        whole = re.search(rf"(?<![\w-]){re.escape(arm.lower())}(?![\w-])", self.text)   # "ppo", not "support"
+        return bool(whole) or any(w in self.words for w in own or self.key.get(arm, []))
 
     def side(self, arm: str, other: str) -> bool:
         """``arm`` is named as one side of a comparison with ``other``: by a word that tells it from ``other``

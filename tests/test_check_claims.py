@@ -88,3 +88,8 @@ def test_a_missing_file_is_one_line_and_exit_2(claims, tmp_path, capsys):
     assert claims.main([str(tmp_path / "nope.md")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("check_claims: no such Markdown file") and len(err.strip().splitlines()) == 1
+
+
+def test_an_arm_is_named_by_its_whole_name_not_inside_a_word(claims):
+    naming = claims.Naming.of(claims.Arms(("ppo", "rnd", "oni_retrieval-oracle"), "ppo"), "we support `rnd`")
+    assert naming._by("rnd", ()) and not naming._by("ppo", ())
