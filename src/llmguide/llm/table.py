@@ -56,6 +56,28 @@ CREATE TABLE IF NOT EXISTS answers (
 """
 
 
+def shown_path(path: str | Path) -> str:
+    """A path as a table's meta records it: relative to the working directory when it lies under it (a committed
+    table must name no folder of the machine that built it), else as given."""
+    path = Path(path).expanduser()
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve())) if path.is_absolute() else str(path)
+    except ValueError:
+        return str(path)
+
+
+def shown_command(words: Sequence[str]) -> str:
+    """A command line as a table's meta records it: every ``key=/abs/path`` under the working directory relative."""
+    import shlex
+
+    out = []
+    for word in words:
+        key, sep, value = word.partition("=")
+        out.append(f"{key}={shown_path(value)}" if sep and value.startswith("/") else
+                   (shown_path(word) if word.startswith("/") else word))
+    return " ".join(shlex.quote(w) for w in out)
+
+
 class AnswerTableError(LLMGuideError):
     """A table file is missing, not a table, or built for other requests."""
 
@@ -384,7 +406,7 @@ def build_table(lm: LanguageModel, queries: Sequence[Query], out: str | Path, *,
         summary = {"queries_in_data": len(queries), "answered": len(answered),
                    "coverage_of_data_steps": sum(q.weight for q in queries if q.key in answered) / total,
                    "coverage_curve": coverage_curve(queries), "seconds": time.monotonic() - started,
-                   "path": str(out)}
+                   "path": shown_path(out)}
         table.set_meta(build_summary=summary)
         table.close()
     return summary
@@ -423,7 +445,7 @@ def shuffle_table(source: str | Path, out: str | Path, seed: int) -> dict[str, A
         with table._db:
             table._db.executemany("INSERT INTO answers VALUES (?, ?, ?, ?, ?, ?)",
                                   [(k, kind, q, a, w, sec) for (k, kind, q, _, w, sec), a in zip(rows, answers, strict=True)])
-        table.set_meta(**meta, shuffled_from=str(source), shuffle_seed=int(seed))
+        table.set_meta(**meta, shuffled_from=shown_path(source), shuffle_seed=int(seed))
     finally:
         table.close()
     tmp.replace(out)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ def lm_name(cfg: DictConfig) -> str:
 def build_answers(cfg: DictConfig, recipe: Any) -> int:
     """Build (or resume) the table of ``answers.*`` for the configured method and LM; prints a summary."""
     from llmguide.llm.factory import make_llm
-    from llmguide.llm.table import build_table
+    from llmguide.llm.table import build_table, shown_command, shown_path
 
     a = cfg.answers
     if a.get("shuffle_of"):
@@ -75,8 +74,8 @@ def build_answers(cfg: DictConfig, recipe: Any) -> int:
     first = queries[0].payload
     meta = {"lm": name, "method": str(cfg.method.name), "env": str(cfg.env.name),
             "prompt_sha256": hashlib.sha256(_prompt_identity(cfg, recipe).encode()).hexdigest(),
-            "data": source, "data_episodes": len(dataset), "data_steps": steps,
-            "command": "llmguide answers " + " ".join(shlex.quote(x) for x in sys.argv[2:]),
+            "data": shown_path(source), "data_episodes": len(dataset), "data_steps": steps,
+            "command": "llmguide answers " + shown_command(sys.argv[2:]),
             "example_request": str(first.get("prompt") or first.get("context"))[:4000]}
     answerers = recipe.table_answerers(cfg) if hasattr(recipe, "table_answerers") else ()
     lm = make_llm(cfg.llm, str(cfg.env.name), online=False, answerers=answerers,
