@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import subprocess
@@ -12,7 +13,14 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from llmguide.core.config import GROUPS, group_options
-from llmguide.core.errors import ConfigError, Interrupted, LLMGuideError, StorageError, UsageError
+from llmguide.core.errors import (
+    ConfigError,
+    Interrupted,
+    LLMGuideError,
+    StorageError,
+    UsageError,
+    file_ancestor,
+)
 from llmguide.core.stopping import stop_requests
 from llmguide.pipelines import load_config
 
@@ -88,6 +96,18 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("file", nargs="?", help="output file for export (JSONL)")
             p.add_argument("--path", default=None, help="cache file (default: the llm config's cache.path)")
     return parser
+
+
+def _cache_file(path: str | None) -> Path:
+    """``llmguide cache``'s file: ``--path``, else the default in ``$LLMGUIDE_CACHE_DIR``; a folder there, or a
+    file where its folder should be, is a :class:`StorageError` naming the setting."""
+    from llmguide.llm.cache.store import default_cache_path
+
+    file = Path(path).expanduser() if path else default_cache_path()
+    code = errno.EISDIR if file.is_dir() else errno.ENOTDIR if file_ancestor(file) is not None else None
+    if code is not None:
+        raise StorageError(OSError(code, os.strerror(code), str(file)), key="--path" if path else "LLMGUIDE_CACHE_DIR")
+    return file
 
 
 def _run_bench(name: str, args: list[str]) -> int:
@@ -223,7 +243,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.verb == "cache":
         from llmguide.llm.cache.cli import cache_command
 
-        return cache_command(args.action, args.file, args.path) or 0
+        return cache_command(args.action, args.file, str(_cache_file(args.path))) or 0
     return 0
 
 

@@ -116,6 +116,11 @@ def translate_hydra_error(err: Exception, overrides: Sequence[str]) -> ConfigErr
         detail = text.splitlines()[0]
         detail = "" if detail.startswith("Could not override") else f" ({detail})"
         return ConfigError(key, f"unknown key{did_you_mean(key, overrides)}{detail}")
+    odd = next((o for o in overrides if "LexerNoViableAlt" in text and not o.isascii()), None)
+    if odd is not None:                      # Hydra's grammar reads unquoted values in ASCII only
+        key, _, value = odd.partition("=")
+        return ConfigError(key.lstrip("+~"), f"{value!r} holds characters outside ASCII, which an override reads "
+                                             f"only quoted: {key}='{value}'")
     return ConfigError("overrides", (text.splitlines() or [type(err).__name__])[0])
 
 
@@ -253,9 +258,27 @@ def text_or_null(value: Any) -> str | None:
     return f"must be text, got {value!r} ({_type_name(value)}); quote it (e.g. key='\"{value}\"')"
 
 
+NAME_MAX = 255   # bytes in one folder name (Linux, macOS)
+
+
+def run_name(value: Any) -> str | None:
+    """``run.name``: text (or null) naming a folder inside ``run.dir`` (no ``..``, not absolute), each part of it
+    short enough to be a folder name."""
+    if value is None or text_or_null(value):
+        return text_or_null(value)
+    parts = Path(value).parts
+    if Path(value).is_absolute() or ".." in parts:
+        return (f"{value!r} would put the run outside run.dir: name a folder inside it, and choose where runs go "
+                "with run.dir=DIR")
+    longest = max(parts, key=lambda part: len(part.encode()), default="")
+    if len(longest.encode()) > NAME_MAX:
+        return f"is {len(longest.encode())} bytes long; a folder name holds at most {NAME_MAX}: choose a shorter one"
+    return None
+
+
 # Rules keyed by dotted path.  Modules add their own with :func:`register_rule`.
 RULES: dict[str, Rule] = {
-    "run.name": text_or_null,
+    "run.name": run_name,
     "run.dir": text_or_null,
     "total_steps": positive,
     "num_envs": positive,

@@ -39,12 +39,12 @@ class Interrupted(LLMGuideError):
 
 
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EISDIR,
-                            errno.ENOTDIR})
+                            errno.ENOTDIR, errno.ENAMETOOLONG})
 
 
 class StorageError(LLMGuideError, OSError):
     """The file system refused a write: no space, read-only, no permission, a path that is a folder or sits
-    under a file.  One line naming the path and the fix (still an ``OSError`` with the original ``errno``)."""
+    under a file, a name too long.  One line naming the path and the fix (still an ``OSError`` with the original ``errno``)."""
 
     def __init__(self, err: OSError, path: str | Path | None = None, key: str | None = None):
         path = Path(path if path is not None else err.filename or "?")
@@ -69,6 +69,9 @@ def storage_problem(code: int | None, path: Path) -> str:
         return f"{path} is on a read-only file system: write to a writable folder (e.g. run.dir=DIR)"
     if code in (errno.EACCES, errno.EPERM):
         return f"permission denied on {path}: fix its permissions, or use a folder you own (e.g. run.dir=DIR)"
+    if code == errno.ENAMETOOLONG:
+        shown = str(path) if len(str(path)) <= 120 else f"{str(path)[:117]}..."
+        return f"a name in {shown} is longer than the file system allows: choose a shorter one"
     if code == errno.EISDIR:
         return f"{path} is a folder where a file is expected: give the path of a file (e.g. {path / 'NAME'})"
     parent = file_ancestor(path)

@@ -52,8 +52,8 @@ from llmguide.core.checkpoint_files import (  # noqa: F401 - safe_torch_load ...
     safe_torch_load,
     unsafe_globals,
 )
-from llmguide.core.config import redact
-from llmguide.core.errors import LLMGuideError, UsageError, storage_errors
+from llmguide.core.config import redact, run_name
+from llmguide.core.errors import ConfigError, LLMGuideError, UsageError, storage_errors
 from llmguide.core.runlock import RunInUseError, RunLock  # noqa: F401 - RunInUseError: part of this module's API
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,9 @@ class RunDir:
         checkpoint has loaded).  A folder that already holds a run (metrics, a checkpoint, or one of the
         ``outputs`` an offline step writes, e.g. ``dataset``) is refused unless ``run.resume=true`` (continue
         it: add to it) or ``run.overwrite=true`` (start over: those files are removed first)."""
-        name = cfg.run.name or default_run_name(cfg)
-        path = Path(cfg.run.dir) / name
+        if problem := run_name(cfg.run.name):   # checked with the config too: never a folder outside run.dir
+            raise ConfigError("run.name", problem)
+        path = Path(cfg.run.dir) / (cfg.run.name or default_run_name(cfg))
         path.mkdir(parents=True, exist_ok=True)
         lock = RunLock(path).acquire()
         try:

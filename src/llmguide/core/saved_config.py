@@ -70,7 +70,12 @@ def read_saved_config(path: Path) -> dict:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        # an alias (``*name``) is never written by a run; expanded by OmegaConf, a few nested ones take forever
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+            raise ConfigError(str(path), "holds a YAML alias (*name); a run's config is plain keys and values: "
+                                         "write the values out, or restore the file")
+        data = yaml.safe_load(text)
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise ConfigError(str(path), f"does not parse ({str(err).splitlines()[0]}); fix or restore the file") from None
     if not isinstance(data, dict):

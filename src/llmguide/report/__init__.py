@@ -34,7 +34,8 @@ Wilcoxon and sign tests (n >= 6), bootstrap CI (n >= 10) and the smallest differ
 (:func:`summarize`).
 
 Where it goes: ``out`` when given; one run directory's report is its own ``report.md`` (the Runner writes
-it at the end of training); several runs without ``out`` get a new folder
+it at the end of training; a folder that is no run's, e.g. a folder of config sources, is refused:
+:func:`is_run_folder`); several runs without ``out`` get a new folder
 ``<their common parent>/report-<YYYYmmdd-HHMMSS>/`` (:func:`default_out`), so no run's report is replaced.
 
 Missing or partial files give a note in the report, never a traceback.
@@ -52,7 +53,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from llmguide.core.errors import LLMGuideError
+import yaml
+
+from llmguide.core.errors import LLMGuideError, UsageError
 from llmguide.core.rundir import atomic_write_text
 from llmguide.report.curves import binned_curve, learning_plot, seed_band
 from llmguide.report.runs import RETURN_KEYS, Run, group_runs, last_step, load_run
@@ -78,6 +81,9 @@ def default_out(run_dirs: list[str | Path]) -> Path:
     working directory when they share only the filesystem root), created here."""
     paths = list(dict.fromkeys(Path(p).resolve() for p in run_dirs))
     if len(paths) == 1:
+        if not is_run_folder(paths[0]):   # e.g. src/llmguide/conf: a config source, no run to write into
+            raise UsageError(f"{paths[0]} is no run's folder (no metrics.jsonl or checkpoints/, and its config.yaml "
+                             "is a config source with a defaults list): its report is not written there; give --out DIR")
         return paths[0]
     parent = Path(os.path.commonpath([p.parent for p in paths]))
     if parent == Path(parent.anchor):
@@ -91,6 +97,21 @@ def default_out(run_dirs: list[str | Path]) -> Path:
         except FileExistsError:
             continue
     raise FileExistsError(f"no free report folder {parent / stamp}-N")
+
+
+RUN_OUTPUTS = ("metrics.jsonl", "checkpoints", "eval.json", "provenance.jsonl")   # what only a run writes
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether ``path`` is a run's folder, where its own report may go: it holds what a run writes, or a
+    ``config.yaml`` a run saved (a Hydra config source, with its ``defaults`` list, is none)."""
+    if any((path / name).exists() for name in RUN_OUTPUTS):
+        return True
+    try:
+        cfg = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(cfg, dict) and "defaults" not in cfg
 
 
 def write_report(run_dirs: list[str], out: str | None = None, reps: int = 2000, *,

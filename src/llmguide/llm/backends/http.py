@@ -16,10 +16,10 @@ A misbehaving server cannot crash a run, stall it, flood it or poison the cache:
 
 - **Retries** (``max_retries``, backoff ``min(backoff_max, backoff_base * 2**attempt)`` times a jitter
   in [0.5, 1]) for every fault of one request: HTTP errors, connection errors, timeouts, over-long
-  bodies and *decode* faults (invalid or truncated JSON, a non-object body, missing or mistyped
-  fields, no echoed log-probs).  Only HTTP 403/404/405/501 (forbidden, no such model or endpoint:
-  configuration errors) are not retried; a 401 is, since the key is read anew at every attempt
-  (rotation).  Retries are per request, so one bad answer does not fail its batch.
+  bodies and *decode* faults (invalid, truncated or too deeply nested JSON, a non-object body, missing
+  or mistyped fields, no echoed log-probs, any failure to read an answer).  Only HTTP 403/404/405/501
+  (forbidden, no such model or endpoint: configuration errors) are not retried; a 401 is, since the key
+  is read anew at every attempt (rotation).  Retries are per request, so one bad answer does not fail its batch.
 - **Timeouts**: ``timeout`` seconds per read (a stalled server) and ``3 * timeout`` for a whole response
   (a server trickling bytes); both are ``timeout`` faults.
 - **Size**: a body larger than ``max_response_bytes`` is dropped while it streams in (``oversize``).  A
@@ -62,6 +62,7 @@ from llmguide.llm.backends.http_transport import (
     ResponseTooLarge,
     caused_by,
     httpx,
+    reads_answer,
     span_logprob,
     token_count,
 )
@@ -203,8 +204,8 @@ class HTTPLM(LanguageModel):
             raise Fault(kind, f"{self._where()}: {type(err).__name__}: {self._message(str(err))}") from err
         try:
             data = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as err:  # invalid, truncated or non-JSON body
-            raise Fault("decode", f"{self._where()} sent a body that is not JSON ({len(body)} bytes: "
+        except (ValueError, UnicodeDecodeError, RecursionError) as err:  # invalid, truncated, nested too deeply
+            raise Fault("decode", f"{self._where()} sent a body that does not parse as JSON ({len(body)} bytes: "
                                   f"{self._message(repr(body[:80]))})") from err
         if not isinstance(data, dict):
             raise Fault("decode", f"{self._where()} sent JSON that is not an object ({type(data).__name__})")
@@ -255,6 +256,7 @@ class HTTPLM(LanguageModel):
         return run
 
     # --- generation ----------------------------------------------------------------------------
+    @reads_answer
     def _completion(self, data: dict[str, Any], max_tokens: int) -> Completion:
         """A :class:`Completion` from one decoded answer, capped at ``max_tokens``; or a decode fault."""
         choices = data.get("choices")
@@ -325,6 +327,7 @@ class HTTPLM(LanguageModel):
         return [Completion(text="", error=str(r)) if isinstance(r, LLMUnavailableError) else r for r in out]
 
     # --- scoring -------------------------------------------------------------------------------
+    @reads_answer
     def _span_logprob(self, data: dict[str, Any], context: str, candidate: str) -> tuple[float, int]:
         """(summed log-prob, token count) of the candidate span in one echoed answer; or a fault."""
         return span_logprob(data, context, candidate, self._where(), self._message)

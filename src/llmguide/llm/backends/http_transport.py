@@ -4,16 +4,20 @@ faults, and decoding of echoed prompt log-probs.
 - :class:`CappedTransport` bounds each response's size (``max_response_bytes``: :class:`ResponseTooLarge`
   while the body streams in) and total time (a :class:`httpx.ReadTimeout` past the deadline).
 - :class:`Fault` is one failed attempt, named by the counter it bumps (http, decode, timeout,
-  connection, oversize, nonfinite); :data:`FINAL_STATUS` are the HTTP statuses never retried.
+  connection, oversize, nonfinite); :data:`FINAL_STATUS` are the HTTP statuses never retried;
+  :func:`decode_faults` (:func:`reads_answer`) makes any failure to read an answer (JSON nested too deep for the parser, an
+  unexpected shape) a decode fault.
 - :func:`span_logprob` validates an echoed answer and sums the log-probs of a candidate's tokens.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import openai
@@ -34,6 +38,35 @@ class Fault(Exception):
     def __init__(self, kind: str, message: str, retryable: bool = True):
         super().__init__(message)
         self.kind, self.message, self.retryable = kind, message, retryable
+
+
+# what reading an answer can raise: bad or truncated JSON, a body nested deeper than the parser recurses
+# (RecursionError), a value of an unexpected type or shape
+PARSE_ERRORS = (ValueError, UnicodeDecodeError, RecursionError, TypeError, KeyError, IndexError, AttributeError)
+
+
+@contextmanager
+def decode_faults(where: str) -> Iterator[None]:
+    """Within: a failure to read an answer (:data:`PARSE_ERRORS`) is a decode :class:`Fault` naming the server
+    (``where``): counted, backed off and retried like any other, never a traceback."""
+    try:
+        yield
+    except PARSE_ERRORS as err:
+        detail = "nested too deeply to parse" if isinstance(err, RecursionError) else \
+            f"{type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else '?'}"
+        raise Fault("decode", f"{where} sent an answer that does not parse ({detail})") from None
+
+
+def reads_answer(method: Callable[..., Any]) -> Callable[..., Any]:
+    """An LM method that reads an answer (``self._where()`` names the server): any failure to read it is a decode
+    fault (:func:`decode_faults`)."""
+
+    @functools.wraps(method)
+    def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with decode_faults(self._where()):
+            return method(self, *args, **kwargs)
+
+    return read
 
 
 class CappedStream(httpx.SyncByteStream):
