@@ -306,6 +306,8 @@ class Plan:
     failed: dict[str, str] = field(default_factory=dict)          # arm -> why it cannot run (preparation)
     steps_done: dict[str, dict[str, Any]] = field(default_factory=dict)   # preparation step -> record
     errors: list[str] = field(default_factory=list)               # config errors found by --dry-run
+    rebuilt: list[Path] = field(default_factory=list)             # what this call's preparation wrote (artifacts)
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))   # the command line (result.json, reproduce)
 
     def fill(self, overrides: list[str]) -> list[str]:
         """``overrides`` with the placeholders substituted (unknown ``{name}`` left as written)."""
@@ -363,6 +365,7 @@ class Plan:
         record.update(exit=code, seconds=round(time.perf_counter() - t0, 1), log=str(log))
         if code == 0 and marker.exists():
             record["state"] = "done"
+            self.rebuilt += [folder, marker]
             print(f"  done   {name} ({record['seconds']:.0f}s)", flush=True)
             return None
         tail = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
@@ -496,6 +499,7 @@ def _sweep(plan: Plan, arm: str, seeds: list[int], resume: bool, dry_run: bool) 
         cmd = sweep_command(plan, arm, todo, mode)
         print(f"[{arm}] llmguide " + " ".join(cmd[3:]), flush=True)
         if not dry_run:
+            check_artifacts(plan)   # every artifact as recorded: ArtifactChanged stops the study
             subprocess.call(cmd, env=_env(plan), cwd=ROOT)   # failures are found below, from the run folders
 
 
@@ -561,7 +565,7 @@ def record_session(plan: Plan, state: dict[str, Any] | None) -> dict[str, Any]:
     """Append this session's code to ``<runs>/code.jsonl`` (a dirty tree's patch beside it, in ``code/``)."""
     state = state or {"commit": None, "dirty": None, "diff_sha256": None, "patch": b""}
     entry = {"time": datetime.now(UTC).isoformat(timespec="seconds"), "commit": state["commit"],
-             "dirty": state["dirty"], "diff_sha256": state["diff_sha256"], "command": " ".join(sys.argv)}
+             "dirty": state["dirty"], "diff_sha256": state["diff_sha256"], "command": " ".join(plan.argv)}
     plan.runs.mkdir(parents=True, exist_ok=True)
     if state["patch"]:
         patch = plan.runs / "code" / f"{state['diff_sha256']}.patch"
@@ -599,6 +603,116 @@ def mixed_comparisons(commits: dict[str, dict[str, list[Any]]], control: str) ->
             if len(both) > 1:
                 out[f"{arm} - {control}"] = both
     return out
+
+
+# --- the artifacts a study trains on (issue 67) ----------------------------------------------------------------
+# What an arm reads besides the code: answer tables (llm.table, llm.match_table) and label runs (method.labels: BK's
+# program, preference model or goal library, with the run's manifest). Their sha256 are recorded in
+# <runs>/artifacts.json once the preparation is done, and checked before every sweep: an artifact that changed since
+# the study's runs trained on it is refused (one line, exit 2), unless this call's preparation rebuilt it.
+ARTIFACT_FILES = ("llm.table", "llm.match_table")                       # override keys that name one file
+LABEL_RUNS = {"method.labels": ("bk/manifest.json", "bk/final.py", "bk/pref_model.pt", "bk/library.json")}
+ARTIFACTS = "artifacts.json"   # in the runs folder: {absolute path: {path, key, sha256, bytes, arms}}
+
+
+class ArtifactChanged(Exception):
+    """An artifact differs from the sha256 recorded when the study's runs trained on it (the message is one line)."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def arm_artifacts(plan: Plan, arm: str) -> dict[Path, str]:
+    """The existing files ``arm`` trains on, by the override key that names them (``${seed}`` in a path: one file
+    per seed of the plan); the last override of a key wins, as in the config."""
+    values = {}
+    for override in plan.arm_overrides(arm):
+        key, _, value = override.partition("=")
+        values[key.lstrip("+~")] = value.strip("'\"")
+    found: dict[Path, str] = {}
+    for key, value in values.items():
+        if not value or value == "null" or (key not in ARTIFACT_FILES and key not in LABEL_RUNS):
+            continue
+        names = [value] if key in ARTIFACT_FILES else [f"{value}/{name}" for name in LABEL_RUNS[key]]
+        for name in names:
+            for path in dict.fromkeys(name.replace("${seed}", str(s)) for s in plan.seeds):
+                if "${" not in path and (file := Path(path).expanduser().resolve()).is_file():
+                    found[file] = key
+    return found
+
+
+def plan_artifacts(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Every artifact of the plan's arms (those whose preparation did not fail) with its sha256, size and arms."""
+    out: dict[str, dict[str, Any]] = {}
+    for arm in plan.arms:
+        if arm in plan.failed:
+            continue
+        for file, key in arm_artifacts(plan, arm).items():
+            entry = out.get(str(file)) or {"path": relative_paths(plan, str(file)), "key": key,
+                                           "sha256": sha256_file(file), "bytes": file.stat().st_size, "arms": []}
+            entry["arms"].append(arm)
+            out[str(file)] = entry
+    return out
+
+
+def recorded_artifacts(plan: Plan) -> dict[str, dict[str, Any]] | None:
+    """``<runs>/artifacts.json``, or None when the runs folder has no record."""
+    path = plan.runs / ARTIFACTS
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def check_artifacts(plan: Plan, rebuilt: list[Path] = ()) -> dict[str, dict[str, Any]]:
+    """Hash the plan's artifacts and compare them with ``<runs>/artifacts.json``: :class:`ArtifactChanged` when one
+    differs and is not under ``rebuilt`` (what this call's preparation wrote); else the record, updated, is
+    written back (an artifact seen first now is added, one of another call's arms is kept)."""
+    recorded = recorded_artifacts(plan) or {}
+    now = plan_artifacts(plan)
+    for file, entry in now.items():
+        old = recorded.get(file)
+        if old and old.get("sha256") != entry["sha256"] and not any(
+                Path(file) == r or Path(file).is_relative_to(r) for r in rebuilt):
+            raise ArtifactChanged(
+                f"harness: {entry['path']} changed since this study's runs trained on it (recorded sha256 "
+                f"{old.get('sha256')}, now {entry['sha256']}): restore it, rebuild it with the study's preparation, "
+                f"or train in a new --runs")
+    for file, entry in now.items():
+        arms = [*recorded.get(file, {}).get("arms", []), *entry["arms"]]
+        recorded[file] = {**entry, "arms": list(dict.fromkeys(arms))}
+    plan.runs.mkdir(parents=True, exist_ok=True)
+    atomic = plan.runs / f".{ARTIFACTS}.tmp"
+    atomic.write_text(json.dumps(recorded, indent=1) + "\n")
+    os.replace(atomic, plan.runs / ARTIFACTS)
+    return recorded
+
+
+def result_artifacts(plan: Plan, arms: list[str]) -> tuple[list[dict[str, Any]], bool]:
+    """The artifacts of ``arms`` for result.json, sorted by path, and whether they are the record made before
+    training (False: the runs folder has none, so they were hashed now, at report time)."""
+    recorded = recorded_artifacts(plan)
+    entries = (recorded or plan_artifacts(plan)).values()
+    mine = [{**e, "arms": [a for a in e.get("arms", []) if a in arms]} for e in entries]
+    return sorted((e for e in mine if e["arms"]), key=lambda e: e["path"]), recorded is not None
+
+
+def artifacts_section(artifacts: list[dict[str, Any]], recorded: bool) -> list[str]:
+    """``## Artifacts``: every file the arms trained on with its sha256; [] when they read none."""
+    if not artifacts:
+        return []
+    when = ("recorded before training (`<runs>/artifacts.json`) and checked before every sweep" if recorded else
+            "hashed at report time: the runs folder holds no record of them from training")
+    lines = ["## Artifacts", "", f"The files the arms trained on besides the code, with their sha256 ({when}).", "",
+             "| file | override | sha256 | bytes | arms |", "|---|---|---|---|---|"]
+    lines += [f"| `{e['path']}` | `{e['key']}` | `{e['sha256']}` | {e['bytes']:,} | {', '.join(e['arms'])} |"
+              for e in artifacts]
+    return [*lines, ""]
 
 
 # --- answer-table coverage per arm (issue 66) ----------------------------------------------------------------
@@ -718,6 +832,66 @@ def code_of_arms(done: list[str]) -> tuple[dict[str, dict[str, list[Any]]], list
         lines += ["", f"**Warning: this study's runs come from {len(codes)} different codes** ({', '.join(codes)}): "
                       "an arm may differ from another by code as well as by its overrides."]
     return commits, [*lines, ""]
+
+
+# --- the runs' records (issue 67) ---------------------------------------------------------------------------------
+# Each session of a run records its system, installed versions and LM in provenance.jsonl (llmguide.core.provenance);
+# the report shows the fields whose values differ between arms. The command line and the config's sha256 differ by
+# each arm's overrides and seed by design: they stay in the records, out of the comparison.
+RECORD_PARTS = ("system", "lm")
+
+
+def _flat(prefix: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _flat(f"{prefix}.{key}", item).items()}
+    return {prefix: value}
+
+
+def run_records(done: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """The record fields of the finished runs: ``{"same": {field: value}, "differ": {field: {arm: [values]}},
+    "unrecorded": [arms]}`` (an arm none of whose sessions has a record is not compared), and the report's lines."""
+    from llmguide.core.provenance import read
+
+    per_arm: dict[str, dict[str, set[str]]] = {}
+    unrecorded = []
+    for run in map(Path, done):
+        arm = run.parent.name
+        fields = per_arm.setdefault(arm, {})
+        for session in read(run):
+            for part in RECORD_PARTS:
+                if part in session:
+                    for key, value in _flat(part, session[part]).items():
+                        fields.setdefault(key, set()).add(value if isinstance(value, str) else json.dumps(value))
+    for arm in [a for a, fields in per_arm.items() if not fields]:
+        unrecorded.append(arm)
+        del per_arm[arm]
+    keys = sorted({k for fields in per_arm.values() for k in fields})
+    same, differ = {}, {}
+    for key in keys:
+        values = {arm: sorted(fields.get(key, {"(none)"})) for arm, fields in per_arm.items()}
+        distinct = {tuple(v) for v in values.values()}
+        if len(distinct) == 1 and len(next(iter(distinct))) == 1:
+            same[key] = next(iter(distinct))[0]
+        else:
+            differ[key] = dict(sorted(values.items()))
+    records = {"same": same, "differ": differ, "unrecorded": unrecorded}
+    if not per_arm:
+        return records, []
+    lines = ["## Run records", "", "What every session of each run recorded (`provenance.jsonl`: the system, the "
+             "installed versions, the configured LM); the command line and the config's sha256 differ by each arm's "
+             "overrides and seed, and are left out here.", ""]
+    if differ:
+        lines += ["Fields that differ between arms (an arm's values over its runs):", "", "| field | values |",
+                  "|---|---|"]
+        lines += [f"| `{key}` | " + "; ".join(f"{arm}: {' / '.join(v)}" for arm, v in values.items()) + " |"
+                  for key, values in differ.items()]
+    else:
+        lines.append("The record is the same for every run: "
+                     + ", ".join(f"`{k}` {v}" for k, v in same.items() if k.startswith("system.")) + ".")
+    if unrecorded:
+        lines += ["", "No record in the runs of " + ", ".join(f"`{a}`" for a in unrecorded)
+                  + " (trained before runs kept one)."]
+    return records, [*lines, ""]
 
 
 # --- machine paths --------------------------------------------------------------------------------------
@@ -857,6 +1031,7 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
               "".join(f"\n  {_failed_text(f)}" for f in failed if f["seed"] == "all"), file=sys.stderr)
         return 1
     commits, code_lines = code_of_arms(done)
+    records, record_lines = run_records(done)
     mixed = mixed_comparisons(commits, study.control)
     if mixed and not getattr(plan.args, "allow_mixed", False):
         which = "; ".join(f"{k}: {' '.join(v)}" for k, v in mixed.items())
@@ -904,8 +1079,11 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
         path, summary = study_report(done, plan.out, reps, group_by="folder", control=study.control,
                                      metric=plan.metric, metric_name=plan.metric_name, title=title, intro=intro)
     details_lines, details = study.details(plan) if study.details else ([], {})
-    extra = [*details_lines, *coverage_section(coverage), *code_lines, *([plan.args.notes.read_text().strip(), ""] if getattr(plan.args, "notes", None)
-                               and Path(plan.args.notes).exists() else [])]
+    artifacts, recorded = result_artifacts(plan, list(summary["arms"]))
+    notes = getattr(plan.args, "notes", None)
+    extra = [*details_lines, *coverage_section(coverage), *artifacts_section(artifacts, recorded), *code_lines,
+             *record_lines,
+             *([Path(notes).read_text().strip(), ""] if notes and Path(notes).exists() else [])]
     if extra:
         path.write_text(path.read_text().rstrip("\n") + "\n\n" + "\n".join(extra) + "\n")
     arms = {}
@@ -923,7 +1101,8 @@ def write_results(plan: Plan, reps: int = 2000) -> int:
               "prepare": plan.steps_done, "details": details, "notes": summary["notes"],
               "produced_by": "benchmarks/harness.py", "commit": _git_commit(), "commits": commits,
               "mixed_code": mixed, "sessions": trained, "coverage": coverage, "coverage_warnings": low_coverage,
-              "command": " ".join(sys.argv)}
+              "artifacts": artifacts, "artifacts_recorded": recorded, "run_records": records,
+              "command": " ".join(plan.argv), "argv": plan.argv}
     (plan.out / "result.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     folders = plan_folders(plan)
     for written in sorted(plan.out.iterdir()):   # report.md, result.json, lm_stats.json, what a details hook wrote
@@ -1116,6 +1295,7 @@ def main(study: Study, argv: list[str] | None = None) -> int:
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
     args = build_parser(study).parse_args(argv)
     plan = make_plan(study, args)
+    plan.argv = list(sys.argv) if argv is None else [sys.argv[0], *argv]   # a call from Python: its own arguments
     lost = [] if args.dry_run or args.prepare_only or args.replace_report else lost_arms(plan)
     if lost:   # e.g. a subset of arms run into a study's default variant: its committed report would lose rows
         print(f"harness: {plan.out / 'result.json'} reports arms {lost} that this call would drop (not in --arms, "
@@ -1134,16 +1314,22 @@ def main(study: Study, argv: list[str] | None = None) -> int:
         record_session(plan, state)
     if study.prepare:
         study.prepare(plan)
-    if args.prepare_only:
-        return 1 if plan.failed else 0
-    if args.dry_run:
-        errors = plan.errors + validate(plan)
-        run_arms(plan, args.resume, dry_run=True)
-        for err in errors:
-            print(f"config error: {err}", file=sys.stderr)
-        return 1 if errors else 0
-    if not args.report_only:
-        run_arms(plan, args.resume, dry_run=False)
+    try:
+        if not (args.dry_run or args.report_only):   # the artifacts' sha256, recorded or checked against the record
+            check_artifacts(plan, plan.rebuilt)
+        if args.prepare_only:
+            return 1 if plan.failed else 0
+        if args.dry_run:
+            errors = plan.errors + validate(plan)
+            run_arms(plan, args.resume, dry_run=True)
+            for err in errors:
+                print(f"config error: {err}", file=sys.stderr)
+            return 1 if errors else 0
+        if not args.report_only:
+            run_arms(plan, args.resume, dry_run=False)
+    except ArtifactChanged as changed:
+        print(changed, file=sys.stderr)
+        return 2
     return write_results(plan, args.reps)
 
 
