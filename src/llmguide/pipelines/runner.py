@@ -177,7 +177,7 @@ def open_run(cfg: DictConfig, write_config: bool = True, outputs: Sequence[str] 
     from llmguide.core.wandb_logger import attach_wandb
 
     with RunDir.open(cfg, write_config=write_config, outputs=outputs) as run:
-        provenance.record(run.path, resumed=bool(cfg.run.resume))
+        provenance.record(run.path, resumed=bool(cfg.run.resume), cfg=cfg)
         attach_wandb(cfg, run)
         yield run
 
