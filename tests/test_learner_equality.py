@@ -21,6 +21,7 @@ from torch import nn
 from llmguide.envs.toy import ContextBandit, vector_env
 from llmguide.learners.callbacks import Callback
 from llmguide.learners.dqn import DQN
+from llmguide.learners.on_policy import clipped_loss
 from llmguide.learners.ppo import PPO
 from llmguide.methods.ptgm.options import AsyncOptionsVectorEnv
 from llmguide.methods.ptgm.smdp import AsyncOptionPPO
@@ -134,6 +135,56 @@ def _assert_same(run: dict[str, Any], golden: dict[str, Any]) -> None:
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_same_seed_gives_the_golden_metrics(name):
     _assert_same(RUNS[name](), GOLDEN[name])
+
+
+def test_clipped_loss_by_hand():
+    """r = (1.5, 0.5) with A = (1, −1) and clip 0.2: both terms clipped, −min(1.5, 1.2) and −min(−0.5, −0.8)."""
+    new, old = torch.log(torch.tensor([1.5, 0.5])), torch.zeros(2)
+    adv, entropy = torch.tensor([1.0, -1.0]), torch.tensor([1.0, 3.0])
+    value, ret, old_value = torch.tensor([1.0, 2.0]), torch.zeros(2), torch.tensor([0.9, 2.5])
+    out = clipped_loss(new, old, adv, entropy, value, ret, 0.2, 0.01, 0.5, old_values=old_value)
+    assert out["policy_loss"].item() == pytest.approx((-1.2 + 0.8) / 2)
+    # the value clipped to old ± 0.2 is (1.0, 2.3): the larger squared errors are 1 and 2.3² = 5.29
+    assert out["value_loss"].item() == pytest.approx(0.5 * (1 + 5.29) / 2)
+    assert out["loss"].item() == pytest.approx(-0.2 - 0.01 * 2.0 + 0.5 * 0.5 * 6.29 / 2)
+    assert out["clipfrac"].item() == 1.0 and out["max_abs_logratio"].item() == pytest.approx(np.log(2))
+    assert out["approx_kl"].item() == pytest.approx(((0.5 - np.log(1.5)) + (-0.5 - np.log(0.5))) / 2)
+    plain = clipped_loss(new, old, adv, entropy, value, ret, 0.2, 0.01, 0.5)
+    assert plain["value_loss"].item() == pytest.approx(0.5 * (1 + 4) / 2)
+    heads = clipped_loss(new, old, adv, entropy, value[:, None].repeat(1, 2), ret[:, None].repeat(1, 2), 0.2,
+                         0.01, 0.5)
+    assert heads["value_loss"].item() == pytest.approx(2 * plain["value_loss"].item())   # summed over heads
+
+
+def _nan_gradients(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Every gradient of ``module``'s first parameter made NaN (the losses stay finite); its state before."""
+    next(module.parameters()).register_hook(lambda grad: torch.full_like(grad, float("nan")))
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn", "ptgm"])
+def test_every_learner_skips_and_counts_a_step_whose_gradient_is_not_finite(name, caplog):
+    """Without the guard the NaN gradient would reach the weights (and PPO, DQN would stop with NonFiniteError)."""
+    small = {"num_steps": 8, "num_minibatches": 2, "update_epochs": 3, "hidden": 16}
+    if name == "ptgm":
+        venv = AsyncOptionsVectorEnv(BatchCountEnv([5, 100]), _code_policy, np.eye(4), steps=3)
+        agent = AsyncOptionPPO(venv, {**small, "num_steps": 4, "image_encoder": "flat"}, seed=0)
+    elif name == "ppo":
+        agent = PPO(vector_env(lambda: ContextBandit(3), 2), small, seed=0)
+    else:
+        agent = DQN(vector_env(lambda: ContextBandit(3), 2), dict(hidden=16, learning_starts=16, batch_size=8,
+                                                                  train_every=1, chunk_steps=8, log_interval=32),
+                    seed=0)
+    net = agent.q_net if name == "dqn" else agent.net
+    before = _nan_gradients(net)
+    record = Record()
+    with caplog.at_level("WARNING"):
+        agent.learn(32, callback=record, progress=False)
+    logged = [m for m in record.metrics if "losses/skipped_minibatches" in m]
+    steps = [32] if name == "dqn" else [6] * agent.updates   # DQN: one step per env step from learning_starts
+    assert [m["losses/skipped_minibatches"] for m in logged] == steps
+    assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+    assert "had a non-finite gradient and were skipped" in caplog.text
 
 
 # --- golden numbers: computed at HEAD 172db04, before the refactor (see the module docstring) ------------------

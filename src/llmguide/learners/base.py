@@ -22,17 +22,22 @@ continues).  The loop::
 
 The helpers a loop calls: :meth:`_record_episodes` (finished episodes logged), :meth:`_on_step` (the callbacks'
 ``on_step``; False once one asked to stop), :meth:`_end_iteration` (metrics logged, the bar advanced, the
-callbacks' ``on_rollout_end``) and :meth:`_sps`.
+callbacks' ``on_rollout_end``) and :meth:`_sps`; and the helpers of an update: :meth:`_mix_rewards` (the extrinsic
+and the reward modules' rewards, the modules trained), :meth:`_apply_gradients` (the clipped optimiser step that
+skips a non-finite gradient) with :meth:`_skipped_metrics`.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
+from torch import nn
 
 from llmguide.core.progress import Progress
 from llmguide.core.rundir import RunDir
@@ -40,11 +45,21 @@ from llmguide.learners.callbacks import Callback, as_callback
 from llmguide.learners.common import (
     EpisodeTracker,
     load_modules_state,
+    mix_rewards,
     modules_state,
     rng_state,
     set_rng_state,
 )
-from llmguide.rewards.base import RewardModule, StepTransition
+from llmguide.rewards.base import RewardModule, StepTransition, TransitionBatch
+
+log = logging.getLogger(__name__)
+
+
+def use_torch_threads(threads: int) -> None:
+    """``torch.set_num_threads(threads)`` unless it is 0 (torch's default): small nets on a shared CPU run fastest
+    on one thread."""
+    if threads > 0:
+        torch.set_num_threads(threads)
 
 
 class Learner:
@@ -78,6 +93,7 @@ class Learner:
         self._bar: Any = None
         self._start_time, self._start_step = 0.0, 0
         self._stop = False
+        self._steps_tried = self._steps_skipped = 0   # optimiser steps since _skipped_metrics: tried, skipped
 
     # --- the loop -------------------------------------------------------------------------
     def learn(self, total_steps: int, callback: Callback | Sequence[Callback] | None = None,
@@ -156,6 +172,40 @@ class Learner:
             self._log(metrics)
         self._advance_bar(env_steps)
         self._callback.on_rollout_end(metrics)
+
+    # --- helpers for an update ----------------------------------------------------------
+    def _mix_rewards(self, batch: TransitionBatch) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+        """``(mixed, intrinsic, metrics)`` of a batch: ``intrinsic`` = the reward modules' weighted sum
+        (:func:`~llmguide.learners.common.mix_rewards`), ``mixed`` = ``extrinsic_coef · batch.rewards + intrinsic``;
+        then each module trains on ``batch`` (its statistics into ``metrics``)."""
+        intrinsic, metrics = mix_rewards(batch, self.reward_modules, self.counters)
+        for _, module in self.reward_modules:
+            metrics.update({f"reward/{module.name}/{k}": v for k, v in module.update(batch).items()})
+        return self.extrinsic_coef * batch.rewards + intrinsic, intrinsic, metrics
+
+    def _apply_gradients(self, max_grad_norm: float) -> bool:
+        """The optimiser's step on its parameters' gradients clipped to a global norm of ``max_grad_norm``, unless that
+        norm is not finite: then the gradients are dropped and the step is skipped and counted (one bad minibatch must
+        not turn every weight into NaN), and False returned.  :meth:`_skipped_metrics` reports the count."""
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        grad_norm = nn.utils.clip_grad_norm_(params, max_grad_norm)
+        self._steps_tried += 1
+        if not torch.isfinite(grad_norm):
+            self.optimizer.zero_grad()
+            self._steps_skipped += 1
+            return False
+        self.optimizer.step()
+        return True
+
+    def _skipped_metrics(self, detail: str = "") -> dict[str, float]:
+        """``losses/skipped_minibatches``: the steps :meth:`_apply_gradients` skipped since the last call (warned,
+        ``detail`` appended), then both counts restart."""
+        tried, skipped = self._steps_tried, self._steps_skipped
+        self._steps_tried = self._steps_skipped = 0
+        if skipped:
+            log.warning("%s: %d of %d minibatches at step %d had a non-finite gradient and were skipped%s",
+                        self.label or self.algo, skipped, tried, self.global_step, detail)
+        return {"losses/skipped_minibatches": float(skipped)}
 
     # --- checkpoints ----------------------------------------------------------------------
     def _checkpoint_state(self) -> dict[str, Any]:

@@ -28,8 +28,8 @@ from torch import nn
 from llmguide.core.rundir import RunDir
 from llmguide.envs.vector import split_infos
 from llmguide.learners import common
-from llmguide.learners.base import Learner
-from llmguide.learners.common import agent_config, crossed, mix_rewards, stack_obs, true_next_obs
+from llmguide.learners.base import Learner, use_torch_threads
+from llmguide.learners.common import agent_config, crossed, stack_obs, true_next_obs
 from llmguide.learners.networks import DuelingQNet, obs_to_tensor
 from llmguide.rewards.base import RewardModule, StepTransition, TransitionBatch
 
@@ -151,24 +151,22 @@ class DQN(Learner):
             raise TypeError(f"DQN needs a Discrete action space, got {envs.single_action_space}")
         super().__init__(envs, run=run, seed=seed, reward_modules=reward_modules, extrinsic_coef=extrinsic_coef)
         self.cfg, self.device = cfg_agent, torch.device(device)
-        cfg_agent = agent_config(cfg_agent, "dqn")   # conf/agent/dqn.yaml: the defaults
-        c = lambda key, default=None: cfg_agent[key]  # noqa: E731
-        self.lr = float(c("lr", 1e-4))
-        self.gamma = float(c("gamma", 0.99))
-        self.n_step = int(c("n_step", 3))
-        self.batch_size = int(c("batch_size", 64))
-        self.learning_starts = int(c("learning_starts", 1000))
-        self.train_every = int(c("train_every", 4))
-        self.target_update_every = int(c("target_update_every", 1000))
-        self.eps_start, self.eps_end = float(c("eps_start", 1.0)), float(c("eps_end", 0.05))
-        self.eps_decay_steps = int(c("eps_decay_steps", 50_000))
-        self.eval_eps = float(c("eval_eps", 0.05))
-        self.max_grad_norm = float(c("max_grad_norm", 10.0))
-        self.chunk_steps = int(c("chunk_steps", 16))
-        self.log_interval = int(c("log_interval", 1000))
-        self.checkpoint_replay = bool(c("checkpoint_replay", False))
-        if int(c("torch_threads", 0)) > 0:
-            torch.set_num_threads(int(c("torch_threads", 0)))
+        settings = agent_config(cfg_agent, "dqn")   # conf/agent/dqn.yaml: the defaults
+        self.lr = float(settings.lr)
+        self.gamma = float(settings.gamma)
+        self.n_step = int(settings.n_step)
+        self.batch_size = int(settings.batch_size)
+        self.learning_starts = int(settings.learning_starts)
+        self.train_every = int(settings.train_every)
+        self.target_update_every = int(settings.target_update_every)
+        self.eps_start, self.eps_end = float(settings.eps_start), float(settings.eps_end)
+        self.eps_decay_steps = int(settings.eps_decay_steps)
+        self.eval_eps = float(settings.eval_eps)
+        self.max_grad_norm = float(settings.max_grad_norm)
+        self.chunk_steps = int(settings.chunk_steps)
+        self.log_interval = int(settings.log_interval)
+        self.checkpoint_replay = bool(settings.checkpoint_replay)
+        use_torch_threads(int(settings.torch_threads))
 
         obs_space = envs.single_observation_space
         self.goal_dim, self.goal_provider = int(goal_dim), goal_provider
@@ -179,12 +177,12 @@ class DQN(Learner):
         n_actions = int(envs.single_action_space.n)
         self.n_actions = n_actions
         torch.manual_seed(self.seed)
-        hidden = int(c("hidden", 256))
+        hidden = int(settings.hidden)
         self.q_net = DuelingQNet(obs_space, n_actions, hidden).to(self.device)
         self.target_net = DuelingQNet(obs_space, n_actions, hidden).to(self.device)
         self.target_net.load_state_dict(self.q_net.state_dict())
-        self.optimizer = torch.optim.Adam(self.q_net.parameters(), lr=self.lr, eps=float(c("adam_eps", 1.5e-4)))
-        self.replay = ReplayBuffer(obs_space, int(c("buffer_size", 100_000)))
+        self.optimizer = torch.optim.Adam(self.q_net.parameters(), lr=self.lr, eps=float(settings.adam_eps))
+        self.replay = ReplayBuffer(obs_space, int(settings.buffer_size))
         self.nstep = NStepBuffer(self.n_step, self.gamma, self.num_envs)
         self._explore_fn: Callable[[dict], np.ndarray] | None = None
         self._explore_prob = 0.0
@@ -251,8 +249,7 @@ class DQN(Learner):
         common.check_loss(self.global_step, loss, {"losses/td_loss": loss})
         self.optimizer.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(self.q_net.parameters(), self.max_grad_norm)
-        self.optimizer.step()
+        self._apply_gradients(self.max_grad_norm)   # a non-finite gradient: skipped, counted in the next log
         self.updates += 1
         return {"losses/td_loss": loss.item(), "losses/q_values": q.mean().item()}
 
@@ -304,10 +301,7 @@ class DQN(Learner):
         batch = TransitionBatch(obs=stack_obs(obs_steps), actions=np.stack(actions),
                                 next_obs=stack_obs(next_obs_steps), rewards=ext, terminated=np.stack(terms),
                                 truncated=np.stack(truncs), infos=infos_steps)
-        int_rewards, metrics = mix_rewards(batch, self.reward_modules, self.counters)
-        for _, module in self.reward_modules:
-            metrics.update({f"reward/{module.name}/{k}": v for k, v in module.update(batch).items()})
-        total = self.extrinsic_coef * ext + int_rewards
+        total, int_rewards, metrics = self._mix_rewards(batch)
         for t in range(len(obs_steps)):
             for i in range(N):
                 for tr in self.nstep.push(i, {k: v[i] for k, v in obs_steps[t].items()}, actions[t][i],
@@ -327,7 +321,7 @@ class DQN(Learner):
         log = self.global_step >= self._next_log or self.global_step >= total_steps
         if log:
             self._next_log = (self.global_step // self.log_interval + 1) * self.log_interval
-            metrics.update(self._train_metrics)
+            metrics.update({**self._train_metrics, **self._skipped_metrics()})
             metrics.update({"charts/epsilon": self.epsilon(), "charts/sps": self._sps(),
                             "charts/extrinsic_reward": float(ext.mean()),
                             "charts/intrinsic_reward": float(int_rewards.mean()),

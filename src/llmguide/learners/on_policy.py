@@ -7,6 +7,8 @@ Every on-policy learner reads the same ``agent.*`` names with the same meaning:
 * ``num_minibatches``: minibatches per epoch (each ``batch // num_minibatches`` transitions, CleanRL's);
 * ``gamma``, ``gae_lambda``, ``clip_coef``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``, ``norm_adv``.
 
+:func:`compute_gae` and :func:`clipped_loss` are the pieces every one of them computes with.
+
 GLAM's old names (``rollout_steps``, ``epochs``, ``minibatch``) are accepted for one release, with one
 deprecation line; ``minibatch`` was a minibatch *size* (prompts per gradient step) and keeps that meaning
 while it is accepted, so an old config trains exactly as before.
@@ -19,6 +21,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+import torch
 
 from llmguide.core.config import cfg_get
 from llmguide.learners.base import Learner
@@ -46,6 +49,34 @@ def compute_gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, last
         last_gae = delta + gamma * lam * nonterminal * last_gae
         advantages[t] = last_gae
     return advantages, advantages + values
+
+
+def clipped_loss(newlogprob: torch.Tensor, oldlogprob: torch.Tensor, advantages: torch.Tensor,
+                 entropy: torch.Tensor, newvalue: torch.Tensor, returns: torch.Tensor, clip_coef: float,
+                 ent_coef: float, vf_coef: float, old_values: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """PPO's clipped objective on one minibatch (CleanRL's): ``loss = policy_loss − ent_coef·entropy +
+    vf_coef·value_loss``; the pieces are returned beside it, and, without gradient, ``old_approx_kl``,
+    ``approx_kl`` (``(r − 1) − log r``), ``clipfrac`` and ``max_abs_logratio``.
+
+    ``policy_loss`` = mean of ``max(−A·r, −A·clip(r, 1 ± clip_coef))`` with ``r = exp(newlogprob − oldlogprob)``;
+    ``value_loss`` = ½ the mean squared error to ``returns`` (per value head, summed over heads: the last axis of
+    (B, heads) values), each value kept within ``clip_coef`` of ``old_values`` when they are given.
+    """
+    logratio = newlogprob - oldlogprob
+    ratio = logratio.exp()
+    policy_loss = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean()
+    if old_values is not None:
+        clipped = old_values + torch.clamp(newvalue - old_values, -clip_coef, clip_coef)
+        value_loss = 0.5 * torch.max((newvalue - returns) ** 2, (clipped - returns) ** 2).mean(0).sum()
+    else:
+        value_loss = 0.5 * ((newvalue - returns) ** 2).mean(0).sum()
+    entropy_mean = entropy.mean()
+    with torch.no_grad():
+        stats = {"old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
+                 "clipfrac": ((ratio - 1.0).abs() > clip_coef).float().mean(),
+                 "max_abs_logratio": logratio.abs().max()}
+    return {"loss": policy_loss - ent_coef * entropy_mean + vf_coef * value_loss, "policy_loss": policy_loss,
+            "value_loss": value_loss, "entropy": entropy_mean, **stats}
 
 
 def deprecated_keys(cfg: Any) -> dict[str, int]:
@@ -79,6 +110,12 @@ class OnPolicyLearner(Learner):
         self.vf_coef = float(cfg_get(cfg, "vf_coef"))
         self.max_grad_norm = float(cfg_get(cfg, "max_grad_norm"))
         self.norm_adv = bool(cfg_get(cfg, "norm_adv"))
+
+    def _normalized(self, advantages: torch.Tensor) -> torch.Tensor:
+        """A minibatch's advantages at mean 0 and std 1 with ``norm_adv`` (a single row's as they are)."""
+        if self.norm_adv and len(advantages) > 1:
+            return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        return advantages
 
     def _minibatches(self, order: np.ndarray, per_mb: int) -> list[np.ndarray]:
         """Index sets of one epoch's minibatches: consecutive ``per_mb`` slices of ``order`` (CleanRL's; a

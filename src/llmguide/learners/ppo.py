@@ -27,20 +27,13 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
-from torch import nn
 
 from llmguide.core.rundir import RunDir
 from llmguide.envs.vector import split_infos
-from llmguide.learners.common import (
-    agent_config,
-    check_loss,
-    check_parameters,
-    mix_rewards,
-    stack_obs,
-    true_next_obs,
-)
+from llmguide.learners.base import use_torch_threads
+from llmguide.learners.common import agent_config, check_loss, check_parameters, stack_obs, true_next_obs
 from llmguide.learners.networks import ActorCritic, obs_to_tensor
-from llmguide.learners.on_policy import OnPolicyLearner, compute_gae
+from llmguide.learners.on_policy import OnPolicyLearner, clipped_loss, compute_gae
 from llmguide.rewards.base import RewardModule, StepTransition, TransitionBatch
 
 
@@ -58,28 +51,25 @@ class PPO(OnPolicyLearner):
         self.cfg = cfg_agent
         self.device = torch.device(device)
 
-        cfg_agent = agent_config(cfg_agent, "ppo")   # conf/agent/ppo.yaml: the defaults
-        c = lambda key, default=None: cfg_agent[key]  # noqa: E731
-        self._read_settings(cfg_agent)   # num_steps, update_epochs, num_minibatches, gamma, ... (on_policy.py)
-        self.lr = float(c("lr", 2.5e-4))
-        self.anneal_lr = bool(c("anneal_lr", True))
-        self.clip_vloss = bool(c("clip_vloss", True))
-        self.target_kl = c("target_kl", None)
+        settings = agent_config(cfg_agent, "ppo")   # conf/agent/ppo.yaml: the defaults
+        self._read_settings(settings)   # num_steps, update_epochs, num_minibatches, gamma, ... (on_policy.py)
+        self.lr = float(settings.lr)
+        self.anneal_lr = bool(settings.anneal_lr)
+        self.clip_vloss = bool(settings.clip_vloss)
+        self.target_kl = settings.target_kl
         # an extra loss term on each minibatch's observations, e.g. PTGM's KL to a prior (kl.mode=loss)
         self.policy_penalty: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None
-        self.two_value_heads = bool(c("two_value_heads", False))
-        self.int_gamma = float(c("int_gamma", 0.99))
-        self.int_episodic = bool(c("int_episodic", True))
-        recurrent = c("recurrent", None)
-        if int(c("torch_threads", 0)) > 0:  # small nets on a shared CPU: 1 thread is fastest
-            torch.set_num_threads(int(c("torch_threads", 0)))
+        self.two_value_heads = bool(settings.two_value_heads)
+        self.int_gamma = float(settings.int_gamma)
+        self.int_episodic = bool(settings.int_episodic)
+        use_torch_threads(int(settings.torch_threads))
 
         torch.manual_seed(self.seed)
         self.net = ActorCritic(envs.single_observation_space, int(envs.single_action_space.n),
-                               hidden=int(c("hidden", 256)), recurrent=recurrent,
+                               hidden=int(settings.hidden), recurrent=settings.recurrent,
                                two_value_heads=self.two_value_heads,
-                               image_encoder=str(c("image_encoder", "cnn"))).to(self.device)
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.lr, eps=float(c("adam_eps", 1e-5)))
+                               image_encoder=str(settings.image_encoder)).to(self.device)
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.lr, eps=float(settings.adam_eps))
         self._next_obs: dict[str, np.ndarray] = {}
         self._act_state = None
 
@@ -163,9 +153,7 @@ class PPO(OnPolicyLearner):
         # ---- rewards: extrinsic + intrinsic modules (computed on the whole rollout) ----
         batch = TransitionBatch(obs=stack_obs(obs_steps), actions=actions, next_obs=stack_obs(next_obs_steps),
                                 rewards=ext_rewards, terminated=terms, truncated=truncs, infos=infos_steps)
-        int_rewards, metrics = mix_rewards(batch, self.reward_modules, self.counters)
-        for _, module in self.reward_modules:
-            metrics.update({f"reward/{module.name}/{k}": v for k, v in module.update(batch).items()})
+        mixed, int_rewards, metrics = self._mix_rewards(batch)
 
         # ---- advantages ----
         with torch.no_grad():
@@ -182,9 +170,8 @@ class PPO(OnPolicyLearner):
             advantages = adv_ext + adv_int
             returns = np.stack([ret_ext, ret_int], axis=-1)
         else:
-            rewards = self.extrinsic_coef * ext_rewards + int_rewards + self.gamma * bootstrap[..., 0]
-            advantages, ret = compute_gae(rewards, values[..., 0], dones, last_value[:, 0],
-                                          self.gamma, self.gae_lambda)
+            advantages, ret = compute_gae(mixed + self.gamma * bootstrap[..., 0], values[..., 0], dones,
+                                          last_value[:, 0], self.gamma, self.gae_lambda)
             returns = ret[..., None]
 
         # ---- update ----
@@ -218,8 +205,10 @@ class PPO(OnPolicyLearner):
         n_mb = max(1, min(self.num_minibatches, N)) if recurrent else self.num_minibatches
         units = N if recurrent else T * N
         per_mb = max(1, units // n_mb)
-        clipfracs, approx_kl, old_approx_kl = [], torch.tensor(0.0), torch.tensor(0.0)
-        pg_loss = v_loss = entropy_loss = penalty = torch.tensor(0.0)
+        clipfracs: list[float] = []
+        zero = torch.tensor(0.0)   # the metrics of no minibatch (update_epochs=0)
+        last = dict.fromkeys(("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl"), zero)
+        penalty = zero
         for _ in range(self.update_epochs):
             order = self.rng.permutation(units)
             for ids in self._minibatches(order, per_mb):
@@ -234,36 +223,22 @@ class PPO(OnPolicyLearner):
                     rows = ids
                     mb_obs = {k: v[rows] for k, v in b_obs.items()}
                     _, newlogprob, entropy, newvalue, _ = net.get_action_and_value(mb_obs, action=b_actions[rows])
-                logratio = newlogprob - b_logprobs[rows]
-                ratio = logratio.exp()
-                with torch.no_grad():
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > self.clip_coef).float().mean().item())
-                mb_adv = b_advantages[rows]
-                if self.norm_adv and len(rows) > 1:
-                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                pg_loss = torch.max(-mb_adv * ratio,
-                                    -mb_adv * torch.clamp(ratio, 1 - self.clip_coef, 1 + self.clip_coef)).mean()
-                mb_ret, mb_val = b_returns[rows], b_values[rows]
-                if self.clip_vloss:
-                    v_clipped = mb_val + torch.clamp(newvalue - mb_val, -self.clip_coef, self.clip_coef)
-                    v_loss = 0.5 * torch.max((newvalue - mb_ret) ** 2, (v_clipped - mb_ret) ** 2).mean(0).sum()
-                else:
-                    v_loss = 0.5 * ((newvalue - mb_ret) ** 2).mean(0).sum()
-                entropy_loss = entropy.mean()
-                loss = pg_loss - self.ent_coef * entropy_loss + self.vf_coef * v_loss
+                last = clipped_loss(newlogprob, b_logprobs[rows], self._normalized(b_advantages[rows]), entropy,
+                                    newvalue, b_returns[rows], self.clip_coef, self.ent_coef, self.vf_coef,
+                                    old_values=b_values[rows] if self.clip_vloss else None)
+                clipfracs.append(last["clipfrac"].item())
+                loss = last["loss"]
                 if self.policy_penalty is not None:
                     penalty = self.policy_penalty(mb_obs)
                     loss = loss + penalty
                 check_loss(self.global_step, loss, {
-                    "losses/policy_loss": pg_loss, "losses/value_loss": v_loss, "losses/entropy": entropy_loss,
+                    "losses/policy_loss": last["policy_loss"], "losses/value_loss": last["value_loss"],
+                    "losses/entropy": last["entropy"],
                     **({"losses/policy_penalty": penalty} if self.policy_penalty is not None else {})})
                 self.optimizer.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(net.parameters(), self.max_grad_norm)
-                self.optimizer.step()
-            if self.target_kl is not None and approx_kl > float(self.target_kl):
+                self._apply_gradients(self.max_grad_norm)
+            if self.target_kl is not None and last["approx_kl"] > float(self.target_kl):
                 break
         check_parameters(self.global_step, net)
         y_pred, y_true = values[..., 0].reshape(-1), returns[..., 0].reshape(-1)
@@ -271,10 +246,10 @@ class PPO(OnPolicyLearner):
         explained_var = float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
         extra = {} if self.policy_penalty is None else {"losses/policy_penalty": penalty.item()}
         return {
-            **extra, "losses/value_loss": v_loss.item(), "losses/policy_loss": pg_loss.item(),
-            "losses/entropy": entropy_loss.item(), "losses/old_approx_kl": old_approx_kl.item(),
-            "losses/approx_kl": approx_kl.item(), "losses/clipfrac": float(np.mean(clipfracs)) if clipfracs else 0.0,
-            "losses/explained_variance": explained_var,
+            **extra, **{f"losses/{k}": last[k].item() for k in ("value_loss", "policy_loss", "entropy",
+                                                                  "old_approx_kl", "approx_kl")},
+            "losses/clipfrac": float(np.mean(clipfracs)) if clipfracs else 0.0,
+            "losses/explained_variance": explained_var, **self._skipped_metrics(),
         }
 
     # --- checkpoints ----------------------------------------------------------------------

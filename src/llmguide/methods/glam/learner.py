@@ -23,7 +23,7 @@ from llmguide.core.config import cfg_get
 from llmguide.core.rundir import RunDir
 from llmguide.envs.vector import split_infos
 from llmguide.learners.common import agent_config
-from llmguide.learners.on_policy import OnPolicyLearner, compute_gae
+from llmguide.learners.on_policy import OnPolicyLearner, clipped_loss, compute_gae
 from llmguide.methods.glam.policy import History, LMPolicy
 from llmguide.rewards.base import StepTransition
 
@@ -45,15 +45,17 @@ class GLAMPPO(OnPolicyLearner):
         self.policy = policy
         cfg = agent_config(cfg, "glam")   # methods/glam/conf/agent/glam.yaml: the defaults
         self._read_settings(cfg)   # num_steps, update_epochs, num_minibatches, gamma, ... (old names: deprecated)
-        self.micro_batch = int(cfg_get(cfg, "micro_batch", 0) or 0)   # prompts per forward (0: the whole minibatch)
-        self.reward_scale = float(cfg_get(cfg, "reward_scale", 20.0))
+        self.micro_batch = int(cfg.micro_batch)   # prompts per forward (0: the whole minibatch)
+        self.reward_scale = float(cfg.reward_scale)
+        # a method setting (conf/method/glam.yaml: the recipe puts it here), not agent/glam.yaml's: left at 3 when
+        # GLAMPPO is built directly
         self.k_history = int(cfg_get(cfg, "k_history", 3))
-        self.device_check = bool(cfg_get(cfg, "device_check", True))
+        self.device_check = bool(cfg.device_check)
         self._device_checked = False
         params = [p for p in policy.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the policy has no trainable parameters (HFLM needs trainable=True or LoRA)")
-        self.optimizer = torch.optim.Adam(params, lr=float(cfg_get(cfg, "lr", 1e-4)), eps=1e-5)
+        self.optimizer = torch.optim.Adam(params, lr=float(cfg.lr), eps=1e-5)
         self._history = History(self.num_envs, self.k_history)
 
     # --- rollout helpers -------------------------------------------------------------------------
@@ -91,16 +93,13 @@ class GLAMPPO(OnPolicyLearner):
         b_ret = torch.as_tensor(returns, dtype=torch.float32, device=dev)
         stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
                                                          "clipfrac")}
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
         per_mb = self.minibatch_size or max(1, n // self.num_minibatches)
         skipped: list[dict[str, float]] = []
         for _ in range(self.update_epochs):
             order = self.rng.permutation(n)
             for ids in self._minibatches(order, per_mb):
                 rows = torch.as_tensor(ids)
-                mb_adv = b_adv[rows.to(dev)]
-                if self.norm_adv and len(rows) > 1:   # over the whole minibatch, not each forward's share
-                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+                mb_adv = self._normalized(b_adv[rows.to(dev)])   # over the whole minibatch, not each forward's share
                 self.optimizer.zero_grad()
                 step = self.micro_batch or len(rows)
                 mb_stats: dict[str, list[float]] = {k: [] for k in (*stats, "max_abs_logratio")}
@@ -111,20 +110,13 @@ class GLAMPPO(OnPolicyLearner):
                     (losses["loss"] * (len(part) / len(rows))).backward()
                     for k in mb_stats:
                         mb_stats[k].append(losses[k].item())
-                grad_norm = nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-                if not torch.isfinite(grad_norm):   # one bad minibatch must not turn every weight into NaN
-                    self.optimizer.zero_grad()
+                if not self._apply_gradients(self.max_grad_norm):
                     skipped.append({k: float(np.max(v)) for k, v in mb_stats.items()})
                     continue
-                self.optimizer.step()
                 for k in stats:
                     stats[k].extend(mb_stats[k])
-        if skipped:
-            log.warning("glam: %d of %d PPO minibatches at step %d had a non-finite gradient and were skipped "
-                        "(first: %s)", len(skipped), self.update_epochs * -(-n // per_mb), self.global_step,
-                        ", ".join(f"{k} {v:.3g}" for k, v in skipped[0].items()))
-        return {**{f"losses/{k}": float(np.mean(v)) for k, v in stats.items() if v},
-                "losses/skipped_minibatches": float(len(skipped))}
+        first = f" (first: {', '.join(f'{k} {v:.3g}' for k, v in skipped[0].items())})" if skipped else ""
+        return {**{f"losses/{k}": float(np.mean(v)) for k, v in stats.items() if v}, **self._skipped_metrics(first)}
 
     def _losses(self, prompts: Sequence[str], rows: torch.Tensor, mb_adv: torch.Tensor, b_actions: torch.Tensor,
                 b_logprobs: torch.Tensor, b_ret: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -133,16 +125,8 @@ class GLAMPPO(OnPolicyLearner):
         rows = rows.to(logp_all.device)
         newlogp = logp_all.gather(1, b_actions[rows][:, None]).squeeze(1)
         entropy = torch.distributions.Categorical(logits=logp_all).entropy()   # 0 * log 0 = 0, not NaN
-        logratio = newlogp - b_logprobs[rows]
-        ratio = logratio.exp()
-        pg_loss = torch.max(-mb_adv * ratio, -mb_adv * ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)).mean()
-        v_loss = 0.5 * ((value - b_ret[rows]) ** 2).mean()
-        with torch.no_grad():
-            kl = ((ratio - 1) - logratio).mean()
-            clipfrac = ((ratio - 1).abs() > self.clip_coef).float().mean()
-        return {"loss": pg_loss - self.ent_coef * entropy.mean() + self.vf_coef * v_loss, "policy_loss": pg_loss,
-                "value_loss": v_loss, "entropy": entropy.mean(), "approx_kl": kl, "clipfrac": clipfrac,
-                "max_abs_logratio": logratio.detach().abs().max()}
+        return clipped_loss(newlogp, b_logprobs[rows], mb_adv, entropy, value, b_ret[rows], self.clip_coef,
+                            self.ent_coef, self.vf_coef)
 
     def check_device(self) -> None:
         """Once per run, before the first rollout, off a float32 CPU: the first prompts' action distributions match a

@@ -35,7 +35,6 @@ import numpy as np
 import torch
 
 from llmguide.envs.vector import split_infos
-from llmguide.learners.common import mix_rewards
 from llmguide.learners.networks import obs_to_tensor
 from llmguide.learners.ppo import PPO
 from llmguide.rewards.base import StepTransition, TransitionBatch
@@ -186,10 +185,8 @@ class AsyncOptionPPO(PPO):
         terms, truncs = col("terminated", bool), col("truncated", bool)
         batch = TransitionBatch(obs=obs, actions=col("action", np.int64), next_obs=next_obs, rewards=ext,
                                 terminated=terms, truncated=truncs, infos=[[{}] for _ in range(M)])
-        int_rewards, metrics = mix_rewards(batch, self.reward_modules, self.counters)
-        for _, module in self.reward_modules:
-            metrics.update({f"reward/{module.name}/{k}": v for k, v in module.update(batch).items()})
-        total = (self.extrinsic_coef * ext + int_rewards + col("boot", np.float32))[:, 0]
+        mixed, int_rewards, metrics = self._mix_rewards(batch)
+        total = (mixed + col("boot", np.float32))[:, 0]
         values, discounts, dones = col("value", np.float32)[:, 0], col("discount", np.float32)[:, 0], (terms | truncs)[:, 0]
         advantages, returns = np.zeros(M, np.float32), np.zeros(M, np.float32)
         start = 0
