@@ -21,6 +21,7 @@ import pytest
 
 from llmguide.cli import main
 from llmguide.core.errors import LLMUnavailableError
+from llmguide.core.rundir import read_metrics
 
 TINY = ["env=crafter", "env.max_steps=40", "num_envs=2", "agent.num_steps=32", "agent.hidden=32", "method=none",
         "progress=false", "eval.episodes=0", "total_steps=64"]
@@ -88,6 +89,8 @@ def test_the_start_up_probe_and_the_run_count_nested_answers_as_faults(nested_se
     assert "Traceback" not in done.stderr and "RecursionError" not in done.stderr, done.stderr
     assert "LM probe: one score request" in done.stderr and "does not parse as JSON" in done.stderr
     assert "LM answered 0 of" in done.stdout
+    lm = [r for r in read_metrics(tmp_path / "nested") if "lm/errors_decode" in r][-1]
+    assert lm["lm/errors_decode"] == lm["lm/http_requests"] > 0 and lm["lm/retries"] > 0   # counted, backed off
 
 
 # --- run.name --------------------------------------------------------------------------------------------------------
