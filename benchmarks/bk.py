@@ -17,7 +17,9 @@ preferences permuted across pairs, ``llm=shuffled``), ``bk_code-wrong-target`` (
 ``llm.target``); the embedded-LM arms are not. ``bk_code-qwen``: Qwen2.5-Coder-1.5B-Instruct writes the program told
 the mission, as the oracle is (``method.tell_task=true``); ``bk_code-qwen-agnostic``: with the paper's task-agnostic
 prompt; ``bk_pref-qwen``: Qwen ranks ``--pairs`` segment pairs with BK-Pref's task-agnostic prompt (told nothing
-of the task). Value per seed: success AUC, the mean training success rate over
+of the task); ``bk_code-prompt-only``: no LM, the write prompt's example program itself as Φ (``llm=prompt_only``);
+``bk_code-qwen-offdomain``: Qwen shown an example program for another game (``method.code.example=offdomain``).
+Value per seed: success AUC, the mean training success rate over
 ``--bins`` equal env-step bins of the budget.
 
     nice python benchmarks/bk.py --task GoToLocal-RedBall-S20 --seeds 3 --steps 300000 --jobs 2
@@ -63,6 +65,11 @@ LABELS = {  # arm -> label overrides (method=<variant> and llm=...); trained wit
     "bk_code-qwen-agnostic": ["method=bk_code", "llm=qwen", "method.tell_task=false", "llm.n_threads={lm_threads}",
                               *CODE],
     "bk_pref-qwen": ["method=bk_pref", "llm=qwen", "method.pref.num_pairs={pairs}", "llm.n_threads={lm_threads}"],
+    # what the prompt tells (issue 66): its example program itself as Φ, no LM (llm=prompt_only answers the write
+    # prompt with the example it shows); and Qwen shown an example program from another game (the format only)
+    "bk_code-prompt-only": ["method=bk_code", "llm=prompt_only", "method.tell_task=false", *CODE],
+    "bk_code-qwen-offdomain": ["method=bk_code", "llm=qwen", "method.tell_task=false", "method.code.example=offdomain",
+                               "llm.n_threads={lm_threads}", *CODE],
 }
 # the shaping-coefficient sweep (the reference's normalisation stays the default, coefficient 1): the SWEPT arms at
 # `method.intrinsic_coef` x COEFS on the same labels; BK-Code's and BK-Pref's knowledge controls are among them, so
@@ -75,7 +82,8 @@ ARMS = {
 }
 LABELLED_BY = {arm: arm for arm in LABELS}   # arm -> the label run it trains on
 SWEPT = ("bk_code-oracle", "bk_random_phi", "bk_code-wrong-target", "bk_pref-oracle", "bk_pref-shuffled",
-         "bk_pref-embedded", "bk_code-qwen", "bk_code-qwen-agnostic", "bk_pref-qwen")
+         "bk_pref-embedded", "bk_code-qwen", "bk_code-qwen-agnostic", "bk_pref-qwen", "bk_code-prompt-only",
+         "bk_code-qwen-offdomain")
 for _c in COEFS:
     for _arm in SWEPT:
         ARMS[f"{_arm}-coef{_c}"] = [*ARMS[_arm], f"method.intrinsic_coef={_c}"]

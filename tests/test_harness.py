@@ -267,7 +267,11 @@ def test_placeholders_auc_and_study_scripts_resolve(harness, load_benchmark, tmp
             "bk_goal-embedded", "bk_pref-shuffled", "bk_code-wrong-target", "bk_random_phi",
             "bk_code-oracle-coef10", "bk_random_phi-coef10", "bk_code-wrong-target-coef10", "bk_pref-oracle-coef10",
             "bk_pref-shuffled-coef10", "bk_pref-embedded-coef10", "bk_code-qwen", "bk_code-qwen-agnostic",
-            "bk_code-qwen-coef10", "bk_code-qwen-agnostic-coef10", "bk_pref-qwen", "bk_pref-qwen-coef10"} == set(plan.arms)
+            "bk_code-qwen-coef10", "bk_code-qwen-agnostic-coef10", "bk_pref-qwen", "bk_pref-qwen-coef10",
+            "bk_code-prompt-only", "bk_code-prompt-only-coef10", "bk_code-qwen-offdomain",
+            "bk_code-qwen-offdomain-coef10"} == set(plan.arms)
+    # the prompt-only arm labels with no LM: the write prompt's own example program
+    assert "llm=prompt_only" in plan.fill(bk.LABELS["bk_code-prompt-only"])
     # the coefficient sweep trains on bk_code-oracle's labels: selecting it alone still prepares them
     assert "method.intrinsic_coef=10" in plan.arm_overrides("bk_code-oracle-coef10")
     assert f"method.labels={tmp_path}/prep/labels-bk_code-oracle" in plan.arm_overrides("bk_code-oracle-coef10")

@@ -217,3 +217,36 @@ def test_answers_requests_of_rebuilds_a_tables_states_with_the_same_keys(tmp_pat
         assert q == q2 and set(_items(answer["text"])) <= set(EXAMPLE_ACTIONS)
         assert len(_items(answer["text"])) == min(len(_items(truth["text"])), 7)   # k matched to the LM's
     assert f"{len(source.keys())} of its {len(source.keys())} requests asked as they were" in capfd.readouterr().out
+
+
+def test_bk_code_prompt_only_trains_the_prompts_example_program(tmp_path):
+    """`label method=bk_code llm=prompt_only`: the write prompt is answered with the example program it shows, which
+    becomes Φ (its improve prompt tells nothing, so the valid program is kept); the off-domain example is no Φ in
+    BabyAI (it fails on every state), and a prompt without an example has no prompt-only control."""
+    import gymnasium as gym
+
+    from llmguide.data import EpisodeRecorder, EpisodeWriter
+    from llmguide.envs.babyai.env import BabyAIText
+    from llmguide.methods import bk
+    from llmguide.methods.bk import recipe as pipe
+    from llmguide.methods.bk.code import env_notes
+    from llmguide.pipelines import load_config
+
+    envs = gym.vector.SyncVectorEnv([lambda: BabyAIText("GoToLocal", max_steps=8)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    rec = EpisodeRecorder(envs, EpisodeWriter(tmp_path / "data" / "dataset"))
+    rec.reset(seed=0)
+    for a in np.random.default_rng(0).integers(0, 3, 64):
+        rec.step(np.array([a]))
+    rec.close()
+    base = ["env=babyai", "env.task=GoToLocal-RedBall-S20", "method=bk_code", "llm=prompt_only", f"run.dir={tmp_path}",
+            f"method.data={tmp_path / 'data'}", "method.code.sample_states=64"]
+    pipe.label(load_config([*base, "run.name=own"]))
+    (example,) = worked_examples(env_notes("babyai", "env")).programs
+    assert (tmp_path / "own" / "bk" / "final.py").read_text() == example
+    steps = (tmp_path / "own" / "bk" / "steps.jsonl").read_text().splitlines()
+    assert len(steps) == 1   # one write, no improve: the improve prompt shows no example
+    with pytest.raises(bk.LabelingFailed, match="no valid program"):
+        pipe.label(load_config([*base, "method.code.example=offdomain", "run.name=off"]))
+    with pytest.raises(LLMUnavailableError, match="no worked examples"):
+        pipe.label(load_config([*base, "method.code.example=none", "run.name=none"]))

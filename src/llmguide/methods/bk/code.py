@@ -214,8 +214,9 @@ def write_potential_code(lm: LanguageModel, states: Sequence[tuple[dict, str]], 
                     completion = lm.generate([prompt], max_tokens=max_tokens, temperature=temperature,
                                              seed=seed + result.lm_calls)[0]
                 except LLMUnavailableError as err:   # e.g. llm=random: no counterfactual program
-                    if result.ok:   # llm=prompt_only: the improve prompt tells no answer; keep the valid program
-                        log.info("BK-Code: %s; keeping the valid program", err)
+                    if result.lm_calls:   # llm=prompt_only: a fix or improve prompt tells no answer; the loop ends
+                        log.info("BK-Code: %s; the loop ends with %s", err,
+                                 "its valid program" if result.ok else "no valid program")
                         unanswered = True
                         break
                     raise LLMUnavailableError(f"{err}; BK's is method=bk_random_phi") from err
