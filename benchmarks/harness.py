@@ -90,6 +90,17 @@ the control's runs) come from more than one recorded code, unless ``--allow-mixe
 whether its per-arm commits are on record. Machine paths never go into results: every text file written into
 ``<variant>/`` names runs, preparation, path flags and the repository relative (:func:`relativize`).
 
+**Artifacts** (issue 67): the files the arms train on besides the code (answer tables: ``llm.table``,
+``llm.match_table``; label runs: ``method.labels``' BK program, preference model or goal library and manifest) are
+hashed once the preparation is done into ``<runs>/artifacts.json`` and checked before every sweep: one that changed
+since is refused (one line naming it and both sha256, exit 2) unless this call's preparation rebuilt it. result.json
+lists them (``artifacts``: path, override, sha256, bytes, arms) and the report's *Artifacts* section. **Run
+records**: each run's ``provenance.jsonl`` holds its sessions' system, versions and LM (llmguide.core.provenance);
+the report's *Run records* section and result.json ``run_records`` say which fields differ between arms.
+**Reproduce**: ``python benchmarks/harness.py --reproduce benchmarks/results/<study>/<variant> [--seeds 0]
+[--tolerance X]`` reruns the stored command (result.json ``argv``) for a seed of every arm and compares each value
+with the stored one, exit 1 past the tolerance (``benchmarks/harness_reproduce.py``).
+
 A call never silently replaces a report holding arms it cannot report again: when ``<variant>/result.json`` has an
 arm this call does not run and whose runs are not in ``--runs`` (a subset of arms run into a study's default
 variant, or a fresh clone reporting over the committed results), it stops with exit 2 before training and names
@@ -1334,10 +1345,16 @@ def main(study: Study, argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="regenerate benchmarks/results/README.md")
+    if any(a == "--reproduce" or a.startswith("--reproduce=") for a in sys.argv[1:]):
+        import harness_reproduce  # beside this file, which is sys.path[0] when it runs as a script
+
+        sys.exit(harness_reproduce.main(sys.argv[1:]))
+    parser = argparse.ArgumentParser(description="regenerate benchmarks/results/README.md, or rerun a stored study "
+                                                 "(--reproduce benchmarks/results/<study>/<variant>, see "
+                                                 "benchmarks/harness_reproduce.py)")
     parser.add_argument("--index", action="store_true", help="regenerate the index from every result.json")
     parser.add_argument("--results", type=Path, default=RESULTS)
     ns = parser.parse_args()
     if not ns.index:
-        parser.error("run a study script (e.g. benchmarks/ellm_crafter.py), or --index")
+        parser.error("run a study script (e.g. benchmarks/ellm_crafter.py), --index, or --reproduce FOLDER")
     print(write_index(ns.results))
