@@ -60,10 +60,10 @@ lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
 
 test: setup lint
-	$(VENV)/bin/pytest -q -m "not slow"
+	$(VENV)/bin/pytest -q -m "not slow" --durations=30
 
 test-slow: setup
-	$(VENV)/bin/pytest -q -m slow
+	$(VENV)/bin/pytest -q -m slow --durations=15
 
 # the Ray tests alone (a local 2-CPU Ray cluster; they are also `slow`, so test-slow and CI run them)
 test-ray: setup
