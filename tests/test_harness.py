@@ -271,7 +271,7 @@ def test_placeholders_auc_and_study_scripts_resolve(harness, load_benchmark, tmp
             "bk_code-prompt-only", "bk_code-prompt-only-coef10", "bk_code-qwen-offdomain",
             "bk_code-qwen-offdomain-coef10"} == set(plan.arms)
     # the prompt-only arm labels with no LM: the write prompt's own example program
-    assert "llm=prompt_only" in plan.fill(bk.LABELS["bk_code-prompt-only"])
+    assert "llm=prompt_only" in plan.fill(load_benchmark("bk").LABELS["bk_code-prompt-only"])
     # the coefficient sweep trains on bk_code-oracle's labels: selecting it alone still prepares them
     assert "method.intrinsic_coef=10" in plan.arm_overrides("bk_code-oracle-coef10")
     assert f"method.labels={tmp_path}/prep/labels-bk_code-oracle" in plan.arm_overrides("bk_code-oracle-coef10")
