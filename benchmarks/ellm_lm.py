@@ -14,6 +14,12 @@ actions; none is told a task: ELLM's pretraining has none):
 * ``ellm-qwen-open``: Qwen2.5-Coder-1.5B-Instruct, generating bullets through its chat template with three worked
   examples (``ellm_actions_listed``: the knowledge probe's best Qwen mode, precision 0.33 against 0.14 scoring);
 * ``ellm-gemma-open``: Gemma 3 270M (base) scoring every action, length-normalised (the probe's best Gemma mode);
+  ``ellm-gemma-listed-open``: the same after the prompt that lists the valid actions (``ellm_actions_score_listed``),
+  and ``ellm-gemma-listed-shuffled-open`` its answers permuted among the states;
+* ``ellm-qwen-offdomain-open`` / ``ellm-qwen-zeroshot-open``: Qwen told the format by worked examples from another
+  game (``ellm_actions_offdomain``) / by no example (``ellm_actions_zeroshot``), each with its shuffle;
+* ``ellm-prompt-only-open``: no LM: the few-shot prompt's own worked examples answer (``llm=prompt_only``: as many of
+  the 7 actions they name as Qwen gave on the state, ``llm.match_table``), a table per seed: what the prompt tells;
 * ``ellm-random-open``: the knowledge control: a random 5 of the 139 per signature, a table drawn per seed;
 * ``ellm-qwen-shuffled-open``: Qwen's answers permuted among the table's states (``answers.shuffle_of``, a table per
   seed): the goals Qwen favours, as often, but not for the state they were asked about;
@@ -53,6 +59,12 @@ LM_ARMS = {
     "ellm-prompt-only-open": ("prompt-only-s${seed}", ["llm=prompt_only", "method.suggester=generate",
                                                         "method.prompt=ellm_actions_listed"]),
     "ellm-gemma-open": ("gemma-score-norm", ["llm=embedded", "method.normalize_scores=true"]),
+    # Gemma scoring with the prompt that lists the valid actions, as every other LM arm is told them
+    "ellm-gemma-listed-open": ("gemma-score-listed", ["llm=embedded", "method.normalize_scores=true",
+                                                      "method.prompt=ellm_actions_score_listed"]),
+    "ellm-gemma-listed-shuffled-open": ("gemma-score-listed-shuffled-s${seed}",
+                                        ["llm=embedded", "method.normalize_scores=true",
+                                         "method.prompt=ellm_actions_score_listed"]),
     "ellm-random-open": ("random-s${seed}", ["llm=random", "method.prompt=ellm_actions_score_listed"]),
     # Qwen's own answers permuted among the states (a table per seed): its favourite goals, at its rate, without
     # their relation to the state
@@ -66,6 +78,7 @@ LM_ARMS = {
 }
 SHUFFLED = {"ellm-qwen-shuffled-open": "qwen-gen3", "ellm-oracle-shuffled-open": "oracle",   # arm -> the table
             "ellm-qwen-offdomain-shuffled-open": "qwen-offdomain",                           # it permutes
+            "ellm-gemma-listed-shuffled-open": "gemma-score-listed",
             "ellm-qwen-zeroshot-shuffled-open": "qwen-zeroshot"}
 MATCHED = {"ellm-prompt-only-open": "qwen-gen3"}   # arm -> the LM table whose answer counts it matches
 ARMS = {
