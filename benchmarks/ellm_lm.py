@@ -4,8 +4,9 @@ ELLM over the open vocabulary (all 139 action strings of Craftax-Classic's text 
 the achievement actions), intrinsic-only, the same PPO and budget as ``ellm_crafter.py``'s Craftax study. Every
 LM-like arm, the oracle and random included, reads its suggestions from an **answer table** built the same way
 (``llmguide answers``) over the same data (``--data``: a collection run's dataset) and the same state signatures
-(the ``--table-queries`` most frequent ones): each arm is equally fresh, and a state whose signature is not in the
-table gets no suggestion in every arm alike (a counted miss, ``lm/table_misses``).
+(the ``--table-queries`` most frequent ones, or with ``--states`` every state of a built table). A state whose
+signature is not in its table gets the table's answer to the most similar state it holds (``llm.table_fallback=
+nearest``, the same declared fallback in every arm, so coverage is equal; reported per arm).
 
 Arms, and what each is told (every LM-like arm sees the state caption and, in its prompt, the list of valid
 actions; none is told a task: ELLM's pretraining has none):
