@@ -2,11 +2,11 @@
 
 ``train(cfg, recipe)``: seed → run dir → vector env → ``recipe.build`` (env wrappers, reward
 modules, periodic metrics) → ``recipe.make_agent`` → resume from the newest checkpoint that loads with
-``run.resume=true`` (metrics after the checkpoint dropped; the step resumed from is printed), else ``recipe.prepare`` (offline steps such
-as behavioural cloning) → ``agent.learn`` with the callbacks (checkpoint every ``checkpoint_every``,
-evaluation every ``eval.every``, the recipe's metrics every ``log_every``) → final checkpoint →
-``recipe.evaluate`` into ``eval.json`` → ``report.md``.  Every method writes the same artefacts:
-``config.yaml``, ``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``eval.json``, ``report.md``.
+``run.resume=true`` (metrics after the checkpoint dropped; the step resumed from is printed), else
+``recipe.prepare`` (offline steps such as behavioural cloning) → ``agent.learn`` with the callbacks
+(checkpoint every ``checkpoint_every``, evaluation every ``eval.every``, the recipe's metrics every
+``log_every``) → final checkpoint → ``recipe.evaluate`` into ``eval.json`` → ``report.md``.  Every
+method writes the same artefacts: ``config.yaml``, ``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``eval.json``, ``report.md``.
 
 A run holds its directory's lock throughout (:class:`~llmguide.core.rundir.RunLock`).  A resumed run
 writes ``config.yaml`` only once it has trained an update (:class:`ConfigRecord`; a session that diverges puts
