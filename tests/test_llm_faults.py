@@ -346,3 +346,21 @@ def test_config_keys_reach_the_backend_and_the_cache_and_bad_values_name_the_key
                      ("llm.max_response_bytes=-1", "llm.max_response_bytes")]:
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             make_llm(load_config(["llm=http", bad]).llm)
+
+
+def test_two_servers_serving_one_model_name_do_not_share_cached_answers(canary, tmp_path):
+    """The cache key names the server (#70): another server's weights under the same model name are asked, not
+    answered from the first one's cache; the same server again is a cache hit."""
+    cache = LLMCache(tmp_path / "cache.sqlite")
+    with FaultServer(["ok"], good_text="- collect wood") as one, FaultServer(["ok"], good_text="- eat cow") as two:
+        first = CachedLM(_http(one.base_url), cache)
+        second = CachedLM(_http(two.base_url), cache)
+        again = CachedLM(_http(one.base_url), cache)
+        try:
+            assert first.generate(["state"], max_tokens=16)[0].text.startswith("- collect wood")
+            assert second.generate(["state"], max_tokens=16)[0].text.startswith("- eat cow")
+            assert again.generate(["state"], max_tokens=16)[0].text.startswith("- collect wood")
+        finally:
+            for lm in (first, second, again):
+                lm.close()
+    assert two.requests == 1 and one.requests == 1   # the second server was asked; the first once only

@@ -97,6 +97,9 @@ class EmbeddedLM(LanguageModel):
             raise FileNotFoundError(f"GGUF model not found: {path}")
         self.model_path = path
         self.model_id = path.stem
+        from llmguide.core.provenance import gguf_sha256
+
+        self.cache_identity = f"{path.stem}#{gguf_sha256(path)[:16]}"   # the file's weights, not its name
         self.seed = seed
         self._lock = threading.Lock()
         _quiet_llama_log()

@@ -98,6 +98,7 @@ class HTTPLM(LanguageModel):
             raise ValueError("timeout and max_response_bytes must be > 0 and max_retries >= 0")
         self.base_url = base_url
         self.model_id = model
+        self.cache_identity = f"{model}@{self.base_url}"   # the same name on another server is another model
         self.api_key_env = api_key_env
         self.concurrency = concurrency
         self.timeout = float(timeout)

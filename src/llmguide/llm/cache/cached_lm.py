@@ -80,13 +80,16 @@ class CachedLM(LanguageModel):
         self.template_version = template_version
         self.backend = getattr(backend, "backend", "base")
         self.model_id = getattr(backend, "model_id", "unknown")
+        # what the key names the model by: two servers serving other weights under one name, or two model files of
+        # one name, must not share answers (a backend's ``cache_identity``: its address, its file's hash)
+        self.identity = str(getattr(backend, "cache_identity", None) or self.model_id)
         self._lock = threading.Lock()
         self._stats = {"calls": 0, "lookups": 0, "hits": 0, "misses": 0, "backend_calls": 0,
                        "prompt_tokens": 0, "completion_tokens": 0, "tokens_saved": 0, "uncached_errors": 0,
                        "cache_errors": 0, "sent": 0, "rejected": 0}
 
     def key(self, kind: str, payload: dict[str, Any]) -> str:
-        return self.cache.key(self.backend, self.model_id, self.template_version, kind, payload)
+        return self.cache.key(self.backend, self.identity, self.template_version, kind, payload)
 
     def _meta(self, kind: str, request: dict[str, Any] | None = None) -> dict[str, Any]:
         """The entry's columns, and the request (prompt, or context and candidates) kept beside the answer
