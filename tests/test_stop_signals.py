@@ -199,7 +199,8 @@ def test_sigterm_during_the_final_evaluation_keeps_the_checkpoint_and_writes_the
     finally:
         stop_all(proc)
     line, = lines(tmp_path / "err")
-    assert line.startswith("llmguide: SIGTERM during the final evaluation: the checkpoint (step 64) and the report"), line
+    assert line.startswith("llmguide: SIGTERM during the final evaluation: the checkpoint (step 64) and the "
+                           "report"), line
     assert f"evaluate with: llmguide eval {run_dir}" in line
     assert (run_dir / "report.md").exists() and not (run_dir / "eval.json").exists()
     assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["step"] <= 64

@@ -44,7 +44,8 @@ STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCE
 
 class StorageError(LLMGuideError, OSError):
     """The file system refused a write: no space, read-only, no permission, a path that is a folder or sits
-    under a file, a name too long.  One line naming the path and the fix (still an ``OSError`` with the original ``errno``)."""
+    under a file, a name too long.  One line naming the path and the fix (still an ``OSError`` with the original
+    ``errno``)."""
 
     def __init__(self, err: OSError, path: str | Path | None = None, key: str | None = None):
         path = Path(path if path is not None else err.filename or "?")

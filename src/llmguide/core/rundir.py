@@ -254,7 +254,8 @@ class RunDir:
             except (RuntimeError, ValueError, KeyError, TypeError) as err:   # another network, agent or module
                 detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
                 raise UsageError(f"the checkpoint in {self.checkpoint_dir} does not fit this run's agent ({detail}); "
-                                 f"resume with the settings it was trained with ({self.path / 'config.yaml'})") from None
+                                 f"resume with the settings it was trained with ({self.path / 'config.yaml'})"
+                                 ) from None
             print(f"llmguide: resuming {self.path} from step {newest[1]['step']} ({newest[0].name})",
                   file=sys.stderr, flush=True)
         self.cut_metrics_to(newest[1] if newest is not None else None)

@@ -6,7 +6,8 @@ modules, periodic metrics) → ``recipe.make_agent`` → resume from the newest 
 ``recipe.prepare`` (offline steps such as behavioural cloning) → ``agent.learn`` with the callbacks
 (checkpoint every ``checkpoint_every``, evaluation every ``eval.every``, the recipe's metrics every
 ``log_every``) → final checkpoint → ``recipe.evaluate`` into ``eval.json`` → ``report.md``.  Every
-method writes the same artefacts: ``config.yaml``, ``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``eval.json``, ``report.md``.
+method writes the same artefacts: ``config.yaml``, ``metrics.jsonl``, ``tb/``, ``checkpoints/``, ``eval.json``,
+``report.md``.
 
 A run holds its directory's lock throughout (:class:`~llmguide.core.rundir.RunLock`).  A resumed run
 writes ``config.yaml`` only once it has trained an update (:class:`ConfigRecord`; a session that diverges puts

@@ -83,7 +83,8 @@ def default_out(run_dirs: list[str | Path]) -> Path:
     if len(paths) == 1:
         if not is_run_folder(paths[0]):   # e.g. src/llmguide/conf: a config source, no run to write into
             raise UsageError(f"{paths[0]} is no run's folder (no metrics.jsonl or checkpoints/, and its config.yaml "
-                             "is a config source with a defaults list): its report is not written there; give --out DIR")
+                             "is a config source with a defaults list): its report is not written there; give "
+                             "--out DIR")
         return paths[0]
     parent = Path(os.path.commonpath([p.parent for p in paths]))
     if parent == Path(parent.anchor):

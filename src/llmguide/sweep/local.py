@@ -1,4 +1,5 @@
-"""The local sweep launcher: ``sweep.jobs`` runs at a time, each in its own process, retried (never one stopped by\na signal)."""
+"""The local sweep launcher: ``sweep.jobs`` runs at a time, each in its own process, retried (never one
+stopped by a signal)."""
 
 from __future__ import annotations
 

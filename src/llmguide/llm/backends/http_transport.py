@@ -5,8 +5,8 @@ faults, and decoding of echoed prompt log-probs.
   while the body streams in) and total time (a :class:`httpx.ReadTimeout` past the deadline).
 - :class:`Fault` is one failed attempt, named by the counter it bumps (http, decode, timeout,
   connection, oversize, nonfinite); :data:`FINAL_STATUS` are the HTTP statuses never retried;
-  :func:`decode_faults` (:func:`reads_answer`) makes any failure to read an answer (JSON nested too deep for the parser, an
-  unexpected shape) a decode fault.
+  :func:`decode_faults` (:func:`reads_answer`) makes any failure to read an answer (JSON nested too deep
+  for the parser, an unexpected shape) a decode fault.
 - :func:`span_logprob` validates an echoed answer and sums the log-probs of a candidate's tokens.
 """
 
