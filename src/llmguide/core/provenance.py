@@ -100,8 +100,36 @@ def session_record(cfg: Any) -> dict[str, Any]:
 
     from llmguide.core.config import redact
 
-    return {"system": system_info(), "lm": lm_identity(cfg), "command": list(sys.argv),
+    return {"system": system_info(), "lm": lm_identity(cfg), "command": redacted_argv(sys.argv),
             "config_sha256": hashlib.sha256(yaml.safe_dump(redact(cfg), sort_keys=False).encode()).hexdigest()}
+
+
+# the method keys that shape an LM request: two configs that agree on them ask the same prompts (an answer table's
+# ``prompt_sha256``, a run record's); absent keys count as None
+PROMPT_KEYS = ("suggester", "prompt", "vocabulary", "top_k", "max_tokens", "temperature", "normalize_scores",
+               "label_mode", "template", "goal", "canonicalize", "score_margin", "label_rate")
+
+
+def prompt_identity(cfg: Any) -> str:
+    """What makes two configs ask the same prompts: their method's :data:`PROMPT_KEYS`, as JSON."""
+    m = cfg.method
+    return json.dumps({k: str(m.get(k)) for k in PROMPT_KEYS}, sort_keys=True)
+
+
+def prompt_identity_sha256(cfg: Any) -> str:
+    return hashlib.sha256(prompt_identity(cfg).encode()).hexdigest()
+
+
+def redacted_argv(argv: list[str]) -> list[str]:
+    """The command line with every secret's value (``llm.api_key=...``, as the config redacts) replaced."""
+    from llmguide.core.config import REDACTED, SECRET_KEY
+
+    out = []
+    for word in argv:
+        key, sep, value = word.partition("=")
+        secret = sep and value and SECRET_KEY.search(key.lstrip("+~").rsplit(".", 1)[-1])
+        out.append(f"{key}={REDACTED}" if secret else word)
+    return out
 
 
 @cache
@@ -144,10 +172,8 @@ def lm_identity(cfg: Any) -> dict[str, Any]:
         if llm.get(key):
             out[key] = str(llm.get(key))
     if cfg.get("method") is not None:
-        from llmguide.pipelines.answers import prompt_sha256
-
         out["prompt"] = _plain(cfg.method.get("prompt"))
-        out["prompt_sha256"] = prompt_sha256(cfg)
+        out["prompt_sha256"] = prompt_identity_sha256(cfg)
     if backend == "embedded":
         gguf = embedded_gguf(llm)
         out["gguf"] = str(gguf) if gguf else None

@@ -7,8 +7,6 @@ The method says which requests it would send for the data (its recipe's ``answer
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -73,7 +71,7 @@ def build_answers(cfg: DictConfig, recipe: Any) -> int:
     out = Path(a.out) if a.out else Path(a.data) / f"answers-{name.replace(':', '-')}.sqlite"
     first = queries[0].payload
     meta = {"lm": name, "method": str(cfg.method.name), "env": str(cfg.env.name),
-            "prompt_sha256": hashlib.sha256(_prompt_identity(cfg, recipe).encode()).hexdigest(),
+            "prompt_sha256": prompt_sha256(cfg),
             "data": shown_path(source), "data_episodes": len(dataset), "data_steps": steps,
             "command": "llmguide answers " + shown_command(sys.argv[2:]),
             "example_request": str(first.get("prompt") or first.get("context"))[:4000]}
@@ -154,7 +152,9 @@ def shuffle_answers(cfg: DictConfig) -> int:
 
 def prompt_sha256(cfg: DictConfig) -> str:
     """The hash of what shapes a run's requests (a table's meta holds its build's)."""
-    return hashlib.sha256(_prompt_identity(cfg, None).encode()).hexdigest()
+    from llmguide.core.provenance import prompt_identity_sha256
+
+    return prompt_identity_sha256(cfg)
 
 
 def check_table(cfg: DictConfig) -> None:
@@ -183,10 +183,3 @@ def check_table(cfg: DictConfig) -> None:
             raise ConfigError(key, f"the answer table {cfg.llm.table} {said} {shown}: build a table for this "
                                    "configuration (llmguide answers), or configure the run as the table was built")
 
-
-def _prompt_identity(cfg: DictConfig, recipe: Any) -> str:
-    """What makes two builds ask the same prompts: the method's keys that shape a request."""
-    m = cfg.method
-    keys = ("suggester", "prompt", "vocabulary", "top_k", "max_tokens", "temperature", "normalize_scores",
-            "label_mode", "template", "goal", "canonicalize", "score_margin", "label_rate")
-    return json.dumps({k: str(m.get(k)) for k in keys}, sort_keys=True)
