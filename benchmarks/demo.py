@@ -36,7 +36,7 @@ def verdict(values: dict[str, float | None]) -> str | None:
         return None
     return (f"Beyond its prompt, Qwen added {lm - prompt:+.2f} achievements per episode (Qwen {lm:.2f} vs its "
             f"prompt's examples alone {prompt:.2f}; the prompt alone vs a random suggester {prompt - random:+.2f}), "
-            f"on one seed, which is within noise: the 10-seed measurement is {STUDY}")
+            f"on one seed, within noise; the seeded measurement is {STUDY}")
 
 
 def main(root: str) -> int:
