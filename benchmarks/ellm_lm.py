@@ -258,20 +258,35 @@ def qwen_examples(tables: Path, top_k: int = 5, show: int = 8) -> tuple[list[str
 def kept_precision(path: Path, oracle, valid: set[str], top_k: int) -> float:
     """The share of a generate table's kept suggestions (first ``top_k`` valid bullets) that the oracle calls
     feasible in the state they are stored for, weighted by the state's steps in the data."""
+    from functools import lru_cache
+
     from llmguide.envs.crafter.actions import canonical_action
+
+    @lru_cache(maxsize=None)
+    def feasible_in(caption: str) -> frozenset[str]:
+        return frozenset(canonical_action(a) for a in oracle.feasible_from_caption(caption))
+
+    def feasible(caption: str, pick: str) -> bool:
+        return canonical_action(pick) in feasible_in(caption)
+
+    return kept_share(path, valid, top_k, feasible) or 0.0
+
+
+def kept_share(path: Path, valid: set[str], top_k: int, hit) -> float | None:
+    """The share of a generate table's kept suggestions (first ``top_k`` valid bullets) for which
+    ``hit(caption, pick)`` holds, weighted by the state's steps in the data; None when nothing was kept."""
     from llmguide.llm.parsing import parse_bullets
     from llmguide.llm.table import AnswerTable
 
     table = AnswerTable(path)
     rows = table.rows()
     table.close()
-    feasible_w = picked_w = 0.0
+    hit_w = picked_w = 0.0
     for _, caption, answer, weight in rows:
         picks = [b for b in parse_bullets(answer.get("text", "")) if b in valid][:top_k]
-        feasible = {canonical_action(a) for a in oracle.feasible_from_caption(caption)}
-        feasible_w += weight * sum(canonical_action(b) in feasible for b in picks)
+        hit_w += weight * sum(hit(caption, b) for b in picks)
         picked_w += weight * len(picks)
-    return feasible_w / picked_w if picked_w else 0.0
+    return hit_w / picked_w if picked_w else None
 
 
 def example_share(path: Path, prompt: str, top_k: int = 5) -> float | None:
@@ -280,21 +295,10 @@ def example_share(path: Path, prompt: str, top_k: int = 5) -> float | None:
     weighted by the state's steps in the data; None when the table holds no kept suggestion."""
     from llmguide.envs.crafter.actions import ACTION_STRINGS
     from llmguide.llm.examples import worked_examples
-    from llmguide.llm.parsing import parse_bullets
-    from llmguide.llm.table import AnswerTable
     from llmguide.methods.ellm.prompts import template
 
     named = set(worked_examples(template(prompt).render(vocabulary=", ".join(ACTION_STRINGS), caption="x")).items)
-    valid = set(ACTION_STRINGS)
-    table = AnswerTable(path)
-    rows = table.rows()
-    table.close()
-    named_w = picked_w = 0.0
-    for _, _, answer, weight in rows:
-        picks = [b for b in parse_bullets(answer.get("text", "")) if b in valid][:top_k]
-        named_w += weight * sum(b in named for b in picks)
-        picked_w += weight * len(picks)
-    return named_w / picked_w if picked_w else None
+    return kept_share(path, set(ACTION_STRINGS), top_k, lambda _, pick: pick in named)
 
 
 def coverage_section(plan) -> tuple[list[str], dict]:
