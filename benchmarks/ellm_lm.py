@@ -258,11 +258,11 @@ def qwen_examples(tables: Path, top_k: int = 5, show: int = 8) -> tuple[list[str
 def kept_precision(path: Path, oracle, valid: set[str], top_k: int) -> float:
     """The share of a generate table's kept suggestions (first ``top_k`` valid bullets) that the oracle calls
     feasible in the state they are stored for, weighted by the state's steps in the data."""
-    from functools import lru_cache
+    from functools import cache
 
     from llmguide.envs.crafter.actions import canonical_action
 
-    @lru_cache(maxsize=None)
+    @cache
     def feasible_in(caption: str) -> frozenset[str]:
         return frozenset(canonical_action(a) for a in oracle.feasible_from_caption(caption))
 
