@@ -118,6 +118,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -909,9 +910,15 @@ def run_records(done: list[str]) -> tuple[dict[str, Any], list[str]]:
 # An absolute path of the machine that made a result (its checkout, runs, scratch, home) never goes into results
 # (issue 67): a reader's clone has none of them. System paths every machine has (/usr/bin/env, /dev/null) are not
 # machine paths. A path ends at a character no path of ours holds (space, quote, backtick, colon, comma, brackets).
-MACHINE_ROOTS = ("work", "tmp", "home", "root", "Users", "mnt", "scratch", "data", "private", "var", "opt", "srv",
-                 "media", "run", "workspace")
-MACHINE_PATH = re.compile(r"(?<![\w.~<>$}/-])/(?:" + "|".join(MACHINE_ROOTS) + r")(?![\w.-])(?:/[\w.${}*+@%=-]*)*")
+# the usual top folders of checkouts, runs and scratch, and the top folder of this checkout and of this machine's
+# scratch wherever they are (a CI clone under /check holds machine paths too)
+SYSTEM_ROOTS = ("usr", "dev", "proc", "sys", "etc", "bin", "lib")
+MACHINE_ROOTS = tuple(dict.fromkeys((
+    "work", "tmp", "home", "root", "Users", "mnt", "scratch", "data", "private", "var", "opt", "srv", "media", "run",
+    "workspace", *(top for top in (Path(p).resolve().parts[1:2] and Path(p).resolve().parts[1]
+                                   for p in (ROOT, tempfile.gettempdir())) if top and top not in SYSTEM_ROOTS))))
+MACHINE_PATH = re.compile(r"(?<![\w.~<>$}/-])/(?:" + "|".join(map(re.escape, MACHINE_ROOTS))
+                          + r")(?![\w.-])(?:/[\w.${}*+@%=-]*)*")
 # (pattern, name) for a machine path under no folder the caller names: a home as ~, the scratch folder as <tmp>
 FALLBACK_NAMES = ((re.compile(r"^/(?:home|Users)/[^/]+|^/root(?=/|$)"), "~"), (re.compile(r"^/tmp(?=/|$)"), "<tmp>"))
 TEXT_SUFFIXES = (".json", ".md", ".jsonl", ".txt", ".yaml", ".yml", ".csv", ".py")   # results' text files
