@@ -139,10 +139,11 @@ def test_a_methods_own_config_options_are_found_in_its_package() -> None:
 
     from llmguide import methods
     from llmguide.core.config import option_file
+    from llmguide.core.plugins import plugin_config_dirs
     from llmguide.learners.common import agent_config
 
     package = Path(methods.__file__).parent / "glam" / "conf"
-    assert package in methods.config_dirs()
+    assert package in plugin_config_dirs()
     for name in ("glam", "drrn"):
         assert Path(str(option_file("agent", name))) == package / "agent" / f"{name}.yaml"
         assert name in group_options("agent")

@@ -1,9 +1,10 @@
-"""No kernel module names a method, in code or in data (issue 51: method data lives with its method).
+"""No kernel module names a method, in code or in data (issue 51: method data lives with its method), nor do the
+pipelines and the command line, which call only what a recipe declares (issue 68).
 
 Code: every identifier (names, attributes, functions, classes, arguments, keywords, imports) and every string
-constant of each kernel module, read with ``ast``; docstrings and other bare string statements are prose and may
-cite a paper, as comments may.  Data: the keys, string values and option names of the kernel's config files (every
-YAML under ``conf/`` but ``conf/method/``, the methods' own).  A method name counts as a whole word or an
+constant of each kernel module, of ``pipelines/`` and of ``cli.py``, read with ``ast``; docstrings and other bare
+string statements are prose and may cite a paper, as comments may.  Data: the keys, string values and option names
+of every config file under the package's ``conf/`` (a method's own YAMLs live in its package's ``conf/``).  A method name counts as a whole word or an
 identifier part (``bk_level``, ``ELLMRules``, ``"ONI's"``), case-insensitive."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import yaml
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "llmguide"
 KERNEL = ("core", "envs", "llm", "learners", "rewards", "sandbox", "distributed")
+SHARED = ("pipelines", "cli.py")   # above the kernel, below the methods: they name none either
 CONF = PACKAGE / "conf"
 # The methods and their variants' names; every package under methods/ is added, so a new method is covered too.
 METHOD_NAMES = frozenset({"ellm", "bk", "glam", "ptgm", "oni", "motif", "drrn", "npae"}
@@ -92,11 +94,12 @@ def data_texts(text: str, option: str) -> Iterator[str]:
 
 
 def _kernel_modules() -> list[Path]:
-    return sorted(p for layer in KERNEL for p in (PACKAGE / layer).rglob("*.py"))
+    places = [PACKAGE / layer for layer in (*KERNEL, *SHARED)]
+    return sorted(p for place in places for p in ([place] if place.is_file() else place.rglob("*.py")))
 
 
 def _kernel_configs() -> list[Path]:
-    return sorted(p for p in CONF.rglob("*.yaml") if "method" not in p.relative_to(CONF).parts[:-1])
+    return sorted(CONF.rglob("*.yaml"))
 
 
 def _allowed(rel: str, text: str, used: set) -> bool:
@@ -134,9 +137,9 @@ def test_every_allowlist_entry_is_still_needed() -> None:
 
 def test_the_scan_covers_the_kernel() -> None:
     modules, configs = _kernel_modules(), _kernel_configs()
-    assert {p.relative_to(PACKAGE).parts[0] for p in modules} == set(KERNEL)
-    assert {p.relative_to(CONF).parts[0] for p in configs} >= {"config.yaml", "env", "llm", "agent"}
-    assert not any("method" in p.relative_to(CONF).parts for p in configs)
+    assert {p.relative_to(PACKAGE).parts[0] for p in modules} == {*KERNEL, *SHARED}
+    assert {p.relative_to(CONF).parts[0] for p in configs} == {"config.yaml", "env", "llm", "agent", "method"}
+    assert (CONF / "method" / "rnd.yaml") in configs and (PACKAGE / "pipelines" / "answers.py") in modules
     assert {"ellm", "bk", "glam", "ptgm", "oni"} <= METHOD_NAMES
 
 

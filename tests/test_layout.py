@@ -100,6 +100,14 @@ def test_kernel_names_no_method_runner_ray_sweep_or_cli() -> None:
     assert upward == []
 
 
+def test_the_pipelines_import_no_method_sweep_cli_or_api() -> None:
+    """The pipelines call what a recipe declares: a method's package is found by its entry point, never imported
+    by name (issue 68), and the floors above them (the sweep, the CLI, the Python API) are theirs to call."""
+    upward = [f"{name} -> {target}" for name, imported in _graph().items() if name.startswith("llmguide.pipelines")
+              for target in imported if target.startswith(("llmguide.methods", "llmguide.sweep", "llmguide.cli", "llmguide.api"))]
+    assert upward == []
+
+
 def test_core_does_not_import_the_package_root() -> None:
     for name, imported in _graph().items():
         if name.startswith("llmguide.core"):

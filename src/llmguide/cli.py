@@ -26,20 +26,41 @@ from llmguide.pipelines import load_config
 
 VERBS = {
     "train": "train an agent: compose the config, validate it, run the method's pipeline into runs/<name>/",
-    "eval": "evaluate a trained run's latest checkpoint (greedy and sampled episodes; GLAM/NPAE/DRRN also run "
-            "method.post_tests, the generalisation tests) -> RUN_DIR/eval.json",
+    "eval": "evaluate a trained run's latest checkpoint (greedy and sampled episodes, and whatever its method's "
+            "evaluation adds, e.g. method.post_tests) -> RUN_DIR/eval.json",
     "report": "write report.md with PNG plots for one or more run directories (seeds are aggregated)",
     "bench": "run a benchmark script from benchmarks/ (e.g. `llmguide bench envs`)",
     "cache": "inspect the persistent LM cache: stats | export FILE | clear | check",
-    "collect": "collect an episode dataset with an exploration agent (BK data collection)",
-    "label": "label a collected dataset with the LM (BK-Code/Pref/Goal, Motif)",
-    "codebook": "PTGM: hindsight goals of a collected dataset -> KMeans goal codebook",
-    "pretrain": "PTGM: goal-conditioned BC low level and goal prior from a dataset and a codebook",
     "answers": "answer a method's LM queries over a data source once, into a table every arm reads (llm.table=)",
     "list": "list the env families and their tasks, the methods (env families each runs on, status) and the LM "
             "backends",
 }
-CONFIG_VERBS = ("train", "collect", "label", "codebook", "pretrain", "answers")
+CONFIG_VERBS = ("train", "answers")   # and every method's offline steps (method_steps)
+
+
+def method_steps() -> dict[str, str]:
+    """``{verb: help}`` of the installed methods' offline steps (each recipe's ``Recipe.steps``; a verb several
+    methods have: their helps joined), the verbs after :data:`VERBS`."""
+    from llmguide.core.plugins import entries, load
+
+    helps: dict[str, list[str]] = {}
+    for name, target in entries("llmguide.methods").items():
+        try:
+            steps = load(target).steps
+        except Exception as err:   # one broken plugin does not take the command line down
+            print(f"llmguide: warning: the installed method {name!r} ({target}) does not import: {err}",
+                  file=sys.stderr)
+            continue
+        for verb, step in steps.items():
+            if verb not in VERBS and step.help not in helps.setdefault(verb, []):
+                helps[verb].append(step.help)
+    return {verb: "; ".join(texts) for verb, texts in helps.items()}
+
+
+def _verbs(argv: list[str]) -> dict[str, str]:
+    """The verbs the parser offers: the built-in ones, and the methods' steps unless ``argv`` names a built-in
+    verb (importing every recipe is needed only for a step, ``--help`` or a wrong verb)."""
+    return VERBS if argv and argv[0] in VERBS else {**VERBS, **method_steps()}
 
 
 def _groups_help() -> str:
@@ -50,7 +71,9 @@ def _groups_help() -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verbs: dict[str, str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: ``verbs`` (default: the built-in ones and every method's steps)."""
+    verbs = {**VERBS, **method_steps()} if verbs is None else verbs
     parser = argparse.ArgumentParser(
         prog="llmguide",
         description="Reinforcement learning guided by language models.",
@@ -59,12 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     sub.required = True
-    for verb, text in VERBS.items():
+    for verb, text in verbs.items():
         p = sub.add_parser(verb, help=text, description=text, epilog=_groups_help(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        if verb in CONFIG_VERBS:
+        if verb in CONFIG_VERBS or verb not in VERBS:
             p.add_argument("overrides", nargs="*", help="group=option and key=value overrides "
-                                                        "(`--help method=ellm` lists that option's keys)")
+                                                        "(`--help method=rnd` lists that option's keys)")
             p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
             if verb == "train":
                 p.add_argument("-m", "--multirun", action="store_true",
@@ -130,14 +153,15 @@ def _named_key(err: ValueError) -> str | None:
 
 def _option_help(argv: list[str]) -> str | None:
     """``llmguide train --help method=ellm``: the verb's help, then each named option's keys with their comments."""
-    if len(argv) < 2 or argv[0] not in CONFIG_VERBS or not {"-h", "--help"} & set(argv):
+    if len(argv) < 2 or argv[0] in VERBS and argv[0] not in CONFIG_VERBS or not {"-h", "--help"} & set(argv):
         return None
     choices = [a.split("=", 1) for a in argv[1:] if "=" in a and a.split("=", 1)[0] in GROUPS]
-    if not choices:
+    verbs = _verbs(argv)
+    if not choices or argv[0] not in verbs:
         return None
     from llmguide.core.config_help import describe_option
 
-    parser = build_parser()
+    parser = build_parser(verbs)
     verb_help = parser._subparsers._group_actions[0].choices[argv[0]].format_help()  # noqa: SLF001
     sections = [verb_help.rstrip()]
     for group, option in choices:
@@ -212,7 +236,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.verb == "list":
         print(list_catalog(args.what))
         return 0
-    if args.verb in CONFIG_VERBS:
+    if args.verb in CONFIG_VERBS or args.verb not in VERBS:   # train, answers, a method's step
         cfg = load_config(args.overrides)
         if args.print_config:
             from omegaconf import OmegaConf
@@ -260,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     if text is not None:
         print(text)
         return 0
-    args = build_parser().parse_args(argv)
+    args = build_parser(_verbs(argv)).parse_args(argv)
     try:
         if args.verb == "train" and args.multirun:   # the launcher's own handler forwards a stop to its runs
             from llmguide.sweep import run_sweep

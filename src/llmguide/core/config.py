@@ -51,9 +51,9 @@ def group_options(group: str) -> list[str]:
     return sorted({p.name[:-5] for f in folders if f.is_dir() for p in f.iterdir() if p.name.endswith(".yaml")})
 
 
-# Config folders shipped above the kernel, searched after the package's conf/: a method package's own
-# ``conf/<group>/<option>.yaml`` (e.g. the learner settings its method selects), registered by its layer
-# (:func:`add_config_dir`), so the kernel's conf/ names no method.
+# Config folders registered at run time (:func:`add_config_dir`), searched after the package's and the plugins'
+# (:func:`llmguide.core.plugins.plugin_config_dirs`: the ``conf/`` beside each installed method, backend and env
+# family, the paper methods' included), so the kernel's conf/ names no method.
 PACKAGE_CONFIG_DIRS: list[Path] = []
 
 
@@ -64,6 +64,15 @@ def add_config_dir(folder: Path) -> None:
         PACKAGE_CONFIG_DIRS.append(folder)
 
 
+def extra_config_dirs(user: bool = True) -> list[Path]:
+    """The config folders searched after the package's conf/: the plugins', the registered ones, then (``user``)
+    ``$LLMGUIDE_CONFIG_PATH``'s."""
+    from llmguide.core.plugins import plugin_config_dirs
+
+    folders = [*plugin_config_dirs(), *PACKAGE_CONFIG_DIRS, *(user_config_dirs() if user else [])]
+    return [f for i, f in enumerate(folders) if f not in folders[:i]]
+
+
 def user_config_dirs() -> list[Path]:
     """Extra config folders from ``$LLMGUIDE_CONFIG_PATH`` (``:``-separated), searched after the package's:
     a ``method/my_reward.yaml`` there is ``method=my_reward``."""
@@ -71,9 +80,8 @@ def user_config_dirs() -> list[Path]:
 
 
 def config_dirs(user: bool = True) -> list[Any]:
-    """Every config folder in Hydra's search order: the package's conf/, the registered ones
-    (:func:`add_config_dir`), then (``user``) ``$LLMGUIDE_CONFIG_PATH``'s."""
-    return [resources.files("llmguide.conf"), *PACKAGE_CONFIG_DIRS, *(user_config_dirs() if user else [])]
+    """Every config folder in Hydra's search order: the package's conf/, then :func:`extra_config_dirs`."""
+    return [resources.files("llmguide.conf"), *extra_config_dirs(user)]
 
 
 def option_file(group: str, option: str, user: bool = True) -> Any:
@@ -90,7 +98,7 @@ def compose_config(overrides: Sequence[str]) -> DictConfig:
     """The Hydra composition of the shipped config (the package's conf/, the registered folders and
     ``$LLMGUIDE_CONFIG_PATH``'s) with ``overrides``, not validated (:func:`load_config` validates)."""
     GlobalHydra.instance().clear()
-    extra = [*PACKAGE_CONFIG_DIRS, *user_config_dirs()]
+    extra = extra_config_dirs()
     search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in extra)}]"] if extra else []
     with initialize_config_module(config_module="llmguide.conf", version_base="1.3"):
         return compose(config_name="config", overrides=[*search, *overrides])

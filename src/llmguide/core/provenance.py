@@ -49,11 +49,11 @@ def code_version() -> dict[str, Any]:
     return {"version": __version__, "commit": commit, "dirty": None if status is None else bool(status)}
 
 
-def record(run_dir: str | Path, resumed: bool, cfg: Any = None) -> None:
+def record(run_dir: str | Path, resumed: bool, cfg: Any = None, prompt_keys: tuple[str, ...] = ()) -> None:
     """Append this session's line to the run's ``provenance.jsonl``: its code, and with the session's ``cfg`` its
     record (:func:`session_record`)."""
     line = {"time": datetime.now(UTC).isoformat(timespec="seconds"), "resumed": bool(resumed), **code_version(),
-            **(session_record(cfg) if cfg is not None else {})}
+            **(session_record(cfg, prompt_keys) if cfg is not None else {})}
     with open(Path(run_dir) / FILE, "a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")
 
@@ -94,30 +94,27 @@ GGUF_SHA_CACHE = "gguf_sha256.json"                          # in the LM cache f
 SAMPLING = ("temperature", "top_p", "top_k", "max_tokens", "seed", "n_ctx")
 
 
-def session_record(cfg: Any) -> dict[str, Any]:
-    """``{"system", "lm", "command", "config_sha256"}`` of a session run with ``cfg``."""
+def session_record(cfg: Any, prompt_keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``{"system", "lm", "command", "config_sha256"}`` of a session run with ``cfg`` (``prompt_keys``: the method
+    keys that shape its LM requests, as its recipe declares them)."""
     import yaml
 
     from llmguide.core.config import redact
 
-    return {"system": system_info(), "lm": lm_identity(cfg), "command": redacted_argv(sys.argv),
+    return {"system": system_info(), "lm": lm_identity(cfg, prompt_keys), "command": redacted_argv(sys.argv),
             "config_sha256": hashlib.sha256(yaml.safe_dump(redact(cfg), sort_keys=False).encode()).hexdigest()}
 
 
-# the method keys that shape an LM request: two configs that agree on them ask the same prompts (an answer table's
-# ``prompt_sha256``, a run record's); absent keys count as None
-PROMPT_KEYS = ("suggester", "prompt", "vocabulary", "top_k", "max_tokens", "temperature", "normalize_scores",
-               "label_mode", "template", "goal", "canonicalize", "score_margin", "label_rate")
-
-
-def prompt_identity(cfg: Any) -> str:
-    """What makes two configs ask the same prompts: their method's :data:`PROMPT_KEYS`, as JSON."""
+def prompt_identity(cfg: Any, keys: tuple[str, ...]) -> str:
+    """What makes two configs ask the same prompts: the values of the method ``keys`` that shape an LM request (its
+    recipe's ``prompt_keys``; absent keys count as None), as JSON: an answer table's ``prompt_sha256``, a run
+    record's."""
     m = cfg.method
-    return json.dumps({k: str(m.get(k)) for k in PROMPT_KEYS}, sort_keys=True)
+    return json.dumps({k: str(m.get(k)) for k in keys}, sort_keys=True)
 
 
-def prompt_identity_sha256(cfg: Any) -> str:
-    return hashlib.sha256(prompt_identity(cfg).encode()).hexdigest()
+def prompt_identity_sha256(cfg: Any, keys: tuple[str, ...]) -> str:
+    return hashlib.sha256(prompt_identity(cfg, keys).encode()).hexdigest()
 
 
 def redacted_argv(argv: list[str]) -> list[str]:
@@ -158,7 +155,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def lm_identity(cfg: Any) -> dict[str, Any]:
+def lm_identity(cfg: Any, prompt_keys: tuple[str, ...] = ()) -> dict[str, Any]:
     """The LM the config names, as far as the config gives it: backend, model id, sampling settings, chat template
     on/off, the method's prompt hash (:func:`llmguide.pipelines.answers.prompt_sha256`), the answer table, and an
     embedded model's GGUF sha256 (None when its file is not there yet)."""
@@ -173,7 +170,7 @@ def lm_identity(cfg: Any) -> dict[str, Any]:
             out[key] = str(llm.get(key))
     if cfg.get("method") is not None:
         out["prompt"] = _plain(cfg.method.get("prompt"))
-        out["prompt_sha256"] = prompt_identity_sha256(cfg)
+        out["prompt_sha256"] = prompt_identity_sha256(cfg, prompt_keys)
     if backend == "embedded":
         gguf = embedded_gguf(llm)
         out["gguf"] = str(gguf) if gguf else None

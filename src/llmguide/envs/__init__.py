@@ -24,18 +24,10 @@ __all__ = ["FAMILIES", "Family", "family", "GOOD", "ILL_TIMED", "IMPOSSIBLE", "O
 
 
 def _register() -> None:
-    specs = {
-        "llmguide/Crafter-v0": ("llmguide.envs.crafter.env:CrafterText", {}),
-        "llmguide/BabyAIText-v0": ("llmguide.envs.babyai.env:BabyAIText", {}),
-        "llmguide/MiniHackText-v0": ("llmguide.envs.nethack.env:NetHackText",
-                                     {"env_id": "MiniHack-Room-5x5-v0", "family": "minihack"}),
-        "llmguide/NetHackText-v0": ("llmguide.envs.nethack.env:NetHackText",
-                                    {"env_id": "NetHackScore-v0", "family": "nethack"}),
-        "llmguide/CraftaxClassic-v0": ("llmguide.envs.craftax.env:CraftaxText", {}),
-    }
-    for env_id, (entry, kwargs) in specs.items():
-        if env_id not in gym.registry:
-            gym.register(env_id, entry_point=entry, kwargs=kwargs, disable_env_checker=True)
+    """Register each family's env class with Gymnasium under its ``env_id`` (``gymnasium.make`` finds them)."""
+    for fam in FAMILIES.values():
+        if fam.entry and fam.env_id not in gym.registry:
+            gym.register(fam.env_id, entry_point=fam.entry, kwargs=dict(fam.kwargs), disable_env_checker=True)
 
 
 _register()

@@ -10,8 +10,8 @@ given (``env.caption``: ``"module:function"`` or a name registered in this proce
 ``info["caption"]``, else ``""``; ``events`` and ``mission`` default to ``[]`` and ``""``.  The family has no
 ground-truth oracle and no scripted expert.  Methods that need an env family's oracle or tasks (ELLM, BK, GLAM,
 PTGM, ONI, Motif) refuse ``env=gym`` by their own family list; a reward whose class takes the LM ``service`` reads
-captions, so it is refused without a caption source (``env.caption``), and ``llm=oracle|shuffled`` (ground truth)
-are refused.  :func:`register_env` and :func:`own_env_overrides` are what ``llmguide.train(env=..., caption=...)``
+captions, so its recipe refuses an env without them (:func:`gives_captions`) and ``llm=oracle|shuffled`` (ground
+truth: the family has none).  :func:`register_env` and :func:`own_env_overrides` are what ``llmguide.train(env=..., caption=...)``
 uses.
 """
 
@@ -202,8 +202,8 @@ class GymOracle(Oracle):
 
 
 def check_config(cfg: Any) -> None:
-    """``env=gym`` when the config loads: the env builds, its spaces are supported, its caption function returns
-    text, and an LM-reading method has captions (:class:`ConfigError` naming the key otherwise)."""
+    """``env=gym`` when the config loads: the env builds, its spaces are supported and its caption function returns
+    text (:class:`ConfigError` naming the key otherwise)."""
     env_cfg = cfg.get("env") if hasattr(cfg, "get") else None
     if cfg_get(env_cfg, "name") != "gym":
         return
@@ -212,7 +212,7 @@ def check_config(cfg: Any) -> None:
         raise ConfigError("env.id", "is required: a Gymnasium id (e.g. CartPole-v1)")
     if (problem := id_problem(str(env_id))) is not None:
         raise ConfigError("env.id", problem)
-    caption, _ = env_caption(env_cfg)
+    env_caption(env_cfg)   # a bad env.caption is named here
     try:
         env = make_gym(env_cfg, 0)
     except ConfigError as err:
@@ -228,26 +228,23 @@ def check_config(cfg: Any) -> None:
         raise ConfigError("env.id", f"{env_id}: reset failed: {type(err).__name__}: {err}") from None
     finally:
         env.close()
-    _check_method(cfg, caption is not None or bool(info.get("caption")))
 
 
-def _check_method(cfg: Any, has_text: bool) -> None:
-    """An LM-backed reward (its class takes ``service``) reads captions and asks the LM about them."""
-    method = cfg.get("method")
-    if method is None or not method.get("reward"):
-        return
-    from llmguide.rewards import wants_lm
-
-    if not wants_lm(method):
-        return
-    if not has_text:
-        raise ConfigError("env.caption", f"method={method.get('name')} asks an LM about each state's caption and "
-                                         f"env={cfg_get(cfg.env, 'id')} gives none: set env.caption=module:function "
-                                         "(fn(obs, info) -> str) or llmguide.train(..., caption=fn)")
-    backend = str(cfg_get(cfg.get("llm"), "backend"))
-    if backend in ("oracle", "shuffled"):
-        raise ConfigError("llm", f"llm={backend} answers from the env family's ground truth and env=gym has none; "
-                                 "use a language model, or llm=random|constant as a knowledge control")
+def gives_captions(env_cfg: Any) -> bool:
+    """Whether an ``env=gym`` config's env has captions: a caption function, or the env's own ``info["caption"]``
+    at reset (an env that does not build says True here: its own check names the problem)."""
+    if env_caption(env_cfg)[0] is not None:
+        return True
+    try:
+        env = make_gym(env_cfg, 0)
+    except Exception:
+        return True
+    try:
+        return bool(env.reset(seed=0)[1].get("caption"))
+    except Exception:
+        return True
+    finally:
+        env.close()
 
 
 add_rule_provider(check_config)

@@ -1,12 +1,13 @@
 """The env families: one registry ``{family: Family(make, oracle, make_vector)}`` and the functions that
-build an env or a family's oracle from it.  A new family is one entry here, its package under
-``envs/`` and ``conf/env/<name>.yaml``; any other Gymnasium env runs as ``env=gym`` (:mod:`llmguide.envs.gym_env`)."""
+build an env or a family's oracle from it.  The families are the installed entry points of ``llmguide.env_families``
+(:mod:`llmguide.core.plugins`; the shipped ones are :mod:`llmguide.envs.families`): a new family is a
+:class:`Family`, its entry point and ``conf/env/<name>.yaml``; any other Gymnasium env runs as ``env=gym``
+(:mod:`llmguide.envs.gym_env`)."""
 
 from __future__ import annotations
 
 import difflib
 import inspect
-from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
@@ -14,7 +15,10 @@ import gymnasium as gym
 
 from llmguide.core.config import add_rule_provider, cfg_get
 from llmguide.core.errors import ConfigError
+from llmguide.core.plugins import entries
+from llmguide.core.plugins import load as plugin_load
 from llmguide.envs.base import Oracle
+from llmguide.envs.families import Family
 
 
 class SeedOnFirstReset(gym.Wrapper):
@@ -32,68 +36,7 @@ class SeedOnFirstReset(gym.Wrapper):
         return self.env.reset(seed=seed, options=options)
 
 
-@dataclass(frozen=True)
-class Family:
-    """One env family: ``make(env_cfg, seed)``, an optional batched ``make_vector(env_cfg, num_envs, seed)``
-    and its ground-truth ``oracle(actions)``, each a ``"module:function"`` imported when first used.
-
-    ``env_id`` is the family's registered wrapper id (``env.id`` in ``conf/env/<name>.yaml``); a family whose
-    ``env.id`` also names a task (NetHack, MiniHack) has ``check_id``, ``fn(env_id, family) -> problem or None``.
-    ``tasks`` (``"module:attr"``, a list or a function of the family name) feeds ``llmguide list``; ``wait`` is
-    what the first env step waits for, printed before training (e.g. a JAX compile).  ``expert`` is the family's
-    scripted expert, a class ``(env_cfg, seed=, mode=, exclude=)`` whose ``act(obs, infos)`` plays a vector env
-    (``agent=scripted agent.policy=expert``, PTGM's ``method.collect.policy=expert``).  ``wrap_vector``,
-    ``fn(envs, env_cfg, seed) -> envs``, wraps every vector env of the family (e.g. Crafter's ``env.distractors``).
-    ``check_task``, ``fn(env_cfg) -> problem or None``, checks ``env.task`` when the config loads."""
-
-    make: str
-    oracle: str
-    make_vector: str | None = None
-    max_steps: str | None = None     # "module:function(env_cfg) -> int": the episode cap when env.max_steps is null
-    env_id: str = ""
-    check_id: str | None = None
-    tasks: str | None = None
-    wait: str | None = None
-    expert: str | None = None
-    wrap_vector: str | None = None
-    variants: str = ""               # what ``llmguide list`` says of the family's variants
-    check_task: str | None = None    # "module:function(env_cfg) -> problem or None": env.task, when the config loads
-
-
-_NETHACK = "llmguide.envs.nethack.env"
-_EXPERT = "llmguide.envs.crafter.expert.agent:ExpertPolicy"
-_CRAFTER_TASK = "llmguide.envs.crafter.rules:task_problem"
-_VARIANTS = "llmguide.envs.crafter.variants:wrap_vector"
-_VARIANTS_TEXT = ("env.distractors.rate=P (a noisy TV): the do-nothing action shows a harmless new sight with "
-                  "probability P, appended to the message line; nothing else changes; ground truth finds no progress in it. "
-                  "env.seen_map.size=S: obs['map'], the S x S cells around the player as the agent has seen them "
-                  "(built from its views alone, as the scripted expert's memory)")
-FAMILIES: dict[str, Family] = {
-    "crafter": Family("llmguide.envs.crafter.env:make_crafter", "llmguide.envs.crafter.actions:make_oracle",
-                      env_id="llmguide/Crafter-v0", tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",
-                      max_steps="llmguide.envs.crafter.rules:default_max_steps", expert=_EXPERT,
-                      wrap_vector=_VARIANTS, variants=_VARIANTS_TEXT, check_task=_CRAFTER_TASK),
-    "craftax": Family("llmguide.envs.craftax.env:make_craftax", "llmguide.envs.craftax.env:make_oracle",
-                      make_vector="llmguide.envs.craftax.env:make_craftax_vector", env_id="llmguide/CraftaxClassic-v0",
-                      tasks="llmguide.envs.crafter.rules:ACHIEVEMENTS",
-                      max_steps="llmguide.envs.crafter.rules:default_max_steps", expert=_EXPERT,
-                      wrap_vector=_VARIANTS, variants=_VARIANTS_TEXT, check_task=_CRAFTER_TASK,
-                      wait="compiling Craftax-Classic's jitted step (about 30 s the first time; a few seconds once "
-                           "~/.cache/llmguide/jax holds it)"),
-    "babyai": Family("llmguide.envs.babyai.env:make_babyai", "llmguide.envs.babyai.oracle:BabyAIOracle",
-                     env_id="llmguide/BabyAIText-v0", tasks="llmguide.envs.babyai.env:TASKS",
-                     check_task="llmguide.envs.babyai.env:task_problem"),
-    "minihack": Family(f"{_NETHACK}:make_nethack", "llmguide.envs.nethack.oracle:NetHackOracle",
-                       env_id="llmguide/MiniHackText-v0", check_id=f"{_NETHACK}:id_problem",
-                       tasks=f"{_NETHACK}:task_ids"),
-    "nethack": Family(f"{_NETHACK}:make_nethack", "llmguide.envs.nethack.oracle:NetHackOracle",
-                      env_id="llmguide/NetHackText-v0", check_id=f"{_NETHACK}:id_problem",
-                      tasks=f"{_NETHACK}:task_ids"),
-    "gym": Family("llmguide.envs.gym_env:make_gym", "llmguide.envs.gym_env:GymOracle",
-                  env_id="CartPole-v1", check_id="llmguide.envs.gym_env:id_problem",
-                  variants="your own Gymnasium env: env.id=<Gymnasium id> env.caption=module:function "
-                           "(Python: llmguide.train(env=MyEnv, caption=fn)); no oracle, no tasks"),
-}
+FAMILIES: dict[str, Family] = {name: plugin_load(target) for name, target in entries("llmguide.env_families").items()}
 
 
 def load(target: str) -> Any:
@@ -188,6 +131,12 @@ def expert_problem(name: str) -> str | None:
     if family(name).expert is not None:
         return None
     return f"env={name} has no scripted expert (the families with one: {sorted(k for k, f in FAMILIES.items() if f.expert)})"
+
+
+def gives_captions(env_cfg: Any) -> bool:
+    """Whether the configured env has captions (text an LM can read) in its ``info``."""
+    target = family(cfg_get(env_cfg, "name")).captions
+    return target is None or bool(load(target)(env_cfg))
 
 
 def default_max_steps(env_cfg: Any) -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from llmguide.core.config import (
     register_rule,
 )
 from llmguide.core.errors import ConfigError
+from llmguide.core.plugins import entries, load
 from llmguide.llm.base import LanguageModel
 from llmguide.llm.cache.cached_lm import CachedLM
 from llmguide.llm.cache.store import DEFAULT_MAX_BYTES, LLMCache
@@ -27,10 +29,7 @@ log = logging.getLogger(__name__)
 
 # backends that answer from ground truth: the oracle and the counterfactual LMs built on it (they take answerers)
 GROUND_TRUTH_BACKENDS = ("oracle", "random", "shuffled", "constant")
-# the prompt-only control: answers from the prompt's own worked examples (the oracle, when there is one, only
-# counts how many items to give); an LM arm's control, not ground truth (it is told no more than the LM)
-PROMPT_ONLY = "prompt_only"
-BACKENDS = ("embedded", "http", "hf", *GROUND_TRUTH_BACKENDS, PROMPT_ONLY)
+BACKEND_GROUP = "llmguide.llm_backends"   # the entry points that name the backends (llmguide.core.plugins)
 
 
 def _url(value: Any) -> str | None:
@@ -49,7 +48,7 @@ def _env_var_name(value: Any) -> str | None:
 
 
 LLM_RULES = {
-    "llm.backend": one_of(*BACKENDS),
+    "llm.backend": lambda v: one_of(*entries(BACKEND_GROUP))(v),
     "llm.n_ctx": positive,
     "llm.n_threads": lambda v: None if v == "auto" else positive(v),
     "llm.max_retries": non_negative,
@@ -102,77 +101,28 @@ def lm_threads(value: Any, online: bool) -> int:
     return int(value)
 
 
+@dataclass(frozen=True)
+class BackendContext:
+    """What a backend builder is told besides ``llm_cfg``: the env family, whether the LM answers beside a
+    learner (``online``), the method's ground-truth answers to its own prompts and the env's action vocabulary
+    (used by ``llm=oracle`` and the counterfactual LMs built on it)."""
+
+    env_family: str | None = None
+    online: bool = False
+    answerers: tuple[Any, ...] = ()
+    actions: str = "primitive"
+
+
 def make_backend(llm_cfg: Any, env_family: str | None = None, online: bool = False,
                  answerers: Sequence[Any] = (), actions: str = "primitive") -> LanguageModel:
-    """The uncached backend named by ``llm_cfg.backend`` (``online``: it will answer beside a learner;
-    ``answerers``: a method's ground-truth answers to its own prompts and ``actions`` the env's action
-    vocabulary, used by ``llm=oracle`` and the counterfactual LMs built on it)."""
+    """The uncached backend named by ``llm_cfg.backend``: the builder its ``llmguide.llm_backends`` entry point
+    names (:mod:`llmguide.llm.backends.builders` for the shipped ones) called with a :class:`BackendContext`."""
     _validate(llm_cfg)
     backend = cfg_get(llm_cfg, "backend")
-    if backend == "embedded":
-        from llmguide.llm.backends.embedded import EmbeddedLM
-
-        return EmbeddedLM(model_path=cfg_get(llm_cfg, "model_path"), n_ctx=int(cfg_get(llm_cfg, "n_ctx", 2048)),
-                          n_threads=lm_threads(cfg_get(llm_cfg, "n_threads"), online), seed=int(cfg_get(llm_cfg, "seed", 0)),
-                          model=cfg_get(llm_cfg, "model"), chat=cfg_get(llm_cfg, "chat", "auto"))
-    if backend == "http":
-        from llmguide.llm.backends.http import HTTPLM
-
-        for key in ("base_url", "model"):
-            if not cfg_get(llm_cfg, key):
-                raise ConfigError(f"llm.{key}", "is required for llm=http")
-        return HTTPLM(base_url=cfg_get(llm_cfg, "base_url"), model=cfg_get(llm_cfg, "model"),
-                      api_key_env=cfg_get(llm_cfg, "api_key_env", "OPENAI_API_KEY"),
-                      concurrency=int(cfg_get(llm_cfg, "concurrency", 4)), timeout=float(cfg_get(llm_cfg, "timeout", 30.0)),
-                      max_retries=int(cfg_get(llm_cfg, "max_retries", 5)), chat=bool(cfg_get(llm_cfg, "chat", False)),
-                      backoff_base=float(cfg_get(llm_cfg, "backoff_base", 0.5)),
-                      backoff_max=float(cfg_get(llm_cfg, "backoff_max", 8.0)),
-                      max_response_bytes=int(cfg_get(llm_cfg, "max_response_bytes", 8 * 2**20)))
-    if backend == "hf":
-        from llmguide.llm.backends.hf import HFLM
-
-        return HFLM(model_path=cfg_get(llm_cfg, "model_path"), gguf_file=cfg_get(llm_cfg, "gguf_file"),
-                    device=cfg_get(llm_cfg, "device", "cpu"), dtype=cfg_get(llm_cfg, "dtype", "float32"),
-                    trainable=bool(cfg_get(llm_cfg, "trainable", False)), max_batch=int(cfg_get(llm_cfg, "max_batch", 16)),
-                    attn_implementation=cfg_get(llm_cfg, "attn_implementation"))
-    if backend in GROUND_TRUTH_BACKENDS:
-        from llmguide.llm.backends.oracle import OracleLM
-
-        family = env_family or cfg_get(llm_cfg, "env_family")
-        if not family:
-            raise ConfigError("llm.backend", f"llm={backend} needs the env family (make_llm(cfg.llm, cfg.env.name))")
-        oracle = OracleLM(family, answerers, actions)
-        if backend == "oracle":
-            return oracle
-        from llmguide.llm.backends.counterfactual import CounterfactualLM
-
-        return CounterfactualLM(backend, oracle, seed=int(cfg_get(llm_cfg, "seed", 0)),
-                                positive_rate=float(cfg_get(llm_cfg, "positive_rate", 0.5)),
-                                tie_rate=float(cfg_get(llm_cfg, "tie_rate", 0.0)),
-                                window=int(cfg_get(llm_cfg, "window", 128)))
-    if backend == PROMPT_ONLY:
-        return _prompt_only(llm_cfg, env_family, answerers, actions)
-    raise ConfigError("llm.backend", f"unknown backend {backend!r}; choose one of {list(BACKENDS)}")
-
-
-def _prompt_only(llm_cfg: Any, env_family: str | None, answerers: Sequence[Any], actions: str) -> LanguageModel:
-    """``llm=prompt_only``: the prompt's worked examples; the env's oracle (if any) only counts items per state."""
-    from llmguide.llm.backends.prompt_only import PromptOnlyLM
-    from llmguide.llm.table import AnswerTableError
-
-    oracle = None
-    family = env_family or cfg_get(llm_cfg, "env_family")
-    if family:
-        from llmguide.llm.backends.oracle import OracleLM
-
-        oracle = OracleLM(family, answerers, actions)
-        oracle = oracle if getattr(oracle.oracle, "ground_truth", True) else None
-    match = cfg_get(llm_cfg, "match_table")
-    try:
-        return PromptOnlyLM(seed=int(cfg_get(llm_cfg, "seed", 0)), oracle=oracle, match_table=match,
-                            formats=[f for a in answerers for f in getattr(a, "answer_formats", ())])
-    except AnswerTableError as err:
-        raise ConfigError("llm.match_table", str(err)) from None
+    builders = entries(BACKEND_GROUP)
+    if backend not in builders:
+        raise ConfigError("llm.backend", f"unknown backend {backend!r}; choose one of {list(builders)}")
+    return load(builders[backend])(llm_cfg, BackendContext(env_family, online, tuple(answerers), actions))
 
 
 def make_llm(llm_cfg: Any, env_family: str | None = None, template_version: str | None = None,

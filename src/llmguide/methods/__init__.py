@@ -19,30 +19,10 @@ networks, callbacks), ``rewards`` (RND, ICM, APT, NovelD, shaping, normalisation
 cache, service, oracle, counterfactual LMs), ``envs`` (one registry of env families), ``sandbox`` and
 ``core``.  ``tests/test_layout.py`` checks the rules.
 
-Adding a method: a folder here with a ``recipe.py`` (subclass ``Recipe``; override ``build`` for reward
-modules and wrappers, ``steps`` for offline verbs), a ``conf/method/<name>.yaml`` naming the recipe as
-``recipe: llmguide.methods.<name>.recipe:<Class>`` (the pipelines name no method's recipe), and tests
-under ``tests/``.  A method that only adds a reward module needs no recipe: ``reward: package.module:Class``
-in its YAML (the standard recipe builds it).
-
-A method's own config options live in its package: ``<package>/conf/<group>/<option>.yaml`` (e.g. GLAM's and
-DRRN's learner settings, ``glam/conf/agent/``, selected by ``method=glam`` / ``method=drrn`` or as ``agent=glam``).
-Importing this package adds every such folder to the config search path (:func:`config_dirs`), after the
-kernel's ``conf/``; the pipelines import it before composing any config.
+Each package is a plugin, installed as any other method would be: an entry point of ``llmguide.methods`` in
+``pyproject.toml`` names its recipe (``ellm = "llmguide.methods.ellm.recipe:ELLMRecipe"``), and the ``conf/``
+beside it holds its options: ``conf/method/<name>.yaml`` (naming the recipe as ``module:Class``) and any other
+group's (e.g. GLAM's and DRRN's learner settings, ``glam/conf/agent/``, selected by ``method=glam``).  The config
+search finds those folders from the entry points (:mod:`llmguide.core.plugins`); nothing imports this package to
+register them.  Adding a method: the README's "Adding a method" (``tests/plugin_pkg/`` is a whole one).
 """
-
-from __future__ import annotations
-
-from pathlib import Path
-
-from llmguide.core.config import add_config_dir
-
-
-def config_dirs() -> list[Path]:
-    """The method packages' own config folders (``<package>/conf/``), in package-name order."""
-    here = Path(__file__).resolve().parent
-    return [p / "conf" for p in sorted(here.iterdir()) if (p / "__init__.py").is_file() and (p / "conf").is_dir()]
-
-
-for folder in config_dirs():
-    add_config_dir(folder)

@@ -1,11 +1,13 @@
 """Pipelines: the Runner (:mod:`llmguide.pipelines.runner`) that assembles every run, and the registry
-of recipes (each paper method's recipe lives in its package under :mod:`llmguide.methods`).
+of recipes (:mod:`llmguide.pipelines.recipes`; each method's recipe lives in its own package, installed as a
+plugin: :mod:`llmguide.core.plugins`).
 
-A method's YAML (``conf/method/<name>.yaml``) names its recipe with ``recipe: "module:Class"`` (the
-pipelines name none: :data:`RECIPES` holds only ``standard``, the default) and, for the standard recipe, its
-reward module with ``reward: "module:Class"`` or ``"path/to/file.py:Class"``.  So a new intrinsic reward is
-one file and one YAML; a new kind of method is one recipe module.  Recipe modules are imported lazily (a
-method's heavy dependencies load only when used); importing one registers its config rules.
+A method's YAML (``conf/method/<name>.yaml``, in its package's ``conf/``) names its recipe with ``recipe:
+"module:Class"`` (the pipelines name none: :data:`RECIPES` holds only ``standard``, the default) and, for the
+standard recipe, its reward module with ``reward: "module:Class"`` or ``"path/to/file.py:Class"``.  So a new
+intrinsic reward is one file and one YAML; a new kind of method is one recipe module.  The pipelines call only
+what :class:`~llmguide.pipelines.runner.Recipe` declares.  Recipe modules are imported lazily (a method's heavy
+dependencies load only when used); importing one registers its config rules.
 """
 
 from __future__ import annotations
@@ -18,55 +20,16 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-import llmguide.methods  # noqa: F401  (adds the method packages' config folders to the search path)
 from llmguide.core.errors import ConfigError
 from llmguide.core.saved_config import load_run_config as core_load_config
+from llmguide.pipelines.recipes import RECIPES, method_recipe, recipe_class
 
-RECIPES: dict[str, str] = {"standard": "llmguide.pipelines.standard:StandardRecipe"}
+__all__ = ["RECIPES", "evaluate_run", "load_config", "load_run_config", "method_recipe", "probe_lm", "recipe_class",
+           "register_rules", "run", "train_run"]
 
 # packages whose import registers the config rules of their keys (env.*, agent.*, method.module.*, llm.*)
 RULE_OWNERS = ("llmguide.envs", "llmguide.learners", "llmguide.rewards", "llmguide.llm.factory",
                "llmguide.distributed", "llmguide.pipelines.services")
-
-
-def recipe_class(cfg: DictConfig) -> type:
-    """The recipe class named by ``method.recipe`` (imported now, so its config rules are registered)."""
-    name = str(cfg.method.get("recipe") or "standard")
-    target = RECIPES.get(name, name)
-    module, _, cls = target.partition(":")
-    if not cls:
-        full = method_recipe(name)
-        hint = f"name it in full: {full!r}" if full else f"name it as 'module:Class' (or one of {sorted(RECIPES)})"
-        raise ConfigError("method.recipe", f"unknown recipe {name!r}; {hint}")
-    try:
-        return getattr(import_module(module), cls)
-    except (ImportError, AttributeError) as err:
-        raise ConfigError("method.recipe", f"cannot import {target!r}: {err}") from None
-
-
-def method_recipe(short: str) -> str | None:
-    """``"module:Class"`` of the recipe that was called ``short`` before method YAMLs named recipes in full: the
-    Recipe class of a method package's ``recipe`` module (the package named ``short``) or ``<short>_recipe``
-    module, found by scanning :mod:`llmguide.methods`; None when there is none."""
-    import pkgutil
-
-    from llmguide import methods
-    from llmguide.pipelines.runner import Recipe
-
-    if not short.isidentifier():
-        return None
-    for package in pkgutil.iter_modules(methods.__path__):
-        base = f"{methods.__name__}.{package.name}"
-        for name in ([f"{base}.recipe"] if package.name == short else []) + [f"{base}.{short}_recipe"]:
-            try:
-                module = import_module(name)
-            except ImportError:
-                continue
-            found = [obj for obj in vars(module).values()
-                     if isinstance(obj, type) and issubclass(obj, Recipe) and obj.__module__ == name]
-            if len(found) == 1:
-                return f"{name}:{found[0].__name__}"
-    return None
 
 
 def register_rules(cfg: DictConfig) -> None:
@@ -86,13 +49,9 @@ def load_config(overrides: Sequence[str] = ()) -> DictConfig:
     return core_load_config(overrides, providers=[register_rules])
 
 
-# method keys that choose how the LM is asked: score (echo + prompt log-probs) or generate
-LM_MODE_KEYS = ("suggester", "label_mode")
-
-
 def probe_lm(cfg: DictConfig) -> str | None:
-    """``llm=http``: time one request of the mode the method asks in (``method.suggester`` /
-    ``method.label_mode``) and print a warning with the fix when the server is slower than
+    """``llm=http``: time one request of the mode the method asks in (``method.<its recipe's lm_mode_key>``:
+    score, echo + prompt log-probs, or generate) and print a warning with the fix when the server is slower than
     ``llm.probe_threshold`` seconds (:mod:`llmguide.llm.backends.probe`); the warning, or None.
 
     When ``score`` is unusable there and one ``generate`` request is fast, ``llm.score_fallback`` decides:
@@ -101,8 +60,8 @@ def probe_lm(cfg: DictConfig) -> str | None:
     generation), ``warn`` keeps ``score`` with the warning, ``stop`` refuses to start (a ConfigError)."""
     if str(cfg.llm.get("backend")) != "http" or not cfg.llm.get("probe_threshold"):
         return None
-    key = next((k for k in LM_MODE_KEYS if cfg.method.get(k) in ("score", "generate")), None)
-    if key is None:
+    key = recipe_class(cfg).lm_mode_key
+    if key is None or cfg.method.get(key) not in ("score", "generate"):
         return None
     from omegaconf import open_dict
 
@@ -147,7 +106,8 @@ def train_run(cfg: DictConfig, callbacks: Sequence[Any] = ()) -> Any:
 
 
 def run(verb: str, cfg: DictConfig) -> int | None:
-    """Run ``verb`` (train / collect / label) for the configured method."""
+    """Run ``verb`` for the configured method: ``train``, ``answers``, or one of its recipe's offline
+    :attr:`~llmguide.pipelines.runner.Recipe.steps` (the LM probed first for a step that asks it)."""
     if verb == "train":
         train_run(cfg)
         return 0
@@ -157,14 +117,14 @@ def run(verb: str, cfg: DictConfig) -> int | None:
 
         cls.check_env(cfg)
         return build_answers(cfg, cls(cfg))
-    if verb == "label":
+    if verb not in cls.steps:
+        raise ConfigError("method", f"method '{cfg.method.name}' has no '{verb}' step; it supports "
+                                    f"{['train', *cls.steps]}")
+    step = cls.steps[verb]
+    if step.asks_lm:
         cls.check_env(cfg)
         probe_lm(cfg)
-    recipe = cls(cfg)
-    if verb not in recipe.steps:
-        raise ConfigError("method", f"method '{cfg.method.name}' has no '{verb}' step; it supports "
-                                    f"{['train', *recipe.steps]}")
-    return recipe.steps[verb](cfg)
+    return step(cfg)
 
 
 def evaluate_run(run_dir: str, overrides: list[str]) -> Any:

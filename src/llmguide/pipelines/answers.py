@@ -1,6 +1,7 @@
 """``llmguide answers``: build the answer table of a method's LM queries over a data source.
 
-The method says which requests it would send for the data (its recipe's ``answer_queries(cfg, captions)``);
+The method says which requests it would send for the data (its recipe's declared ``answer_queries(cfg, dataset)``;
+``table_answerers(cfg)``: the ground truth ``llm=oracle`` and its controls answer them with);
 :func:`llmguide.llm.table.build_table` answers them with the configured LM (``llm=``), heaviest first, into
 ``answers.out``.  Train any arm on it with ``llm.table=PATH``.
 """
@@ -44,10 +45,10 @@ def build_answers(cfg: DictConfig, recipe: Any) -> int:
     a = cfg.answers
     if a.get("shuffle_of"):
         return shuffle_answers(cfg)
-    gather = getattr(recipe, "answer_queries", None)
+    gather = recipe.answer_queries
     if gather is None:
-        raise ConfigError("method", f"method '{cfg.method.name}' has no answer-table support (ELLM, ONI's "
-                                    "retrieval and classification do)")
+        raise ConfigError("method", f"method '{cfg.method.name}' has no answer-table support (its recipe declares "
+                                    "no answer_queries)")
     if cfg.llm.get("table"):
         raise ConfigError("llm.table", "a table is built by the LM itself: leave llm.table unset here")
     if a.get("requests_of"):
@@ -75,7 +76,7 @@ def build_answers(cfg: DictConfig, recipe: Any) -> int:
             "data": shown_path(source), "data_episodes": len(dataset), "data_steps": steps,
             "command": "llmguide answers " + shown_command(sys.argv[2:]),
             "example_request": str(first.get("prompt") or first.get("context"))[:4000]}
-    answerers = recipe.table_answerers(cfg) if hasattr(recipe, "table_answerers") else ()
+    answerers = recipe.table_answerers(cfg)
     lm = make_llm(cfg.llm, str(cfg.env.name), online=False, answerers=answerers,
                   actions=str(cfg.env.get("actions") or "primitive"))
     try:
@@ -151,10 +152,12 @@ def shuffle_answers(cfg: DictConfig) -> int:
 
 
 def prompt_sha256(cfg: DictConfig) -> str:
-    """The hash of what shapes a run's requests (a table's meta holds its build's)."""
+    """The hash of what shapes a run's requests: the method keys its recipe declares (``prompt_keys``); a table's
+    meta holds its build's."""
     from llmguide.core.provenance import prompt_identity_sha256
+    from llmguide.pipelines.recipes import recipe_class
 
-    return prompt_identity_sha256(cfg)
+    return prompt_identity_sha256(cfg, recipe_class(cfg).prompt_keys)
 
 
 def check_table(cfg: DictConfig) -> None:

@@ -78,8 +78,27 @@ class Parts:
                 log.warning("closing %s failed: %s", close, err)
 
 
+@dataclass(frozen=True)
+class Step:
+    """An offline verb of a method (``llmguide <verb> method=...``): ``run(cfg) -> exit code``, its one-line
+    ``help`` (the CLI's ``--help``), and ``asks_lm``: the LM server is probed first, as for training."""
+
+    run: Callable[[DictConfig], int]
+    help: str
+    asks_lm: bool = False
+
+    def __call__(self, cfg: DictConfig) -> int:
+        return self.run(cfg)
+
+
 class Recipe:
-    """A method: reward modules and env wrappers (``build``), agent kind, offline preparation, evaluation.
+    """A method: everything the pipelines and the CLI need from it.  ``build`` (reward modules, env wrappers),
+    the agent kind, offline preparation, evaluation, and these declarations:
+
+    - :attr:`steps`: its offline CLI verbs (``collect``, ``label`` ...), each a :class:`Step` with its help;
+    - :attr:`answer_queries` and :meth:`table_answerers`: what ``llmguide answers`` asks and who answers it;
+    - :attr:`lm_mode_key`: the method key (``score`` or ``generate``) that says how its LM is asked;
+    - :attr:`prompt_keys`: the method keys that shape its LM requests (an answer table's and a run's prompt hash).
 
     The defaults train PPO or DQN (``agent.name``); :class:`~llmguide.pipelines.standard.StandardRecipe`
     adds the reward module named by ``method.reward``.
@@ -88,8 +107,18 @@ class Recipe:
     agents: tuple[str, ...] = ("ppo", "dqn")
     env_families: tuple[str, ...] | None = None   # the env families the method runs on (None: every family)
     status: str = "ready"                          # shown by ``llmguide list``
-    # offline CLI verbs of the method, e.g. {"collect": collect, "label": label}: fn(cfg) -> exit code
-    steps: dict[str, Callable[[DictConfig], int]] = {}
+    # offline CLI verbs of the method, e.g. {"collect": Step(collect, "collect a dataset ...")}
+    steps: dict[str, Step] = {}
+    # ``llmguide answers``: fn(cfg, dataset) -> the LM requests (llmguide.llm.table.Query) a run with cfg would send
+    # for the dataset's states; None: the method has no answer table
+    answer_queries: Callable[[DictConfig, Any], list[Any]] | None = None
+    lm_mode_key: str | None = None      # method.<key> is score | generate: how the LM is asked (probed, switched)
+    prompt_keys: tuple[str, ...] = ()   # method.<key>s that shape the LM's requests (absent keys count as None)
+
+    @staticmethod
+    def table_answerers(cfg: DictConfig) -> Sequence[Any]:
+        """The ground-truth answers ``llm=oracle`` (and its controls) gives to this method's table requests."""
+        return ()
 
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
@@ -176,9 +205,11 @@ def open_run(cfg: DictConfig, write_config: bool = True, outputs: Sequence[str] 
     is appended to its ``provenance.jsonl``."""
     from llmguide.core import provenance
     from llmguide.core.wandb_logger import attach_wandb
+    from llmguide.pipelines.recipes import recipe_class
 
     with RunDir.open(cfg, write_config=write_config, outputs=outputs) as run:
-        provenance.record(run.path, resumed=bool(cfg.run.resume), cfg=cfg)
+        provenance.record(run.path, resumed=bool(cfg.run.resume), cfg=cfg,
+                          prompt_keys=recipe_class(cfg).prompt_keys)
         attach_wandb(cfg, run)
         yield run
 

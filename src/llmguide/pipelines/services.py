@@ -59,8 +59,8 @@ def make_run_lm(cfg: DictConfig, answerers: Sequence[Any] = (), online: bool = T
         check_table(cfg)
     if bool(cfg.llm.get("actor", False)):
         if answerers and str(cfg.llm.backend) in GROUND_TRUTH_BACKENDS:
-            raise ConfigError("llm.actor", "the oracle's method answers (BK, ONI) run in the learner process; "
-                                           "use llm.actor=false with llm=oracle")
+            raise ConfigError("llm.actor", "the oracle's answers to a method's own prompts run in the learner "
+                                           "process; use llm.actor=false with llm=oracle")
         from llmguide.distributed.lm import actor_lm
 
         return actor_lm(cfg.llm, str(cfg.env.name), None)

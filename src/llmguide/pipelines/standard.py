@@ -20,6 +20,34 @@ class StandardRecipe(Recipe):
 
     agents = ("ppo", "dqn", "scripted")
 
+    @classmethod
+    def check_env(cls, cfg: Any) -> None:
+        """A reward class that takes the LM ``service`` reads each state's caption: the env must give captions,
+        and an LM that answers from ground truth needs a family that has it."""
+        super().check_env(cfg)
+        method = cfg.get("method")
+        if method is None or not method.get("reward"):
+            return
+        from llmguide.rewards import wants_lm
+
+        if not wants_lm(method):
+            return
+        from llmguide.core.config import cfg_get
+        from llmguide.core.errors import ConfigError
+        from llmguide.envs.registry import FAMILIES, gives_captions
+
+        env = str(cfg_get(cfg.env, "name"))
+        if env not in FAMILIES:   # validate() names env.name
+            return
+        if not gives_captions(cfg.env):
+            raise ConfigError("env.caption", f"method={method.get('name')} asks an LM about each state's caption and "
+                                             f"env={cfg_get(cfg.env, 'id')} gives none: set env.caption=module:function "
+                                             "(fn(obs, info) -> str) or llmguide.train(..., caption=fn)")
+        backend = str(cfg_get(cfg.get("llm"), "backend"))
+        if backend in ("oracle", "shuffled") and not FAMILIES[env].ground_truth:
+            raise ConfigError("llm", f"llm={backend} answers from the env family's ground truth and env={env} has "
+                                     "none; use a language model, or llm=random|constant as a knowledge control")
+
     def check(self) -> None:
         super().check()
         if str(self.cfg.agent.name) == "scripted" and self.cfg.method.get("reward"):

@@ -25,7 +25,7 @@ from llmguide.core.rundir import RunDir
 from llmguide.methods.bk.inputs import make_sandbox, paths, variant_of
 from llmguide.methods.bk.label import label
 from llmguide.pipelines.collect import Collection, explore
-from llmguide.pipelines.runner import Parts, Recipe
+from llmguide.pipelines.runner import Parts, Recipe, Step
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,10 @@ class BKRecipe(Recipe):
         if variant_of(self.cfg) != "bk_random_phi":   # the random-Φ control needs no labels
             check_labels(self.labels_dir / "bk", variant_of(self.cfg))
 
-    steps = {"collect": collect, "label": label}
+    steps = {"collect": Step(collect, "BK-Code/Pref/Goal: collect an episode dataset with an exploration agent"),
+             "label": Step(label, "BK-Code/Pref/Goal: label a collected dataset with the LM (program, preferences, "
+                                  "goals)", asks_lm=True)}
+    prompt_keys = ("max_tokens", "temperature", "top_k", "goal")   # the keys that shape its LM requests
 
     def build(self, envs: Any, run: RunDir | None) -> Parts:
         cfg = self.cfg

@@ -141,6 +141,11 @@ class ELLMRecipe(Recipe):
 
     env_families = ("crafter", "craftax")
     answer_queries = staticmethod(answer_queries)   # llmguide answers: the requests a table must hold
+    lm_mode_key = "suggester"
+    # the keys that shape its LM requests; the answer tables built before each recipe declared its own were hashed
+    # over ELLM's and ONI's keys together, so both declare all 13 (a key absent from the config counts as None)
+    prompt_keys = ("suggester", "prompt", "vocabulary", "top_k", "max_tokens", "temperature", "normalize_scores",
+                   "label_mode", "template", "goal", "canonicalize", "score_margin", "label_rate")
 
     @cached_property
     def pretrained(self) -> dict[str, Any]:

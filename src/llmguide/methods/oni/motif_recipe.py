@@ -29,7 +29,7 @@ from llmguide.core.config import register_rule
 from llmguide.core.rundir import RunDir, atomic_torch_save, safe_torch_load
 from llmguide.methods.oni.motif import MotifReward, PairsDB, annotate_pairs, sample_pairs, train_reward_model
 from llmguide.pipelines.collect import Collection, check_intrinsic, explore
-from llmguide.pipelines.runner import Parts, Recipe
+from llmguide.pipelines.runner import Parts, Recipe, Step
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,11 @@ class MotifRecipe(Recipe):
 
     agents = ("ppo",)
     env_families = ("minihack", "nethack", "crafter", "craftax")   # the families with a message line
-    steps = {"collect": collect, "label": label}
+    steps = {"collect": Step(collect, "Motif: collect an episode dataset with an exploring agent"),
+             "label": Step(label, "Motif: label pairs of the dataset's messages with the LM, then fit the reward "
+                                  "model", asks_lm=True)}
+    lm_mode_key = "label_mode"
+    prompt_keys = ("label_mode", "template", "goal", "canonicalize", "max_tokens")   # what shapes its LM requests
 
     def check(self) -> None:
         from llmguide.methods.oni.recipe import use_reference_policy

@@ -192,6 +192,11 @@ class ONIRecipe(Recipe):
     # the families with a message line, and your own env (env=gym: its caption is the message, method.goal the goal)
     env_families = ("minihack", "nethack", "crafter", "craftax", "gym")
     answer_queries = staticmethod(answer_queries)   # llmguide answers: the requests a table must hold
+    lm_mode_key = "label_mode"
+    # the keys that shape its LM requests; the answer tables built before each recipe declared its own were hashed
+    # over ELLM's and ONI's keys together, so both declare all 13 (a key absent from the config counts as None)
+    prompt_keys = ("suggester", "prompt", "vocabulary", "top_k", "max_tokens", "temperature", "normalize_scores",
+                   "label_mode", "template", "goal", "canonicalize", "score_margin", "label_rate")
 
     @staticmethod
     def table_answerers(cfg: Any) -> list[Any]:

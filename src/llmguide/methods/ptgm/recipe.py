@@ -41,7 +41,7 @@ from llmguide.core.errors import ConfigError
 from llmguide.core.rundir import RunDir
 from llmguide.methods.ptgm.gate import check_pretrained
 from llmguide.methods.ptgm.steps import codebook, collect, pretrain, run_input
-from llmguide.pipelines.runner import EVAL_SEED_OFFSET, Parts, Recipe
+from llmguide.pipelines.runner import EVAL_SEED_OFFSET, Parts, Recipe, Step
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,10 @@ class PTGMRecipe(Recipe):
 
     agents = ("ppo",)
     env_families = ("babyai", "craftax")
-    steps = {"collect": collect, "codebook": codebook, "pretrain": pretrain}
+    steps = {"collect": Step(collect, "PTGM: collect a dataset (the BabyAI bot, or an exploring agent)"),
+             "codebook": Step(codebook, "PTGM: hindsight goals of a collected dataset -> KMeans goal codebook"),
+             "pretrain": Step(pretrain, "PTGM: goal-conditioned BC low level and goal prior from a dataset and a "
+                                        "codebook")}
 
     def check(self) -> None:
         super().check()
