@@ -19,7 +19,7 @@ from typing import Any
 
 from llmguide.version import __version__
 
-__all__ = ["Callback", "Policy", "Run", "__version__", "load_config", "load_policy", "load_run", "train"]
+__all__ = ["Callback", "Policy", "Run", "__version__", "load_config", "load_policy", "load_run", "run", "train"]
 
 # third-party noise that tells a user nothing (issue 32): pygame's pkg_resources notice (craftax, minigrid),
 # transformers' deprecation FutureWarnings about its own internals
@@ -33,6 +33,14 @@ def train(config: Any = None, /, *, callback: Any = None, **overrides: Any) -> A
     from llmguide.api import train as _train
 
     return _train(config, callback=callback, **overrides)
+
+
+def run(verb: str, config: Any = None, /, **overrides: Any) -> int:
+    """An offline verb as ``llmguide <verb>`` runs it (``answers``, a method's step); its exit code (see
+    :func:`llmguide.api.run`)."""
+    from llmguide.api import run as _run
+
+    return _run(verb, config, **overrides)
 
 
 def load_policy(run_dir: Any, overrides: Any = ()) -> Any:

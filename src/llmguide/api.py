@@ -40,7 +40,7 @@ from llmguide.core.errors import LLMGuideError
 if TYPE_CHECKING:
     from llmguide.learners.callbacks import Callback
 
-__all__ = ["Callback", "Policy", "Run", "load_config", "load_policy", "load_run", "train"]
+__all__ = ["Callback", "Policy", "Run", "load_config", "load_policy", "load_run", "run", "train"]
 
 
 def _value(value: Any) -> str:
@@ -140,6 +140,23 @@ def train(config: Sequence[str] | Mapping[str, Any] | DictConfig | None = None, 
         connect(cfg.ray)
     result = pipelines.train_run(cfg, callbacks=as_callbacks(callback))
     return Run(result.path)
+
+
+def run(verb: str, config: Sequence[str] | Mapping[str, Any] | DictConfig | None = None, /, **kwargs: Any) -> int:
+    """Run an offline verb as ``llmguide <verb>`` would: ``answers`` (an answer table) or one of the configured
+    method's steps (its recipe's ``steps``: ``collect``, ``label`` ...; ``llmguide --help`` lists them); the exit
+    code.  ``config`` and ``kwargs`` as :func:`train` takes them."""
+    from llmguide import pipelines
+
+    if verb == "train":
+        raise TypeError("use llmguide.train(...) to train (it returns the Run)")
+    if isinstance(config, DictConfig):
+        if kwargs:
+            raise TypeError("run(verb, config) with a loaded config takes no more overrides; put them in load_config")
+        cfg = config
+    else:
+        cfg = load_config(config, **kwargs)
+    return int(pipelines.run(verb, cfg) or 0)
 
 
 def as_callbacks(callback: Any) -> list[Callback]:
