@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,9 +23,10 @@ TINY = ["env=crafter", "num_envs=2", "total_steps=64", "agent.num_steps=32", "ag
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The plugin installed (``pip install --target``: its files and its ``.dist-info`` with the entry point)."""
-    target = tmp_path_factory.mktemp("site")
+    target, source = tmp_path_factory.mktemp("site"), tmp_path_factory.mktemp("plugin") / "pkg"
+    shutil.copytree(PLUGIN, source)   # the build writes beside its sources: not into the checkout
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(PLUGIN)], check=True, capture_output=True, timeout=300)
+                    "--target", str(target), str(source)], check=True, capture_output=True, timeout=300)
     assert list(target.glob("llmguide_wordbonus-*.dist-info/entry_points.txt"))
     return target
 
