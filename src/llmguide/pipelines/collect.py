@@ -22,14 +22,13 @@ import copy
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from llmguide.core.config import register_rule, user_config_dirs
+from llmguide.core.config import option_file, register_rule
 from llmguide.core.errors import ConfigError
 from llmguide.core.seeding import seed_everything
 from llmguide.data import EpisodeDataset, EpisodeRecorder, EpisodeWriter
@@ -90,15 +89,14 @@ register_rule("method.collect.intrinsic", check_intrinsic)
 
 
 def reward_of_method(name: str) -> tuple[str, dict[str, Any]] | None:
-    """``(reward class target, module kwargs)`` of ``conf/method/<name>.yaml`` (package or ``$LLMGUIDE_CONFIG_PATH``);
-    None when there is no such method or it names no reward class."""
-    for folder in [resources.files("llmguide.conf") / "method", *(d / "method" for d in user_config_dirs())]:
-        path = folder / f"{name}.yaml"
-        if path.is_file():
-            cfg = OmegaConf.to_container(OmegaConf.create(path.read_text()), resolve=True)
-            if isinstance(cfg, dict) and cfg.get("reward"):
-                return str(cfg["reward"]), dict(cfg.get("module") or {})
-            return None
+    """``(reward class target, module kwargs)`` of ``method/<name>.yaml`` (the package's, a plugin's or
+    ``$LLMGUIDE_CONFIG_PATH``'s); None when there is no such method or it names no reward class."""
+    path = option_file("method", name) if name.isidentifier() else None
+    if path is None:
+        return None
+    cfg = OmegaConf.to_container(OmegaConf.create(path.read_text()), resolve=True)
+    if isinstance(cfg, dict) and cfg.get("reward"):
+        return str(cfg["reward"]), dict(cfg.get("module") or {})
     return None
 
 
