@@ -59,11 +59,15 @@ qwen: setup
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
 
+# both cores: two pytest-xdist workers, each test sent to the first free one (TEST_JOBS=0: one process)
+TEST_JOBS ?= 2
+XDIST = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist worksteal)
+
 test: setup lint
-	$(VENV)/bin/pytest -q -m "not slow" --durations=30
+	$(VENV)/bin/pytest -q -m "not slow" $(XDIST) --durations=30
 
 test-slow: setup
-	$(VENV)/bin/pytest -q -m slow --durations=15
+	$(VENV)/bin/pytest -q -m slow $(XDIST) --durations=15
 
 # the Ray tests alone (a local 2-CPU Ray cluster; they are also `slow`, so test-slow and CI run them)
 test-ray: setup

@@ -15,6 +15,14 @@ from pathlib import Path
 import pytest
 
 
+def pytest_configure(config) -> None:
+    """Under pytest-xdist (``make test`` runs two workers on two cores) each worker and every process it starts
+    computes on one thread: two workers with two threads each would fight over the two cores."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, "1")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
