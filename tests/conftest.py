@@ -23,6 +23,16 @@ def pytest_configure(config) -> None:
             os.environ.setdefault(name, "1")
 
 
+@pytest.hookimpl(tryfirst=True)   # before ``-m "not slow"`` deselects
+def pytest_collection_modifyitems(config, items) -> None:
+    """The tests :data:`costly.COSTLY` names are ``slow`` (left to ``make test-slow``), each for the cost it says."""
+    from costly import costly_reason
+
+    for item in items:
+        if costly_reason(item.nodeid):
+            item.add_marker(pytest.mark.slow)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
