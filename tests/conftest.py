@@ -120,20 +120,37 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _load_benchmark(name: str):
-    """A module of benchmarks/ without putting the folder on sys.path (its craftax.py and ray.py shadow packages)."""
+    """A script of benchmarks/ by its name, in whichever folder by kind holds it (``load_benchmark("bk")``:
+    benchmarks/studies/bk.py), or the harness package (``"harness"``: benchmarks/harness/), imported as a module.
+    The script's folder is on sys.path while it loads (its ``import _path``, which puts benchmarks/ and the folders
+    at the end of sys.path, and its siblings)."""
     import importlib.util
     import sys
 
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    package = BENCHMARKS / name / "__init__.py"
+    found = [package] if package.is_file() else [
+        p for p in sorted(BENCHMARKS.glob(f"*/{name}.py")) if p.parent.name != "results"]
+    if len(found) != 1:
+        raise ModuleNotFoundError(f"{len(found)} scripts named {name}.py in the folders of {BENCHMARKS}")
+    path = found[0]
+    spec = importlib.util.spec_from_file_location(
+        name, path, submodule_search_locations=[str(path.parent)] if path == package else None)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    folder = str(path.parent)
+    added = path != package and folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except BaseException:
         del sys.modules[name]   # as an import does: a failed load leaves no half-made module behind
         raise
+    finally:
+        if added:
+            sys.path.remove(folder)
     return module
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/check_claims.py knows which arms (issue 67): a quoted paired difference must name (or sit in a row
+"""benchmarks/analyses/check_claims.py knows which arms (issue 67): a quoted paired difference must name (or sit in a row
 whose table names) the two arms it compares, and a bare p-value must belong to a comparison the claim names."""
 
 from __future__ import annotations

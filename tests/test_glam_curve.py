@@ -1,4 +1,4 @@
-"""benchmarks/glam_curve.py: a GPU lease's GLAM metrics beside CPU baselines, on one env-step axis."""
+"""benchmarks/analyses/glam_curve.py: a GPU lease's GLAM metrics beside CPU baselines, on one env-step axis."""
 
 from __future__ import annotations
 

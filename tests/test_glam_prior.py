@@ -1,4 +1,4 @@
-"""benchmarks/glam_prior.py: the prior probe's metrics on a fake LM whose distribution we set; the CUDA refusal."""
+"""benchmarks/analyses/glam_prior.py: the prior probe's metrics on a fake LM whose distribution we set; the CUDA refusal."""
 
 from __future__ import annotations
 

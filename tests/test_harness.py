@@ -1,4 +1,4 @@
-"""benchmarks/harness.py: an arm table x seeds -> sweep -> report -> result.json, report.md, curves.png, index."""
+"""benchmarks/harness/: an arm table x seeds -> sweep -> report -> result.json, report.md, curves.png, index."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_tiny_study_end_to_end(harness, tmp_path, capsys):
     result = json.loads((out / "result.json").read_text())
     assert {"task", "budget_steps", "metric", "higher_is_better", "arms", "paired"} <= set(result)
     assert (result["env"], result["task"], result["budget_steps"], result["control"]) == ("babyai", "GoToLocal", 300, "none")
-    assert result["higher_is_better"] is False and result["produced_by"] == "benchmarks/harness.py"
+    assert result["higher_is_better"] is False and result["produced_by"] == harness.PRODUCED_BY == "benchmarks/harness"
     assert set(result["arms"]) == {"none", "rnd"} and result["failed"] == []
     for arm in ("none", "rnd"):
         data = result["arms"][arm]
@@ -358,7 +358,7 @@ def test_the_rate_matched_control_takes_the_oracle_arms_rate(harness, load_bench
 
 
 def test_label_agreement_ranks_and_compares_pairs(load_benchmark, tmp_path):
-    """benchmarks/oni_label_agreement.py: the ROC AUC of a margin for the oracle's label, and two labellings of
+    """benchmarks/analyses/oni_label_agreement.py: the ROC AUC of a margin for the oracle's label, and two labellings of
     the same Motif pairs compared where the reference prefers a side."""
     import sqlite3
 
@@ -569,7 +569,7 @@ def test_the_sparse_study_labels_motifs_pairs_with_qwen_both_ways_round(harness,
 
 
 def test_the_glam_study_is_an_arm_table(harness, load_benchmark, tmp_path):
-    """benchmarks/glam.py on the harness (issue 51): the LM arms' rollout follows the budget, ``llm.dtype=auto`` is
+    """benchmarks/studies/glam.py on the harness (issue 51): the LM arms' rollout follows the budget, ``llm.dtype=auto`` is
     resolved (the config takes no ``auto``), the symbolic PPO is the control, the 64-step PPO is not run by default."""
     load_benchmark("glam_costs")   # glam.py imports its scoring measurement
     study = load_benchmark("glam").STUDY
@@ -636,13 +636,15 @@ def test_the_index_says_which_studies_have_no_commit_record(harness, tmp_path):
         (folder / "result.json").write_text(json.dumps(result | ({"commits": commits} if commits is not None else {})))
 
     study("none", None)
+    study("package", None, produced="benchmarks/harness")   # a result made since the harness is a package
     study("old", None, produced="benchmarks/bk.py")
     study("unrecorded", {"a": {"unrecorded": [0, 1]}, "b": {"unrecorded": [0, 1]}})
     study("partly", {"a": {"1111111111": [0, 1]}, "b": {"unrecorded": [0, 1]}})
     study("mixed", {"a": {"1111111111": [0, 1]}, "b": {"1111111111": [0], "2222222222": [1]}})
     study("one", {"a": {"1111111111": [0, 1]}, "b": {"1111111111": [0, 1]}})
     index = harness.write_index(tmp_path).read_text()
-    for name, note in (("none", "harness, no commit record"), ("old", "old code, no commit record"),
+    for name, note in (("none", "harness, no commit record"), ("package", "harness, no commit record"),
+                       ("old", "old code, no commit record"),
                        ("unrecorded", "harness, no commit record"), ("partly", "harness, commits partly unrecorded"),
                        ("mixed", "harness, mixed commits"), ("one", "harness, one commit per comparison")):
         assert f"| [{name}/v]({name}/v/report.md) | {note} |" in index, name

@@ -1,4 +1,4 @@
-"""benchmarks/harness.py records the sha256 of every artifact a study's arms train on (answer tables, label runs) and
+"""benchmarks/harness/ records the sha256 of every artifact a study's arms train on (answer tables, label runs) and
 refuses to train when one has changed since (issue 67 item 3)."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_an_artifact_changed_between_two_sweeps_stops_the_study(harness, tmp_pat
         table.write_bytes(b"v2")
         return 0
 
-    monkeypatch.setattr(harness.subprocess, "call", sweep)
+    monkeypatch.setattr(harness.run.subprocess, "call", sweep)   # the sweeps' module
     study = _study(harness, table, control="none")   # none trains first, then tabled
     assert harness.main(study, ["--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "res"),
                                 "--seeds", "1"]) == 2

@@ -299,7 +299,7 @@ def test_labelled_fraction_counts_message_occurrences_whose_label_had_arrived(or
 
 
 def test_step_penalty_option_and_the_sparse_task_rule():
-    """``env.penalty_step`` replaces NLE/MiniHack's -0.01 for a "frozen" step; benchmarks/oni.py's auto rule keeps
+    """``env.penalty_step`` replaces NLE/MiniHack's -0.01 for a "frozen" step; benchmarks/studies/oni.py's auto rule keeps
     it on *Score* (the reference's Score task) and sets 0 on sparse tasks (the reference's rewards success only)."""
     import argparse
     import importlib.util
@@ -317,7 +317,7 @@ def test_step_penalty_option_and_the_sparse_task_rule():
         rewards[penalty] = env.step(pickup)[1]  # nothing to pick up: no game time passes
         env.close()
     assert rewards[None] == pytest.approx(-0.01) and rewards[0.0] == 0.0
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "oni.py"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "studies" / "oni.py"
     sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location("oni_bench", path)
     bench = importlib.util.module_from_spec(spec)

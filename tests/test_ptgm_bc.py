@@ -1,4 +1,4 @@
-"""benchmarks/ptgm_bc.py's command line: the seeds it runs and the data-size arms."""
+"""benchmarks/studies/ptgm_bc.py's command line: the seeds it runs and the data-size arms."""
 
 from __future__ import annotations
 

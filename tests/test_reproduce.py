@@ -1,5 +1,6 @@
-"""``python benchmarks/harness.py --reproduce <results>/<study>/<variant>`` (benchmarks/harness_reproduce.py, issue 67
-item 5): reruns the stored command's arms for a seed on this checkout and compares every value with the stored one.
+"""``python benchmarks/harness --reproduce <results>/<study>/<variant>`` (benchmarks/harness/reproduce.py, issue 67
+item 5): reruns the stored command's arms for a seed on this checkout and compares every value with the stored one;
+a command recorded before the scripts were sorted into folders by kind (issue 68) reruns the script where it is now.
 
 The slow test is the CI check of ``reproduce`` (``make test-slow`` in ``.ci/run``): no committed study reruns in the
 2 minutes CI has for it on 2 cores, so a tiny study is stored and reproduced end to end instead."""
@@ -33,8 +34,8 @@ def harness(load_benchmark):
 
 
 @pytest.fixture(scope="module")
-def reproduce(harness, load_benchmark):
-    return load_benchmark("harness_reproduce")
+def reproduce(harness):
+    return harness.reproduce
 
 
 def _rows(printed: str) -> dict[tuple[str, int], list[str]]:
@@ -50,18 +51,19 @@ def _rows(printed: str) -> dict[tuple[str, int], list[str]]:
 @pytest.mark.slow   # 4 real runs (store 2 arms, rerun them): about 2 minutes on the shared 2-core box
 def test_a_stored_study_reproduces_bit_for_bit_and_a_tampered_value_is_named(harness, reproduce, tmp_path,
                                                                             monkeypatch, capsys):
-    repo = harness.REPO   # the clean checkout: the study script is committed there, as benchmarks/bk.py is here
-    script = repo / "benchmarks" / "tiny.py"
+    repo = harness.REPO   # the clean checkout: the study script is committed there, as benchmarks/studies/bk.py is here
+    script = repo / "benchmarks" / "studies" / "tiny.py"
+    script.parent.mkdir(exist_ok=True)
     script.write_text(TINY)
     _git(repo, "add", ".")
     _git(repo, "commit", "-q", "-m", "tiny study")
     monkeypatch.setattr(harness, "ROOT", repo)
-    monkeypatch.setattr(sys, "argv", [str(script)])   # as `python benchmarks/tiny.py ...` would
+    monkeypatch.setattr(sys, "argv", [str(script)])   # as `python benchmarks/studies/tiny.py ...` would
     study = reproduce._load("reproduce_tiny", script).STUDY
     out = tmp_path / "results" / "tiny" / "300"
     assert harness.main(study, ["--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]) == 0
     stored = json.loads((out / "result.json").read_text())
-    assert stored["argv"][0] == "benchmarks/tiny.py" and "<runs>" in stored["argv"]   # repository-relative
+    assert stored["argv"][0] == "benchmarks/studies/tiny.py" and "<runs>" in stored["argv"]   # repository-relative
 
     capsys.readouterr()
     rerun = tmp_path / "rerun"
@@ -149,9 +151,36 @@ def test_an_older_results_command_is_read_back_exactly(reproduce, tmp_path, caps
     result = {"command": "benchmarks/glam.py --task GoToRedBall --post-tests  --eval-episodes 10 --report-only"}
     assert reproduce.recorded_argv(result) == ["benchmarks/glam.py", "--task", "GoToRedBall", "--post-tests", "",
                                                "--eval-episodes", "10", "--report-only"]
-    assert reproduce.study_script("benchmarks/glam.py") == reproduce.HERE / "glam.py"
-    assert reproduce.study_script("glam.py") == reproduce.HERE / "glam.py"   # a command run from benchmarks/
+    glam = reproduce.HERE / "studies" / "glam.py"
+    assert reproduce.study_script("benchmarks/glam.py") == glam   # the flat layout's path, before issue 68
+    assert reproduce.study_script("benchmarks/studies/glam.py") == glam
+    assert reproduce.study_script("glam.py") == glam   # a command run from benchmarks/ (or benchmarks/studies/)
+    assert reproduce.study_script("benchmarks/craftax.py") == reproduce.HERE / "costs" / "craftax_speed.py"   # renamed
+    with pytest.raises(reproduce.ReproduceError, match="not in this checkout"):
+        reproduce.study_script("benchmarks/no_such_study.py")
     out = _store(tmp_path / "s" / "v", None, command="old code: benchmarks/ellm_crafter.py before the harness")
     assert reproduce.main(["--reproduce", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("harness --reproduce: result.json records no study command") and len(err.splitlines()) == 1
+
+
+def test_every_committed_results_command_names_a_script_of_this_checkout(reproduce):
+    """Old command lines stay valid (issue 68): the script every committed result.json's ``argv`` / ``command``
+    names (``benchmarks/bk.py``, from before the folders by kind) is found where it is now, and a harness study's
+    is a study script; every old path of :data:`MOVED` names a file that exists."""
+    root = reproduce.HERE.parent
+    for old, new in reproduce.MOVED.items():
+        assert (root / new).is_file() and not (root / old).exists(), (old, new)
+    studies = 0
+    for path in sorted((reproduce.HERE / "results").rglob("result.json")):
+        result = json.loads(path.read_text())
+        if not isinstance(result, dict) or not (result.get("argv") or result.get("command")):
+            continue
+        token = reproduce.recorded_argv(result)[0] if str(result.get("produced_by")).startswith(
+            "benchmarks/harness") else str(result.get("command") or result["argv"][0]).split(" ")[0]
+        script = reproduce.study_script(token)
+        assert script.is_file() and script.suffix == ".py", (path, token)
+        if str(result.get("produced_by")).startswith("benchmarks/harness"):
+            assert "STUDY = Study(" in script.read_text(), (path, script)
+            studies += 1
+    assert studies > 50   # the scan sees the committed studies

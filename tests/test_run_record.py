@@ -1,5 +1,5 @@
 """Every training session records its system, LM, command and config (llmguide.core.provenance, issue 67 item 4);
-a study report shows the record fields that differ between arms (benchmarks/harness.py)."""
+a study report shows the record fields that differ between arms (benchmarks/harness/)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Quality of BK labels against ground truth, and paired AUC differences between BK arms (evaluation
 only: nothing here feeds training).
 
-For each BK-Pref / BK-Goal label run ``<runs>/prep/labels-<arm>`` of ``benchmarks/bk.py`` (``--runs``: the
+For each BK-Pref / BK-Goal label run ``<runs>/prep/labels-<arm>`` of ``benchmarks/studies/bk.py`` (``--runs``: the
 study's run folder; the old flat ``<out>/labels-<variant>-<lm>`` layout is read too):
 
 - **BK-Pref**: the LM's answers (usable, strict A/B, ties) and their agreement with the ground-truth
@@ -19,7 +19,7 @@ against ``ppo``, every embedded or shuffled arm against its oracle arm, and ``bk
 
 Writes ``<results>/bk_quality.json`` (``--results``: the study variant's results folder).
 
-    python benchmarks/bk_quality.py --runs runs/bench/bk/GoToLocal-RedBall-S20-300k \
+    python benchmarks/analyses/bk_quality.py --runs runs/bench/bk/GoToLocal-RedBall-S20-300k \
         --results benchmarks/results/bk/GoToLocal-RedBall-S20-300k --task GoToLocal-RedBall-S20
 """
 

@@ -35,7 +35,7 @@ measure) are named by their measure, not by arms: their arms are not checked.
 Not checked: integers (seed counts, steps), numbers followed by a unit (``%``, ``s``, ``×``, ``GB`` ...),
 numbers in code spans, and claims that cite no study.
 
-``python benchmarks/check_claims.py [FILE ...]`` (default: README.md and docs/*.md) prints each claim whose
+``python benchmarks/analyses/check_claims.py [FILE ...]`` (default: README.md and docs/*.md) prints each claim whose
 numbers are not found and exits 1; ``tests/test_docs.py`` runs the check in ``make test``.
 """
 
@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 
 LINK = re.compile(r"!?\[([^\]]*)\]\(([^)\s]+)\)")

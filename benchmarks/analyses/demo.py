@@ -1,6 +1,6 @@
 """The last lines of ``make demo``: what each arm unlocked, and what the LM added beyond its prompt.
 
-    python benchmarks/demo.py runs/demo      # runs/demo/{ellm-qwen,ellm-prompt-only,ellm-random,no-reward}/seed-0
+    python benchmarks/analyses/demo.py runs/demo      # runs/demo/{ellm-qwen,ellm-prompt-only,ellm-random,no-reward}/seed-0
 
 The arms: ELLM replaying Qwen2.5-Coder-1.5B's committed answers (a table: no Qwen download), ELLM answered by its
 few-shot prompt alone (``llm=prompt_only``: the actions the prompt's worked examples name, as many as Qwen gave on
@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-
-# benchmarks/ holds scripts named like packages (craftax.py): keep it off the import path
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 METRIC = "charts/achievements_per_episode"
 ARMS = {"ellm-qwen": "ELLM, Qwen's answers (replayed)", "ellm-prompt-only": "ELLM, its prompt's examples, no LM",

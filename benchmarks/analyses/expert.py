@@ -6,9 +6,9 @@ all of them) until each env has finished one episode (``--max-steps`` caps an ep
 two ways: env + expert steps per second (wall clock of the whole loop) and expert decisions per second
 (time inside ``ExpertPolicy.act`` only).
 
-    python benchmarks/expert.py --env-id crafter --seeds 5 --episodes 4 --mode plain
-    python benchmarks/expert.py --env-id craftax --seeds 5 --episodes 4 --mode data --exclude make_stone_pickaxe
-    python benchmarks/expert.py --env-id craftax --seeds 5 --episodes 8 --target make_stone_pickaxe
+    python benchmarks/analyses/expert.py --env-id crafter --seeds 5 --episodes 4 --mode plain
+    python benchmarks/analyses/expert.py --env-id craftax --seeds 5 --episodes 4 --mode data --exclude make_stone_pickaxe
+    python benchmarks/analyses/expert.py --env-id craftax --seeds 5 --episodes 8 --target make_stone_pickaxe
 
 ``--target`` plays a sparse single task as the studies do (``env.task``: the episode ends on the target's success,
 capped at ``TASK_MAX_STEPS`` unless ``--max-steps``), the expert pursuing only the target's chain and the vitals
@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -33,10 +32,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
 
-# benchmarks/craftax.py shares its name with the craftax package: keep this folder off the import path
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-RESULTS = Path(__file__).parent / "results" / "expert"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "expert"
 
 
 def achievement_key(target: str) -> str:
@@ -132,7 +128,7 @@ def report(result: dict) -> str:
     score = "Craftax-Classic score" if a["env_id"] == "craftax" else "Crafter score"
     lines = [
         f"# Scripted expert on {a['env_id']} ({a['mode']} mode" + (f", task {a['target']})" if a.get("target") else ")"), "",
-        f"`python benchmarks/expert.py --env-id {a['env_id']} --seeds {a['seeds']} --episodes {a['episodes']} "
+        f"`python benchmarks/analyses/expert.py --env-id {a['env_id']} --seeds {a['seeds']} --episodes {a['episodes']} "
         f"--mode {a['mode']}" + (f" --exclude {' '.join(a['exclude'])}" if a["exclude"] else "")
         + (f" --target {a['target']}" if a.get("target") else "") + "`", "",
         f"- achievements per episode: **{s['achievements_per_episode']:.2f}** of 22 "

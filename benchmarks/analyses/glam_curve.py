@@ -1,13 +1,13 @@
 """GLAM's learning curve from a GPU lease, beside CPU baselines at the same env steps.
 
-A lent GPU comes for minutes, so GLAM runs there under a wall-clock limit (``benchmarks/glam_gpu.sh``) and only
+A lent GPU comes for minutes, so GLAM runs there under a wall-clock limit (``benchmarks/tools/glam_gpu.sh``) and only
 their ``metrics.jsonl`` come back, as ``<lease>/train/<task>-<method>-s<seed>.metrics.jsonl``. The baselines
-(``benchmarks/glam.py --arms drrn,symbolic-ppo``) run on the CPU to the env steps the GLAM runs reached. This
+(``benchmarks/studies/glam.py --arms drrn,symbolic-ppo``) run on the CPU to the env steps the GLAM runs reached. This
 script puts both on one axis: per run, the env steps reached, wall time, env steps/s, the training episodes'
 success per bin of env steps, the policy entropy and value loss per update, and the first update whose losses
 were not finite (the run stops there: its next rollout samples from NaN logits).
 
-    python benchmarks/glam_curve.py --lease benchmarks/results/glam/gpu-h200-curve \\
+    python benchmarks/analyses/glam_curve.py --lease benchmarks/results/glam/gpu-h200-curve \\
         --baseline GoToLocal=runs/bench/glam/GoToLocal-10k GoToRedBall=runs/bench/glam/GoToRedBall-10k
 
 Writes ``report.md``, ``result.json`` and ``curves.png`` into ``--lease`` (or ``--out``).

@@ -13,8 +13,8 @@ prompt variant (1 or 3 observations, with or without the action list):
 
 Then zero-shot episodes (greedy and sampled, one prompt variant) against a uniform random policy.
 
-    nice -n 10 python benchmarks/glam_prior.py --llm embedded --prompts 60 --episodes 10
-    python benchmarks/glam_prior.py --llm http --llm-set base_url=http://host:8000/v1 --llm-set model=NAME
+    nice -n 10 python benchmarks/analyses/glam_prior.py --llm embedded --prompts 60 --episodes 10
+    python benchmarks/analyses/glam_prior.py --llm http --llm-set base_url=http://host:8000/v1 --llm-set model=NAME
 
 Writes ``result.json`` and ``report.md`` under ``--out`` (default ``benchmarks/results/glam/prior``).
 """

@@ -30,11 +30,11 @@ prompt also shows three worked examples):
 ``--from-tables DIR --states TABLE`` measures a study's tables (:data:`STUDY_TABLES`) over every state of ``TABLE``
 instead of sampling and building (no LM runs)::
 
-    python benchmarks/lm_knowledge.py --from-tables T --states T/qwen-gen3.sqlite --out benchmarks/results/lm_knowledge/attribution
+    python benchmarks/analyses/lm_knowledge.py --from-tables T --states T/qwen-gen3.sqlite --out benchmarks/results/lm_knowledge/attribution
 
 Writes ``<out>/knowledge.json`` (``{arm: {measure: value}}`` plus the setup) and ``knowledge.md``::
 
-    python benchmarks/lm_knowledge.py --data runs/craftax-collect --n 200 --out benchmarks/results/lm_knowledge
+    python benchmarks/analyses/lm_knowledge.py --data runs/craftax-collect --n 200 --out benchmarks/results/lm_knowledge
 """
 
 from __future__ import annotations
@@ -49,8 +49,6 @@ from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# benchmarks/ holds scripts named like packages (craftax.py, ray.py): keep it off the import path
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 # arm -> (llm option, suggester mode, prompt, normalize, llm overrides)
 ARMS = {
@@ -66,7 +64,7 @@ ARMS = {
     # or, with --from-tables, as Qwen gave)
     "prompt-only": ("prompt_only", "generate", "ellm_actions_listed", False),
 }
-# --from-tables: arm -> the table of the ELLM attribution study (benchmarks/ellm_lm.py) that answers it
+# --from-tables: arm -> the table of the ELLM attribution study (benchmarks/studies/ellm_lm.py) that answers it
 STUDY_TABLES = {"oracle": "oracle", "random": "random-s0", "qwen-gen0": "qwen-zeroshot", "qwen-gen3": "qwen-gen3",
                 "qwen-gen-offdomain": "qwen-offdomain", "prompt-only": "prompt-only-s0"}
 

@@ -1,10 +1,10 @@
 """Embedded-LM (Gemma 3 270M) labels vs the oracle on the distinct messages the oracle arms of a
-``benchmarks/oni.py`` run folder labelled.
+``benchmarks/studies/oni.py`` run folder labelled.
 
-The labeller is built exactly as the ``oni_retrieval-embedded`` arm builds it (the overrides of ``benchmarks/oni.py``'s
+The labeller is built exactly as the ``oni_retrieval-embedded`` arm builds it (the overrides of ``benchmarks/studies/oni.py``'s
 study for ``--env-id``, ``llmguide.methods.oni.recipe.build_oni_module`` with ``method_goal(cfg)``); agreement is
-``benchmarks/oni.py``'s ``agreement``.  Usage (from the repo root):
-  .venv/bin/python benchmarks/oni_agreement.py --env-id ENV_ID --run-dir RUN_DIR [--out OUT_JSON] \
+``benchmarks/studies/oni.py``'s ``agreement``.  Usage (from the repo root):
+  .venv/bin/python benchmarks/analyses/oni_agreement.py --env-id ENV_ID --run-dir RUN_DIR [--out OUT_JSON] \
       [--key-message "You start to float in the air!"]
 RUN_DIR: the study's runs folder (``runs/bench/oni/<env id>-<budget>``: ``<arm>/seed-<s>/``; the old flat
 ``<arm>-s<seed>/`` layout is read too). OUT_JSON: default ``benchmarks/results/oni/<RUN_DIR's name>/embedded_agreement.json``.
@@ -17,27 +17,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/oni.py
+import _path  # noqa: F401,E402  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--env-id", "--task", dest="env_id", required=True)
-    p.add_argument("--run-dir", type=Path, required=True, help="the --runs folder of a benchmarks/oni.py study")
+    p.add_argument("--run-dir", type=Path, required=True, help="the --runs folder of a benchmarks/studies/oni.py study")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON file to write (default benchmarks/results/oni/<run dir name>/embedded_agreement.json)")
     p.add_argument("--key-message", action="append", default=[], help="a message whose labels to report")
     args_in = p.parse_args()
     run_dir, env_id = args_in.run_dir, args_in.env_id
-    out = args_in.out or Path(__file__).resolve().parent / "results" / "oni" / run_dir.resolve().name / "embedded_agreement.json"
+    out = args_in.out or Path(__file__).resolve().parents[1] / "results" / "oni" / run_dir.resolve().name / "embedded_agreement.json"
     os.environ["LLMGUIDE_CACHE_DIR"] = str(run_dir / "cache-embedded-agreement")  # fresh: every label is an LM call
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import harness  # benchmarks/harness.py
-    import oni  # benchmarks/oni.py
+    import oni  # benchmarks/studies/oni.py
+
+    import harness  # benchmarks/harness/
     from llmguide.envs.nethack.oracle import NetHackOracle, task_goal
     from llmguide.methods.oni.oracle import helpful
     from llmguide.methods.oni.recipe import build_oni_module, method_goal

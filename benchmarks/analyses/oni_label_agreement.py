@@ -5,7 +5,7 @@ Reports the ROC AUC of the margin for the oracle's label (0.5: no relation), and
 messages labelled "yes", as ``method.label_rate``) the precision and recall of the top-ranked messages,
 with the highest-ranked messages and the oracle-helpful messages ranked lowest.
 
-    python benchmarks/oni_label_agreement.py --env craftax --rate 0.3043 \\
+    python benchmarks/analyses/oni_label_agreement.py --env craftax --rate 0.3043 \\
         --out benchmarks/results/oni_craftax_sparse/make_wood_pickaxe-300k/embedded_agreement.json
 
 Motif's preferences: ``--pairs DB --reference DB`` compares two labellings of the same pairs (``pairs.sqlite``
@@ -22,7 +22,6 @@ import argparse
 import json
 import re
 import sqlite3
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -131,7 +130,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # run as a script, benchmarks/ comes first on the path, and benchmarks/craftax.py would shadow the craftax
-    # package the env oracle imports
-    sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
     raise SystemExit(main())

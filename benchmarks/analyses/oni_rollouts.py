@@ -1,10 +1,10 @@
 """Sampled rollouts of finished ONI-benchmark runs: action shares, oracle-helpful messages per episode, return,
 success rate.
 
-    .venv/bin/python benchmarks/oni_rollouts.py runs/bench/oni/NetHackScore-v0-300k/none/seed-0 \
+    .venv/bin/python benchmarks/analyses/oni_rollouts.py runs/bench/oni/NetHackScore-v0-300k/none/seed-0 \
         runs/bench/oni/NetHackScore-v0-300k/oni_retrieval-oracle/seed-0
 
-(run folders of a ``benchmarks/oni.py`` study: ``<runs>/<arm>/seed-<s>``; ``benchmarks/results/oni_lavacross_potion/
+(run folders of a ``benchmarks/studies/oni.py`` study: ``<runs>/<arm>/seed-<s>``; ``benchmarks/results/oni_lavacross_potion/
 legacy-300k/rollouts.txt`` is this script's output on the old layout's runs)
 
 Each run's final checkpoint acts (sampled, not greedy) on ``--episodes`` held-out seeds (500, 501, ...);

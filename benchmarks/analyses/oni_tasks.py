@@ -8,12 +8,12 @@ oracle (``methods.oni.oracle.helpful``, no goal: any progress event) calls it he
 random success is low and a message the oracle pays for is rare and lifts success: the intrinsic reward
 then marks the step that matters.  No task-specific code: the same analysis runs on every id.
 
-    nice -n 10 .venv/bin/python benchmarks/oni_tasks.py --episodes 300 \\
+    nice -n 10 .venv/bin/python benchmarks/analyses/oni_tasks.py --episodes 300 \\
         --out benchmarks/results/oni_tasks/<name>/task_survey.json \\
         MiniHack-River-Narrow-v0 MiniHack-LavaCross-Levitate-Potion-Inv-Full-v0 ...
 
 Writes ``--out`` (JSON, merged with what it holds) and the table beside it (``task_survey.md`` for
-``task_survey.json``; ``--markdown`` prints it). The survey behind ``benchmarks/oni.py``'s task choice is
+``task_survey.json``; ``--markdown`` prints it). The survey behind ``benchmarks/studies/oni.py``'s task choice is
 ``benchmarks/results/oni_lavacross_potion/legacy-300k/task_survey.{json,md}``.
 """
 

@@ -1,14 +1,14 @@
-"""Post-hoc analyses behind ptgm_craftax_inventory_delta.md (run from the repo root, after benchmarks/ptgm.py):
+"""Post-hoc analyses behind ptgm_craftax_inventory_delta.md (run from the repo root, after benchmarks/studies/ptgm.py):
 
-    python benchmarks/ptgm_analysis.py bc RUN_DIR
+    python benchmarks/analyses/ptgm_analysis.py bc RUN_DIR
         low-level BC on its own val split: accuracy and NLL with vs without the goal
-    python benchmarks/ptgm_analysis.py control RUN_DIR 600 [CFG_SCALE]
+    python benchmarks/analyses/ptgm_analysis.py control RUN_DIR 600 [CFG_SCALE]
         controllability: a random code per option (the run's method.option_steps L) with the frozen low level on
         64 Craftax envs for 600 env steps, acting with classifier-free guidance CFG_SCALE (default the run's
         method.lowlevel.cfg_scale); per event, its rate when a code whose cluster means it is commanded vs
         otherwise, and the mutual information code <-> event
 
-RUN_DIR: the runs folder of a benchmarks/ptgm.py study (its preparation in RUN_DIR/prep: data, codes, pre), e.g.
+RUN_DIR: the runs folder of a benchmarks/studies/ptgm.py study (its preparation in RUN_DIR/prep: data, codes, pre), e.g.
 runs/bench/ptgm_craftax/400k-inventory_delta (view_inventory: no cluster meanings), or a folder holding pre/ and codes/
 directly (the old layout: runs/bench-ptgm-craftax-inventory-delta).
 """
@@ -28,8 +28,6 @@ from llmguide.methods.ptgm.models import LowLevelActor, make_lowlevel
 from llmguide.methods.ptgm.options import AsyncOptionsVectorEnv, lowlevel_space
 from llmguide.methods.ptgm.steps import _embed, goal_data
 
-# benchmarks/craftax.py shares its name with the craftax package: keep this folder off the import path
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 torch.set_num_threads(1)
 
 

@@ -27,9 +27,6 @@ from pathlib import Path
 
 from llmguide.core.rundir import read_metrics
 
-# benchmarks/craftax.py shares its name with the craftax package: keep this folder off the import path
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 
 def train(name: str, overrides: list[str], workdir: Path) -> dict[str, float]:
     """One ``llmguide train`` process; steady steps/s from its update records, wall seconds, peak RSS."""

@@ -5,7 +5,7 @@ the same seeds).  "overhead" = extra time per step of the text env over the raw 
 raw step; "caption" = the part of it spent building the text (caption, events, oracle facts),
 measured by timing the text builder alone on the same states.
 
-    python benchmarks/envs.py --steps 3000 --out runs/bench_envs
+    python benchmarks/costs/envs.py --steps 3000 --out runs/bench_envs
 """
 
 from __future__ import annotations

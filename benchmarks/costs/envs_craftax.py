@@ -1,4 +1,4 @@
-"""env=craftax throughput: raw Craftax-Classic vs our text vector env vs stock Crafter (PPO on both: craftax.py).
+"""env=craftax throughput: raw Craftax-Classic vs our text vector env vs stock Crafter (PPO on both: craftax_speed.py).
 
 Env steps/s (random actions, resets included, compile and warm-up excluded), measured in
 ``--rounds`` interleaved rounds on this shared machine (the table shows the median):
@@ -13,10 +13,10 @@ Env steps/s (random actions, resets included, compile and warm-up excluded), mea
 * ``crafter stock``: ``crafter.Env`` (renders 64x64 pixels), one env in a Python loop;
 * ``env=crafter``: llmguide's symbolic Crafter as PPO gets it (sync vector env, 4 envs).
 
-PPO end to end on both envs (same network, same rollout length) is ``benchmarks/craftax.py``. Scores are
+PPO end to end on both envs (same network, same rollout length) is ``benchmarks/costs/craftax_speed.py``. Scores are
 never compared here: Craftax-Classic is not Crafter.
 
-    python benchmarks/envs_craftax.py [--num-envs 256] [--steps 200] [--rounds 3]
+    python benchmarks/costs/envs_craftax.py [--num-envs 256] [--steps 200] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -34,10 +33,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
 
-# benchmarks/craftax.py shares its name with the craftax package: keep this folder off the import path
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def raw_craftax(num_envs: int, scan: int):

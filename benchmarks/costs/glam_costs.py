@@ -1,12 +1,12 @@
 """GLAM's costs on BabyAI-Text, measured outside training (no study: nothing here trains an agent).
 
 - :func:`scoring_ratio`: HFLM.score (context encoded once, key/value cache shared by the 6 candidates) over
-  HFLM.naive_score (one full forward per candidate) on real GLAM prompts; ``benchmarks/glam.py`` adds it to its
+  HFLM.naive_score (one full forward per candidate) on real GLAM prompts; ``benchmarks/studies/glam.py`` adds it to its
   report (its ``details`` hook, ``--scoring-contexts``).
 - :func:`batching_ratio`: acting and PPO-update cost with one prompt per forward (``method.score_batch=1``) vs all
   the envs' prompts in one forward, on the same real prompts and LoRA policy (this script's command line)::
 
-    python benchmarks/glam_costs.py --num-envs 8 --out benchmarks/results/glam/batching
+    python benchmarks/costs/glam_costs.py --num-envs 8 --out benchmarks/results/glam/batching
 """
 
 from __future__ import annotations

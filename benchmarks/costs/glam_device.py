@@ -11,8 +11,8 @@ LoRA on every block, the value head) and reports
 - seconds per rollout step of ``--envs`` prompts (``policy.act``, no gradient) and per PPO minibatch of
   ``--minibatch`` prompts (forward + backward), after one warm-up; the peak accelerator memory.
 
-    python benchmarks/glam_device.py --model /tmp/gemma-3-270m --device cuda --out /tmp/parity
-    python benchmarks/glam_device.py --model DIR --device cpu --variants float32:sdpa:4 --prompts 4 --envs 4
+    python benchmarks/costs/glam_device.py --model /tmp/gemma-3-270m --device cuda --out /tmp/parity
+    python benchmarks/costs/glam_device.py --model DIR --device cpu --variants float32:sdpa:4 --prompts 4 --envs 4
 
 Writes ``result.json`` and ``report.md`` under ``--out``.
 """
@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _path  # noqa: F401  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 import torch
-
-from glam_prior import bot_states, prompt_at
+from glam_prior import bot_states, prompt_at  # benchmarks/analyses/glam_prior.py
 
 DEFAULT_VARIANTS = ("bfloat16:sdpa:32,bfloat16:sdpa:1,bfloat16:eager:32,bfloat16:eager:1,"
                     "float32:sdpa:32,float32:eager:32")

@@ -18,7 +18,7 @@ For each backend (``embedded`` llama.cpp, ``hf`` transformers float32) it measur
 Wall-clock is noisy on a shared machine; the ratios compare measurements taken in the same run.
 Writes ``<out>/llm_bench.md`` and ``<out>/llm_bench.json`` and prints the table::
 
-    nice python benchmarks/llm.py --out runs/bench_llm
+    nice python benchmarks/costs/llm.py --out runs/bench_llm
 """
 
 from __future__ import annotations
@@ -27,14 +27,11 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# benchmarks/ holds scripts named like packages (craftax.py, ray.py): keep it off the import path
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 # A GLAM-like BabyAI prompt (about 100 tokens) and its six action strings.
 CONTEXT = (

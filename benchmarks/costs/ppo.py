@@ -6,7 +6,7 @@ observation env, ``num_envs`` x ``num_steps`` rollouts, epochs, minibatches and 
 The machine is shared, so each env is measured in ``--rounds`` alternating rounds (ours, SB3,
 SB3, ours, ...) and the table reports the median steps/s and the median of per-round ratios.
 
-    python benchmarks/ppo.py [--steps 8192] [--crafter-steps 2048] [--rounds 3] [--out runs/bench_ppo]
+    python benchmarks/costs/ppo.py [--steps 8192] [--crafter-steps 2048] [--rounds 3] [--out runs/bench_ppo]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ short runs, and a run that survives a killed env-runner actor.
 * Sweep: ``llmguide train -m seed=0,1 method=none,rnd ... sweep.launcher=ray`` (4 short runs as Ray tasks).
 * Faults: PPO on 2 env-runner actors, actor 0 killed mid-run; survived = the run reached its step count.
 
-    python benchmarks/ray.py --env crafter --num-envs 4 --steps 1500 --out benchmarks/results
+    python benchmarks/costs/ray_scale.py --env crafter --num-envs 4 --steps 1500 --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -23,9 +23,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-# this file is named ray.py: keep its folder off the import path so `import ray` finds the package
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 
 def throughput(envs, steps: int, seed: int = 0) -> float:
@@ -138,7 +135,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "ray.json").write_text(json.dumps(result, indent=2) + "\n")
     md = [
-        "# Scale-out on Ray (`benchmarks/ray.py`)", "",
+        "# Scale-out on Ray (`benchmarks/costs/ray_scale.py`)", "",
         f"Env `{args.env}`, {args.num_envs} envs, {args.steps} timed vector steps of random actions per row; "
         f"a local Ray cluster of {args.cpus} CPUs on a {os.cpu_count()}-core machine shared with other jobs "
         f"(1-min load average {load_before[0]:.2f} before, {load_after[0]:.2f} after). Ratios from one run.", "",

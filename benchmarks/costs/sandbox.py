@@ -5,7 +5,7 @@ imported as in every call) over ``--repeats`` calls per isolation, after one war
 reports the median (and p10/p90) wall time; the difference is what the OS jail costs per call
 (namespaces, mounts, seccomp, bwrap's PID 1).  A batch of ``--items`` items costs one call.
 
-    python benchmarks/sandbox.py --repeats 30 --out benchmarks/results
+    python benchmarks/costs/sandbox.py --repeats 30 --out benchmarks/results
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""``python benchmarks/harness.py --reproduce benchmarks/results/<study>/<variant>``: rerun a stored study and compare.
+"""``python benchmarks/harness --reproduce benchmarks/results/<study>/<variant>``: rerun a stored study and compare.
 
 Reruns one seed of every arm of the stored result (its first seed; ``--seeds 0,2`` or ``0-4`` names stored seeds, a
 list, not a count) on the current checkout, from the command the result recorded (``argv``, else ``command``): the
-study script it names is imported and run by :func:`harness.main` with that command's flags, its arms, the seeds
-asked for and a temporary ``--runs`` and ``--results`` (``--runs DIR`` keeps them). Then it prints, per arm and
-seed, the stored value, the new one and their difference, and exits 1 when any difference exceeds ``--tolerance``
+study script it names (where it is now, :func:`study_script`: a script of the old flat ``benchmarks/`` by its
+place in the folders by kind) is imported and run by :func:`harness.main` with that command's flags, its arms, the
+seeds asked for and a temporary ``--runs`` and ``--results`` (``--runs DIR`` keeps them). Then it prints, per arm
+and seed, the stored value, the new one and their difference, and exits 1 when any difference exceeds ``--tolerance``
 (default :data:`TOLERANCE`: a study whose runs are deterministic on one machine reproduces bit for bit; pass a
 larger one across machines or library versions) or an arm's rerun failed; 2 when the rerun was refused (a dirty
 tree: ``--allow-dirty``; a changed artifact) or cannot be made.
@@ -28,7 +29,25 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
+from .cli import main as run_study
+from .study import Study
+from .where import HERE, root
+
+# Where each script of the flat benchmarks/ folder went when it was sorted by kind (issue 68): a result.json made
+# before names the old path in its ``argv`` / ``command``, and reruns the script at its new one.
+MOVED = {f"benchmarks/{old}": f"benchmarks/{new}" for old, new in {
+    **{f"{name}.py": f"studies/{name}.py" for name in (
+        "bk", "craftax_score", "craftax_sparse", "ellm_crafter", "ellm_finetune", "ellm_lm", "glam", "lm_guidance",
+        "oni", "ppo_sweep", "ptgm", "ptgm_bc")},
+    **{f"{name}.py": f"costs/{name}.py" for name in (
+        "envs", "envs_craftax", "glam_costs", "glam_device", "llm", "ppo", "sandbox")},
+    "craftax.py": "costs/craftax_speed.py", "ray.py": "costs/ray_scale.py",
+    **{f"{name}.py": f"analyses/{name}.py" for name in (
+        "bk_quality", "check_claims", "demo", "expert", "glam_curve", "glam_prior", "lm_knowledge", "oni_agreement",
+        "oni_label_agreement", "oni_rollouts", "oni_tasks", "ptgm_analysis")},
+    "glam_gpu.sh": "tools/glam_gpu.sh", "harness_reproduce.py": "harness/reproduce.py",
+}.items()}
+KINDS = ("studies", "costs", "analyses", "tools")   # benchmarks/<kind>/: the folders a script is searched in
 TOLERANCE = 1e-6
 SWITCHES = ("--resume", "--report-only", "--dry-run", "--prepare-only", "--replace-report", "--allow-dirty",
             "--allow-mixed")                                  # recorded switches a rerun drops
@@ -41,8 +60,8 @@ class ReproduceError(Exception):
 
 
 def _load(name: str, path: Path) -> Any:
-    """The module at ``path`` as ``name`` (benchmarks/ stays off sys.path: its craftax.py and ray.py shadow packages,
-    but a study script may import its siblings while it loads)."""
+    """The module at ``path`` as ``name``, its folder on sys.path while it loads (a study script imports its
+    siblings: ``from ellm_crafter import COMMON``)."""
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
@@ -62,9 +81,6 @@ def _load(name: str, path: Path) -> Any:
     return module
 
 
-harness = _load("harness", HERE / "harness.py")
-
-
 def recorded_argv(result: dict[str, Any]) -> list[str]:
     """The command line that made the result: ``argv``, else ``command`` split at single spaces (the inverse of the
     join that wrote it, an empty argument included, as long as no argument held a space)."""
@@ -76,9 +92,13 @@ def recorded_argv(result: dict[str, Any]) -> list[str]:
 
 
 def study_script(token: str) -> Path:
-    """The study script a recorded command names: a repository path (``benchmarks/bk.py``) or a script beside this
-    one (a command run from ``benchmarks/``)."""
-    for path in (harness.ROOT / token, HERE / Path(token).name):
+    """The study script a recorded command names, where it is now: a repository path (``benchmarks/studies/bk.py``),
+    one that moved (:data:`MOVED`: ``benchmarks/bk.py``), or a file name run from ``benchmarks/`` or a folder of it
+    (``glam.py``), found in the folders by kind (:data:`KINDS`)."""
+    checkout = root()
+    token = token.removeprefix("./")
+    name = Path(MOVED.get(token) or MOVED.get(f"benchmarks/{token}") or token).name
+    for path in (checkout / token, checkout / MOVED.get(token, token), *(HERE / kind / name for kind in KINDS)):
         if path.is_file():
             return path
     raise ReproduceError(f"the recorded command's script {token} is not in this checkout")
@@ -159,7 +179,7 @@ def compare(stored: dict[str, dict[int, float]], new: dict[str, dict[int, float]
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="harness.py --reproduce", description=__doc__,
+    p = argparse.ArgumentParser(prog="benchmarks/harness --reproduce", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reproduce", type=Path, required=True, metavar="RESULTS/<study>/<variant>",
                    help="the stored study variant (its result.json)")
@@ -178,9 +198,9 @@ def rerun(result: dict[str, Any], argv: list[str], runs: Path) -> tuple[int, Pat
     """Run the recorded study with ``argv`` into ``runs``; its exit code and the new result.json."""
     script = study_script(recorded_argv(result)[0])
     study = getattr(_load(f"reproduce_{script.stem}", script), "STUDY", None)
-    if not isinstance(study, harness.Study):
+    if not isinstance(study, Study):
         raise ReproduceError(f"{script} defines no STUDY (a harness.Study): not a harness study script")
-    code = harness.main(study, argv)
+    code = run_study(study, argv)
     return code, runs / "results" / str(result["study"]) / str(result["variant"]) / "result.json"
 
 

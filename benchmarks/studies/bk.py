@@ -1,6 +1,6 @@
 """BK reproduction: PPO vs BK-{Code,Pref,Goal} x {oracle, embedded LM}, with the knowledge controls (issue 34).
 
-Preparation as the reference (``benchmarks/harness.py`` runs it into ``<runs>/prep/``, resumable): RND-driven
+Preparation as the reference (``benchmarks/harness/`` runs it into ``<runs>/prep/``, resumable): RND-driven
 collection on ``--collect-task`` (``data``: episodes saved along training) -> one label run per arm
 (``labels-<arm>``: the variant's labelling with the arm's LM) -> PPO with each potential, and plain PPO,
 over the seeds. ``<arm>-coef<c>`` (BK-Code-oracle, random-Φ, wrong-target, BK-Pref oracle / shuffled / embedded): the
@@ -22,7 +22,7 @@ of the task); ``bk_code-prompt-only``: no LM, the write prompt's example program
 Value per seed: success AUC, the mean training success rate over
 ``--bins`` equal env-step bins of the budget.
 
-    nice python benchmarks/bk.py --task GoToLocal-RedBall-S20 --seeds 3 --steps 300000 --jobs 2
+    nice python benchmarks/studies/bk.py --task GoToLocal-RedBall-S20 --seeds 3 --steps 300000 --jobs 2
 
 Crafter single tasks (``--env crafter`` or ``--env craftax``): the data is RND-driven PPO on the env with
 all achievements (``env.task=null``), the arms train on ``--task`` (default: the shared sparse task
@@ -31,16 +31,18 @@ sparse task's PPO (``harness.SPARSE_PPO``: the same ``ppo`` command as the ONI a
 ``--runs`` shared with them and ``--resume`` reuse their finished control runs); results in
 ``benchmarks/results/bk_<env>/``::
 
-    nice python benchmarks/bk.py --env craftax --seeds 5 --steps 500000 --jobs 2 \\
+    nice python benchmarks/studies/bk.py --env craftax --seeds 5 --steps 500000 --jobs 2 \\
         --arms ppo,bk_code-oracle,bk_random_phi,bk_code-wrong-target
 
-Label quality against ground truth: ``benchmarks/bk_quality.py`` over the same ``--runs``.
+Label quality against ground truth: ``benchmarks/analyses/bk_quality.py`` over the same ``--runs``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+
+import _path  # noqa: F401  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 
 from harness import SPARSE_PER_ENV, SPARSE_TASK, Study, main
 

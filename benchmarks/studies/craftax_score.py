@@ -11,12 +11,14 @@ and ``ppo-rnd`` (RND on top, extrinsic and intrinsic value heads). Value per see
 the last 10 % of training; the report's details add each run's Crafter score over all its training episodes and
 over the last 10 %, beside the scoreboard.
 
-    python benchmarks/craftax_score.py --seeds 5 --steps 1000000
+    python benchmarks/studies/craftax_score.py --seeds 5 --steps 1000000
 """
 
 from __future__ import annotations
 
 import sys
+
+import _path  # noqa: F401  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 
 from harness import Study, main
 

@@ -47,10 +47,10 @@ Motif's collection included; the report adds each arm's share of steps on that a
 Name the variant so it says ``distractors``, and report it against the random labeller and against
 every-message-helpful with ``--control``.
 
-    python benchmarks/craftax_sparse.py --dry-run                       # validate every arm, run nothing
-    python benchmarks/craftax_sparse.py --seeds 5 --steps 1000000        # the study (about 6 min per run)
-    python benchmarks/craftax_sparse.py --task collect_iron --arms ppo --seeds 3   # a pilot on another task
-    python benchmarks/craftax_sparse.py --task make_wood_pickaxe --steps 300000 --extra env.distractors.rate=1.0 \
+    python benchmarks/studies/craftax_sparse.py --dry-run                       # validate every arm, run nothing
+    python benchmarks/studies/craftax_sparse.py --seeds 5 --steps 1000000        # the study (about 6 min per run)
+    python benchmarks/studies/craftax_sparse.py --task collect_iron --arms ppo --seeds 3   # a pilot on another task
+    python benchmarks/studies/craftax_sparse.py --task make_wood_pickaxe --steps 300000 --extra env.distractors.rate=1.0 \
         --variant make_wood_pickaxe-300k-distractors     # the noisy-TV variant
 """
 
@@ -58,6 +58,8 @@ from __future__ import annotations
 
 import json
 import sys
+
+import _path  # noqa: F401  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 
 from harness import SPARSE_PER_ENV, SPARSE_TASK, Study, main
 

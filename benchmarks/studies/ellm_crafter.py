@@ -16,18 +16,20 @@ env and budget; ELLM's text action space and rules, ``env.actions=text env.lenie
 * ``ground-truth``  — PPO on the env's achievement reward: a labelled upper reference, never a baseline
 
 The value per seed is the ground-truth achievements unlocked per episode over the training episodes of
-the last 10% of the budget. Runs, statistics and files come from ``benchmarks/harness.py``: results in
+the last 10% of the budget. Runs, statistics and files come from ``benchmarks/harness/``: results in
 ``benchmarks/results/ellm_<env>/<variant>/``. On ``--env-id craftax`` the rules are Craftax-Classic's
 (ELLM's rule changes are Crafter-only).
 
-    python benchmarks/ellm_crafter.py --env-id crafter --seeds 3 --steps 200000 --jobs 2
-    python benchmarks/ellm_crafter.py --env-id craftax --num-envs 64 --steps 120000 --seeds 3 --jobs 1 \\
+    python benchmarks/studies/ellm_crafter.py --env-id crafter --seeds 3 --steps 200000 --jobs 2
+    python benchmarks/studies/ellm_crafter.py --env-id craftax --num-envs 64 --steps 120000 --seeds 3 --jobs 1 \\
         --extra agent.image_encoder=flat agent.num_steps=32
 """
 
 from __future__ import annotations
 
 import sys
+
+import _path  # noqa: F401  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 
 from harness import Study, main
 from harness import plot_summary as plot  # noqa: F401  (ellm_finetune.py imports it from here)

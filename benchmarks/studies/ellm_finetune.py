@@ -1,6 +1,6 @@
 """ELLM downstream: fine-tune intrinsically pretrained agents on one task (the paper's finetuning study).
 
-Starts from the pretraining runs of ``benchmarks/ellm_crafter.py`` (``--pretrained``: its ``--runs`` folder,
+Starts from the pretraining runs of ``benchmarks/studies/ellm_crafter.py`` (``--pretrained``: its ``--runs`` folder,
 ``<arm>/seed-<s>/``; the old flat ``<arm>-s<seed>/`` layout is read too) and trains each on the task reward of
 ``env.task`` only (``method.mode=finetune``: weights loaded, optimiser fresh, the goal input fixed to the
 task's text, ELLM reward off). Arms:
@@ -13,7 +13,7 @@ task's text, ELLM reward off). Arms:
 Same budget, env, network and rollout for every arm. Value per seed: success AUC (the mean training success
 rate over ``--bins`` equal env-step bins). Results in ``benchmarks/results/ellm_finetune_<env>/<task>-<budget>/``.
 
-    python benchmarks/ellm_finetune.py --env-id craftax --task place_table --steps 60000 --seeds 3 \\
+    python benchmarks/studies/ellm_finetune.py --env-id craftax --task place_table --steps 60000 --seeds 3 \\
         --pretrained runs/bench/ellm_craftax/120k --extra agent.image_encoder=flat agent.num_steps=32
 """
 
@@ -22,8 +22,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import _path  # noqa: F401  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 from ellm_crafter import ARMS as PRETRAINING
 from ellm_crafter import COMMON, CRAFTER_ONLY
+
 from harness import Study, main
 
 FINETUNABLE = [a for a, o in PRETRAINING.items()
@@ -36,7 +38,7 @@ ARMS = {
 
 
 def flags(p) -> None:
-    p.add_argument("--pretrained", default=None, help="the --runs folder of benchmarks/ellm_crafter.py (default: "
+    p.add_argument("--pretrained", default=None, help="the --runs folder of benchmarks/studies/ellm_crafter.py (default: "
                    "runs/bench/ellm_<env>/<120k on craftax, 200k on crafter>)")
     p.add_argument("--max-steps", type=int, default=400, help="episode cap")
 
@@ -66,13 +68,13 @@ def prepare(plan) -> None:
             link.symlink_to(found, target_is_directory=True)
         if missing:
             plan.fail(arm, f"no pretrained checkpoint of {source} for seeds {missing} in {root} "
-                           "(run benchmarks/ellm_crafter.py first)")
+                           "(run benchmarks/studies/ellm_crafter.py first)")
 
 
 STUDY = Study(
     name="ellm_finetune_{env}",
     title="ELLM downstream: fine-tuning intrinsically pretrained agents on one task",
-    about="Each pretrained arm starts from its intrinsic-only pretraining checkpoint (benchmarks/ellm_crafter.py) and "
+    about="Each pretrained arm starts from its intrinsic-only pretraining checkpoint (benchmarks/studies/ellm_crafter.py) and "
           "is trained on the task reward only; `scratch` is the same agent from random weights.",
     arms=ARMS,
     control="scratch",

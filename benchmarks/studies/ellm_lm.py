@@ -31,7 +31,7 @@ actions; none is told a task: ELLM's pretraining has none):
 Value per seed: ground-truth achievements unlocked per episode over the last 10% of the budget; the report's other
 sections give per-achievement values. Headline: ``ellm-qwen-open - ellm-random-open``, paired (``--control``).
 
-    python benchmarks/ellm_lm.py --data RUN --tables DIR --table-queries 500 --seeds 10 --steps 120000
+    python benchmarks/studies/ellm_lm.py --data RUN --tables DIR --table-queries 500 --seeds 10 --steps 120000
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import _path  # noqa: F401  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 from ellm_crafter import COMMON, ELLM, OPEN
+
 from harness import Study, budget_name, main
 
 TABLE = "llm.table={tables}/{name}.sqlite"

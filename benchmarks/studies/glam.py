@@ -1,6 +1,6 @@
 """GLAM on BabyAI-Text at a reduced budget: the LM policy against GLAM's baselines, several seeds (a harness study).
 
-Arms (``benchmarks/harness.py``: one ``llmguide train -m`` sweep per arm, same task, seeds and budget):
+Arms (``benchmarks/harness/``: one ``llmguide train -m`` sweep per arm, same task, seeds and budget):
   glam             Gemma 3 270M + LoRA scoring the six action strings, value head, PPO (``method=glam``)
   npae             same architecture, random weights + pretrained embeddings, action heads (``method=npae``)
   bc-bot           LoRA behavioural cloning on BabyAI-bot episodes, no RL (``method.ppo=false``)
@@ -14,14 +14,14 @@ The LM arms' rollouts follow the budget (``--steps``): ``min(16, steps / (2 num_
 GLAM's tests; ``--greedy`` for argmax), GLAM's generalisation tests (``--post-tests``; glam, bc-bot, drrn) and wall
 time per run; the random policy's and the BabyAI bot's evaluation success on the same seeds; and the scoring
 throughput, HFLM.score (context encoded once) over HFLM.naive_score (a forward per candidate), on real GLAM prompts
-(``benchmarks/glam_costs.py``; ``--scoring-contexts 0`` skips it).  The LM arms run at a budget this 2-core CPU
+(``benchmarks/costs/glam_costs.py``; ``--scoring-contexts 0`` skips it).  The LM arms run at a budget this 2-core CPU
 allows, far below GLAM's 1.5M steps: the report says which.
 
-    nice python benchmarks/glam.py --steps 384 --seeds 3 --task GoToLocal
-    nice python benchmarks/glam.py --steps 20000 --arms symbolic-ppo-64,drrn        # the baselines at a longer budget
-    python benchmarks/glam.py --device cuda --score-batch 32 --steps 100000         # on a GPU (exits 2 without CUDA)
+    nice python benchmarks/studies/glam.py --steps 384 --seeds 3 --task GoToLocal
+    nice python benchmarks/studies/glam.py --steps 20000 --arms symbolic-ppo-64,drrn        # the baselines at a longer budget
+    python benchmarks/studies/glam.py --device cuda --score-batch 32 --steps 100000         # on a GPU (exits 2 without CUDA)
 
-Batched scoring vs one prompt at a time: ``benchmarks/glam_costs.py``.
+Batched scoring vs one prompt at a time: ``benchmarks/costs/glam_costs.py``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from __future__ import annotations
 import json
 import sys
 from typing import Any
+
+import _path  # noqa: F401  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 
 from harness import Study, finished_runs, main
 
@@ -158,7 +160,7 @@ def details(plan) -> tuple[list[str], dict[str, Any]]:
                   for arm, rows in tested.items()]
     data: dict[str, Any] = {"evaluation": runs, "references": refs, "rollout": a.rollout}
     if a.scoring_contexts > 0:
-        from glam_costs import scoring_ratio  # beside this script (on sys.path when it runs)
+        from glam_costs import scoring_ratio  # benchmarks/costs/glam_costs.py
 
         s = data["scoring"] = scoring_ratio(plan.task or "GoToLocal", a.scoring_contexts, a.k_history)
         lines += ["", f"Scoring ({s['contexts']} GLAM prompts of {s['prompt_tokens']:.0f} tokens x 6 actions, 1 thread): "

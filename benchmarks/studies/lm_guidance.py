@@ -1,11 +1,11 @@
 """Does LM guidance keep up?  ELLM with the embedded LM vs the same agent without an LM (issue #19).
 
 Both arms run on the same env, agent, number of envs and budget, **seed by seed, in alternating order**
-(seed 0: no-LM first, seed 1: ELLM first, ...; ``benchmarks/harness.py`` with ``order="alternate"``), so both
+(seed 0: no-LM first, seed 1: ELLM first, ...; ``benchmarks/harness/`` with ``order="alternate"``), so both
 see the same machine load. Every ELLM run starts with a **cold LM cache**: its own cache file
 (``<runs>/cold_cache/<arm>-seed-<s>.sqlite``), emptied at the start of the study (kept with ``--resume``).
 
-Arms (ELLM's text action space, and ELLM's rules on Crafter; PPO, intrinsic-only like ``benchmarks/ellm_crafter.py``):
+Arms (ELLM's text action space, and ELLM's rules on Crafter; PPO, intrinsic-only like ``benchmarks/studies/ellm_crafter.py``):
 
 * ``no-lm``         — ``method=none`` (PPO, no reward, no LM): the unguided speed (the control)
 * ``ellm-embedded`` — ``method=ellm llm=embedded method.suggester=score`` (Gemma 3 270M in-process; the LM
@@ -19,7 +19,7 @@ evaluation are not included); the paired difference against ``no-lm`` per seed. 
 last ``lm/fresh_fraction`` (share of env-steps whose state signature already had an answer when the agent
 acted; target >= 0.8), latencies and dropped stale answers. Results in ``benchmarks/results/lm_guidance/<env>-<budget>/``.
 
-    python benchmarks/lm_guidance.py --env-id crafter --steps 100000 --seeds 1
+    python benchmarks/studies/lm_guidance.py --env-id crafter --steps 100000 --seeds 1
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from __future__ import annotations
 import shutil
 import sys
 
+import _path  # noqa: F401  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 from ellm_crafter import CRAFTER_ONLY  # ELLM's Crafter-only rule changes (refused on craftax)
+
 from harness import Study, budget_name, main
 
 ELLM = ["method=ellm", "llm=embedded", "method.suggester=score"]

@@ -11,7 +11,7 @@ override; on NetHack the reference's 28-action ``extended`` set; ``--step-penalt
   labeller (``llm=oracle``: a message is helpful when it reports progress towards the task's goal), online and
   asynchronous as with an LM; every labeller is prompted with the task's goal (``nethack.task_goal``);
 - ``oni_retrieval-embedded``: ONI-Retrieval labelled by the embedded LM (Gemma 3 270M, score mode); its labels
-  are compared with the oracle's in the report (and by ``benchmarks/oni_agreement.py``);
+  are compared with the oracle's in the report (and by ``benchmarks/analyses/oni_agreement.py``);
 - ``motif-oracle``: Motif, offline: the preparation collects the messages of an RND + extrinsic PPO agent
   (``--collect-steps``) and labels ``--num-pairs`` pairs with the oracle (``<prep>/motif-data``), then PPO
   on the Bradley-Terry reward;
@@ -22,8 +22,8 @@ override; on NetHack the reference's 28-action ``extended`` set; ``--step-penalt
 Value per seed: success rate (``--metric auto``; the episodic return on ``*Score*`` tasks, which have no
 success) of the training episodes that end in the last 10% of the budget. The runs share one LM cache.
 
-    nice -n 10 .venv/bin/python benchmarks/oni.py --env-id NetHackScore-v0 --seeds 3 --steps 300000
-    nice -n 10 .venv/bin/python benchmarks/oni.py --env-id MiniHack-KeyRoom-Fixed-S5-v0 --seeds 3 --steps 300000
+    nice -n 10 .venv/bin/python benchmarks/studies/oni.py --env-id NetHackScore-v0 --seeds 3 --steps 300000
+    nice -n 10 .venv/bin/python benchmarks/studies/oni.py --env-id MiniHack-KeyRoom-Fixed-S5-v0 --seeds 3 --steps 300000
 
 Results in ``benchmarks/results/oni/<env id>-<budget>/``. Not kept from the old script: per-arm budgets
 (``--arm-steps``), ``--deadline-min``, ``--phase nethack`` (now: ``--env-id NetHackScore-v0 --arms
@@ -36,6 +36,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+import _path  # noqa: F401  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 
 from harness import Study, main
 

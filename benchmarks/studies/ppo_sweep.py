@@ -13,14 +13,16 @@ named ``lr<lr>-ent<ent>-n<steps>``; the control ``lr2.5e-4-ent0.01-n64`` is ``SP
 every study of the shared task; the winner is the arm with the highest mean AUC. Runs go seed by seed over the
 arms (``order="seed"``), so an interrupted sweep has every arm at the same seeds.
 
-    python benchmarks/ppo_sweep.py --dry-run
-    python benchmarks/ppo_sweep.py --task make_wood_pickaxe --steps 300000 --seeds 3 --resume
+    python benchmarks/studies/ppo_sweep.py --dry-run
+    python benchmarks/studies/ppo_sweep.py --task make_wood_pickaxe --steps 300000 --seeds 3 --resume
 """
 
 from __future__ import annotations
 
 import sys
 from itertools import product
+
+import _path  # noqa: F401  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 
 from harness import SPARSE_PPO, Study, main
 

@@ -1,7 +1,7 @@
 """PTGM reproduction: PTGM vs flat PPO, BC-finetune, PTGM without KL, PTGM with a random codebook and PTGM with
 the KL as a loss, on a target task whose mission the task-agnostic data never contains.
 
-Preparation (``benchmarks/harness.py`` runs it into ``<runs>/prep/``, each step kept once finished): ``collect``
+Preparation (``benchmarks/harness/`` runs it into ``<runs>/prep/``, each step kept once finished): ``collect``
 (``data``; BabyAI: the bot, ``method.collect.tasks`` round robin; Craftax: the scripted expert or an exploring
 PPO+RND agent, no task reward either way; ``--data`` reuses a collect run) -> ``codebook`` (``codes``: hindsight goals, PCA +
 KMeans) -> ``pretrain`` (``pre``: goal-conditioned BC low level, goal priors). Every arm has the same PPO
@@ -15,7 +15,7 @@ term (``--options-ent-coef`` 0).
 Value per seed: success AUC (the mean training success rate over ``--bins`` equal env-step bins); on Craftax
 with all achievements, the achievements-per-episode AUC.
 
-    nice -n 5 python benchmarks/ptgm.py --task BabyAI-UnlockPickup-v0 --seeds 3 --steps 100000
+    nice -n 5 python benchmarks/studies/ptgm.py --task BabyAI-UnlockPickup-v0 --seeds 3 --steps 100000
 
 Craftax (``--env craftax``, or ``--env-id craftax`` as before; 64 envs, rollout 32, asynchronous options per env):
 the arms train on the shared sparse task (``harness.SPARSE_TASK``, make_stone_pickaxe; ``--task`` or its alias
@@ -25,7 +25,7 @@ pursues the task's own achievement, ``method.collect.exclude=[<task>]``; ``ppo``
 first studies, whose near-random play gave a low level that ignores its goal) for ``--collect-steps`` env steps
 (all envs together, for either policy). ``--collect-mode plain`` (variant ``-plain``) collects the expert's plain
 mode instead: every achievement, cheapest first, nothing excluded, in 1,000-step episodes (the BC gate's data,
-``benchmarks/ptgm_bc.py``, on which a frozen clone passes ``make_wood_pickaxe``): general play whose chains
+``benchmarks/studies/ptgm_bc.py``, on which a frozen clone passes ``make_wood_pickaxe``): general play whose chains
 include the task, never told it. Options of ``--option-steps`` 16 over ``--k`` 64 codes; the options arms
 act with classifier-free guidance ``--cfg-scale`` 7 (Steve-1), ``ptgm-cfg0`` is ``ptgm`` without it. Goals are
 ``--goal-space`` (``view_inventory``: the future semantic view + inventory; ``inventory_delta``: the inventory
@@ -35,15 +35,17 @@ arm but ``ppo`` (``--no-gate``: record it only). Results in
 ``benchmarks/results/ptgm_craftax/<task>-<budget>[-<goal space>][-explorer]/`` with the gate's numbers and a
 table of what each code means.
 
-    nice -n 10 python benchmarks/ptgm.py --env craftax --seeds 3 --steps 500000 --arms ppo,ptgm,ptgm-cfg0,ptgm-no-kl
+    nice -n 10 python benchmarks/studies/ptgm.py --env craftax --seeds 3 --steps 500000 --arms ppo,ptgm,ptgm-cfg0,ptgm-no-kl
 
-Post-hoc analyses of the pretrained low level: ``benchmarks/ptgm_analysis.py`` over ``<runs>/prep``.
+Post-hoc analyses of the pretrained low level: ``benchmarks/analyses/ptgm_analysis.py`` over ``<runs>/prep``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+
+import _path  # noqa: F401  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 
 from harness import SPARSE_PPO, SPARSE_TASK, Study, budget_name, main
 

@@ -24,7 +24,7 @@ seed-to-seed spread leaves out the data's own.  Results: ``benchmarks/results/pt
 result.json per task; control ``expert``, so each paired row reads "clone − expert"; ``details.share`` = clone mean /
 expert mean).
 
-    python benchmarks/ptgm_bc.py --seeds 3 --collect-steps 300000
+    python benchmarks/studies/ptgm_bc.py --seeds 3 --collect-steps 300000
 """
 
 from __future__ import annotations
@@ -39,13 +39,11 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import _path  # noqa: E402,F401  (benchmarks/ and its folders on sys.path: harness, the other scripts)
 import numpy as np  # noqa: E402
 
-# benchmarks/craftax.py shares its name with the craftax package: keep this folder off the import path
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-HERE = Path(__file__).parent
-RESULTS = HERE / "results" / "ptgm_bc"
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE.parent / "results" / "ptgm_bc"
 NUM_ENVS = 64
 # arm -> clone settings: memory (none | gru), seq (BPTT steps), obs (view | map), data (expert mode), fraction of the
 # collection's steps (a prefix in time of every env's stream: fewer episodes of the same worlds), dagger (rounds of
@@ -393,7 +391,7 @@ def write_report(task: str, args, values: dict[str, dict[int, float]], clones: d
                   **({"settings": ARMS[arm]} if arm in ARMS else {}), "upper_reference": arm == control}
             for arm, v in values.items()}
     lines = [f"# PTGM's BC gate on `{task}`: frozen clones of the scripted expert", "",
-             f"`{' '.join(['python', 'benchmarks/ptgm_bc.py', *sys.argv[1:]])}`", "",
+             f"`{' '.join(['python', 'benchmarks/studies/ptgm_bc.py', *sys.argv[1:]])}`", "",
              "Value per seed: the share of the first episodes of "
              f"{args.episodes} envs (env seed 1000 + seed) that reach `{task}` (episode ends on success, 1,500-step "
              "cap). The clones are frozen and sample their actions; the data are one collection (seed 0) for every "
@@ -454,22 +452,18 @@ def write_report(task: str, args, values: dict[str, dict[int, float]], clones: d
                                                                     "batch_steps", "seconds")}
                                        for s, r in by_seed.items()} for arm, by_seed in clones.items()},
                           "data": data},
-              "notes": [], "produced_by": "benchmarks/ptgm_bc.py", "commit": commit(),
-              "command": " ".join(["benchmarks/ptgm_bc.py", *sys.argv[1:]])}
+              "notes": [], "produced_by": "benchmarks/studies/ptgm_bc.py", "commit": commit(),
+              "command": " ".join(["benchmarks/studies/ptgm_bc.py", *sys.argv[1:]])}
     (out / "result.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(f"ptgm_bc/{variant}: {out / 'report.md'}")
     return out
 
 
 def harness():
-    """benchmarks/harness.py, loaded from its file (this folder is off the import path, see the top)."""
-    import importlib.util
+    """benchmarks/harness/, imported when the command line is read (its seeds)."""
+    import harness
 
-    if "harness" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("harness", HERE / "harness.py")
-        sys.modules["harness"] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules["harness"]
+    return harness
 
 
 def main(argv: list[str] | None = None) -> int:

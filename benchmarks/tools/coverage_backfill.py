@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))   # benchmarks/tools only: benchmarks/ itself holds scripts that shadow packages
+sys.path.insert(0, str(HERE))   # relpaths.py beside this script
 
 from relpaths import RESULTS, _harness, json_numbers  # noqa: E402
 

@@ -2,9 +2,9 @@
 # GLAM against NPAE on BabyAI-Text on one GPU: the seeds of both methods, PARALLEL runs at a time, each run
 # stopped at a wall-clock limit (a lent GPU comes for minutes, not hours), so the learning curves are compared
 # at equal time and their env steps are read from metrics.jsonl.  DRRN is cheap: run it on the CPU at the steps
-# these runs reach (benchmarks/glam.py --arms drrn --steps N).
+# these runs reach (benchmarks/studies/glam.py --arms drrn --steps N).
 #
-#   benchmarks/glam_gpu.sh MODEL_DIR OUT SECONDS [SEEDS] [TASK]
+#   benchmarks/tools/glam_gpu.sh MODEL_DIR OUT SECONDS [SEEDS] [TASK]
 #
 # MODEL_DIR: a transformers folder of Gemma 3 270M (llmguide.llm.backends.hf.convert_gguf makes one from the GGUF).
 # Settings are GLAM's where the GPU allows: 32 envs, 3 observations in the prompt, 4 PPO epochs; rollouts of 16

@@ -43,12 +43,10 @@ PATH_FLAGS_SKIPPED = ("results",)   # --results names the repository's results f
 
 
 def _harness():
-    if "harness" not in sys.modules:   # benchmarks/ is not on the path (its craftax.py would shadow craftax)
-        spec = importlib.util.spec_from_file_location("harness", HERE.parent / "harness.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["harness"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["harness"]
+    """benchmarks/harness/ (benchmarks/ goes at the end of sys.path: an installed package still comes first)."""
+    if str(HERE.parent) not in sys.path:
+        sys.path.append(str(HERE.parent))
+    return importlib.import_module("harness")
 
 
 def json_numbers(value: Any, at: str = "") -> list[tuple[str, Any]]:

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Fourth H200 lease, call 9 of 9 (carry [".gd9"]): join the GGUF (call 1 installed the wheels into /tmp/site and
 # calls 1-8 left parts g.00-g.07 in /tmp/parts), check its sha256, convert it with transformers 5.24, then GLAM
-# (LoRA in the top 6 blocks as benchmarks/glam.py's CPU arm + value head, bf16, GLAM's minibatch of 64 in forwards of $2 prompts, 4 epochs, 32 envs x 16 steps) on
+# (LoRA in the top 6 blocks as benchmarks/studies/glam.py's CPU arm + value head, bf16, GLAM's minibatch of 64 in forwards of $2 prompts, 4 epochs, 32 envs x 16 steps) on
 # GoToLocal and on GoToRedBall (one room, one fixed target), 3 seeds each, six runs at once, each stopped after
 # $1 s. The metrics are copied to $OUT every 30 s, so a call that runs out of time still returns what was logged.
-# The baselines (DRRN, symbolic PPO) run on the CPU at the env steps these runs reach (benchmarks/glam.py).
+# The baselines (DRRN, symbolic PPO) run on the CPU at the env steps these runs reach (benchmarks/studies/glam.py).
 set -u
 secs=${1:-360}; micro=${2:-32}
 export PYTHONUNBUFFERED=1
@@ -21,7 +21,7 @@ copy() { for f in /tmp/glamruns/*/*/metrics.jsonl; do [ -f "$f" ] && cp "$f" "$O
 sync=$!
 pids=()
 for task in GoToLocal GoToRedBall; do
-  METHODS=glam EXTRA=method.lora_last_layers=6 PARALLEL=3 MICRO=$micro timeout -k 10 $((secs + 60)) bash benchmarks/glam_gpu.sh /tmp/gemma-3-270m "/tmp/glamruns/$task" "$secs" 3 "$task" > "/tmp/glamruns/$task.out" 2>&1 &
+  METHODS=glam EXTRA=method.lora_last_layers=6 PARALLEL=3 MICRO=$micro timeout -k 10 $((secs + 60)) bash benchmarks/tools/glam_gpu.sh /tmp/gemma-3-270m "/tmp/glamruns/$task" "$secs" 3 "$task" > "/tmp/glamruns/$task.out" 2>&1 &
   pids+=($!)
 done
 wait "${pids[@]}"

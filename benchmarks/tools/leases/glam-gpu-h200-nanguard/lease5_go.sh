@@ -23,7 +23,7 @@ copy() { for f in /tmp/glamruns/*/*/metrics.jsonl; do [ -f "$f" ] && cp "$f" "$O
 sync=$!
 pids=()
 for task in GoToLocal GoToRedBall; do
-  METHODS=glam EXTRA=method.lora_last_layers=6 PARALLEL=2 MICRO=$micro timeout -k 10 $((secs + 60)) bash benchmarks/glam_gpu.sh /tmp/gemma-3-270m "/tmp/glamruns/$task" "$secs" 2 "$task" > "/tmp/glamruns/$task.out" 2>&1 &
+  METHODS=glam EXTRA=method.lora_last_layers=6 PARALLEL=2 MICRO=$micro timeout -k 10 $((secs + 60)) bash benchmarks/tools/glam_gpu.sh /tmp/gemma-3-270m "/tmp/glamruns/$task" "$secs" 2 "$task" > "/tmp/glamruns/$task.out" 2>&1 &
   pids+=($!)
 done
 wait "${pids[@]}"

@@ -27,7 +27,7 @@ nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 >
 smi=$!
 ( while sleep 30; do for f in /tmp/glamruns/*/metrics.jsonl; do [ -f "$f" ] && cp "$f" "$OUT/train/$(basename "$(dirname "$f")").metrics.jsonl"; done; done ) &
 sync=$!
-PARALLEL=6 MINIBATCH=$mb timeout -k 10 $((secs + 40)) bash benchmarks/glam_gpu.sh /tmp/gemma-3-270m /tmp/glamruns "$secs" 3
+PARALLEL=6 MINIBATCH=$mb timeout -k 10 $((secs + 40)) bash benchmarks/tools/glam_gpu.sh /tmp/gemma-3-270m /tmp/glamruns "$secs" 3
 kill $smi $sync
 for f in $(find /tmp/glamruns -name metrics.jsonl); do cp "$f" "$OUT/train/$(basename $(dirname $f)).metrics.jsonl"; done
 tar czf $OUT/logs.tgz -C /tmp/glamruns $(cd /tmp/glamruns && ls *.log)

@@ -7,7 +7,7 @@ echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/g.g
 python -c "from pathlib import Path; from llmguide.llm.hf import convert_gguf; convert_gguf(Path('/tmp/g.gguf'), Path('/tmp/gemma-3-270m'))" || exit 4
 nvidia-smi --query-gpu=name,memory.total --format=csv
 mkdir -p $OUT/parity $OUT/train
-(cd benchmarks && timeout 300 python glam_device.py --model /tmp/gemma-3-270m --device cuda --out $OUT/parity) > $OUT/parity/log.txt 2>&1
+(timeout 300 python benchmarks/costs/glam_device.py --model /tmp/gemma-3-270m --device cuda --out $OUT/parity) > $OUT/parity/log.txt 2>&1
 grep -v "Loading weights" $OUT/parity/log.txt | tail -n 30
 d=$(python - <<'PY'
 import json, os
@@ -20,7 +20,7 @@ except Exception:
 PY
 )
 echo "training dtype: $d"
-PARALLEL=2 DTYPE=$d bash benchmarks/glam_gpu.sh /tmp/gemma-3-270m /tmp/glamruns 150 1
+PARALLEL=2 DTYPE=$d bash benchmarks/tools/glam_gpu.sh /tmp/gemma-3-270m /tmp/glamruns 150 1
 for f in $(find /tmp/glamruns -name metrics.jsonl); do cp "$f" "$OUT/train/$(basename $(dirname $f)).metrics.jsonl"; done
 cp /tmp/glamruns/*.log $OUT/train/ 2>/dev/null
 ls -la $OUT/train

@@ -14,7 +14,7 @@ for code in 517 524; do for m in m517 m524; do
   pp=$S; [ $code = 524 ] && pp=/tmp/tf524:$S
   PYTHONPATH=$pp timeout 45 python /tmp/gw6/xver.py /tmp/$m 2>&1 | grep -a "XVER\|Error" | tail -n 2
 done; done | tee $OUT/parity524/xver.txt
-(cd benchmarks && PYTHONPATH=/tmp/tf524:$S timeout 100 python glam_device.py --model /tmp/m524 --device cuda --variants bfloat16:sdpa:32,float32:sdpa:32 --out $OUT/parity524) > $OUT/parity524/log.txt 2>&1
+(PYTHONPATH=/tmp/tf524:$S timeout 100 python benchmarks/costs/glam_device.py --model /tmp/m524 --device cuda --variants bfloat16:sdpa:32,float32:sdpa:32 --out $OUT/parity524) > $OUT/parity524/log.txt 2>&1
 grep -av "Loading" $OUT/parity524/log.txt | tail -n 8
 PYTHONPATH=/tmp/tf524:$S timeout -s INT -k 10 100 python -c "import sys; from llmguide.cli import main; sys.exit(main(sys.argv[1:]))" train env=babyai env.task=GoToLocal num_envs=32 llm=hf llm.model_path=/tmp/m524 llm.device=cuda llm.dtype=bfloat16 llm.max_batch=256 method=glam method.score_batch=32 method.k_history=3 agent.rollout_steps=16 agent.epochs=4 agent.minibatch=32 agent.torch_threads=2 total_steps=1500000 eval.episodes=0 progress=false run.dir=/tmp/g524runs run.name=glam-s0 run.overwrite=true seed=0 > $OUT/train/glam524.log 2>&1
 cp /tmp/g524runs/glam-s0/metrics.jsonl $OUT/train/glam524.metrics.jsonl 2>/dev/null

@@ -4,9 +4,8 @@ Run on the lease from <tmp>/gw6/ (lease_call2.sh); from the repo root: python to
 import hashlib
 import sys
 
-sys.path.insert(0, "benchmarks")
+sys.path.insert(0, "benchmarks/costs")   # glam_device.py, which puts the other folders on the path
 import transformers  # noqa: E402
-
 from glam_device import build_policy, distributions, entropy  # noqa: E402
 from glam_prior import bot_states, prompt_at  # noqa: E402
 
