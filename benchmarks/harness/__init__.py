@@ -1,7 +1,8 @@
 """One harness for reproductions: an arm table x seeds -> ``llmguide train -m`` -> ``report`` -> results.
 
-A study script is an arm table and a call::
+A study script (``benchmarks/studies/<name>.py``) is an arm table and a call::
 
+    import _path  # noqa: F401  (benchmarks/ and its folders on sys.path)
     from harness import Study, main
 
     STUDY = Study(
