@@ -1,7 +1,7 @@
 """Which code produced a run: every session that trains in a run folder (its start, and each resume) appends one
 line to ``provenance.jsonl``: the time, the package version, the git commit of the package's checkout and
 whether its tracked files differed from that commit (``dirty``).  A run resumed under newer code therefore
-lists both commits, and a study report can say which code each arm ran (``benchmarks/harness.py``).
+lists both commits, and a study report can say which code each arm ran (``benchmarks/harness``).
 
 Outside a git checkout (an installed wheel) ``commit`` is null and the version says what ran.
 

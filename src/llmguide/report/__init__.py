@@ -2,7 +2,7 @@
 
 Runs are grouped by ``method.name`` from their ``config.yaml`` (``method / env`` when several
 envs are present; the directory name when the config is missing), by their parent folder
-(``group_by="folder"``: the arm in ``<root>/<arm>/seed-N``, the layout of ``benchmarks/harness.py``),
+(``group_by="folder"``: the arm in ``<root>/<arm>/seed-N``, the layout of ``benchmarks/harness``),
 or by a mapping of run directory to arm (the sweep's arms). Metric keys read from each
 run's ``metrics.jsonl`` (written by :class:`llmguide.core.rundir.RunDir`):
 

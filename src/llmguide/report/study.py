@@ -1,5 +1,5 @@
 """Arm values and paired statistics against a control (:mod:`llmguide.stats`), for ``--control`` /
-``--metric`` and ``benchmarks/harness.py``: per-arm final values per seed, their interval, ``curves.png``,
+``--metric`` and ``benchmarks/harness``: per-arm final values per seed, their interval, ``curves.png``,
 and per-seed paired differences of every arm against the control (mean, t-interval, p, Wilcoxon and sign
 tests from 6 seeds, bootstrap from 10, the smallest difference the seeds can detect).
 """
