@@ -104,10 +104,11 @@ def test_program_in_the_sandbox_equals_the_in_process_progress():
 
 @pytest.fixture(scope="module")
 def craftax_rollout():
-    """Real Craftax-Classic states: 8 envs × 24 random steps (obs rows and captions)."""
+    """Real Craftax-Classic states: 8 envs × 24 random steps (obs rows and captions). 8 envs at the default
+    reset ratio: the step test_messages compiles too (a compile is the cost of this fixture)."""
     from llmguide.envs.craftax.env import CraftaxVectorEnv
 
-    env = CraftaxVectorEnv(8, seed=3, reset_ratio=4)
+    env = CraftaxVectorEnv(8, seed=3)
     obs, infos = env.reset(seed=3)
     rng = np.random.default_rng(0)
     rows, caps = [], []
