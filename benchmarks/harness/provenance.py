@@ -76,17 +76,9 @@ def record_session(plan: Plan, state: dict[str, Any] | None) -> dict[str, Any]:
 
 def sessions(plan: Plan) -> list[dict[str, Any]]:
     """The harness sessions that trained in the runs folder, oldest first (unreadable lines skipped)."""
-    path = plan.runs / SESSIONS
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
-    out = []
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(entry, dict):
-            out.append(entry)
-    return out
+    from llmguide.core.provenance import json_objects
+
+    return json_objects(plan.runs / SESSIONS)
 
 
 def mixed_comparisons(commits: dict[str, dict[str, list[Any]]], control: str) -> dict[str, list[str]]:

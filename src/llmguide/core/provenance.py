@@ -58,20 +58,25 @@ def record(run_dir: str | Path, resumed: bool, cfg: Any = None, prompt_keys: tup
         f.write(json.dumps(line) + "\n")
 
 
-def read(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The run's sessions, oldest first (unreadable lines skipped; none for a run older than this file)."""
-    path = Path(run_dir) / FILE
+def json_objects(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file, in order (unreadable lines skipped; none when there is no file)."""
+    path = Path(path)
     if not path.is_file():
         return []
-    sessions = []
+    out = []
     for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             entry = json.loads(text)
         except json.JSONDecodeError:
             continue
         if isinstance(entry, dict):
-            sessions.append(entry)
-    return sessions
+            out.append(entry)
+    return out
+
+
+def read(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The run's sessions, oldest first (unreadable lines skipped; none for a run older than this file)."""
+    return json_objects(Path(run_dir) / FILE)
 
 
 def label(session: dict[str, Any]) -> str:
