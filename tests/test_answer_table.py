@@ -272,6 +272,42 @@ def test_the_suggester_reads_the_table_and_counts_misses_as_not_fresh(tmp_path):
         assert m["lm/table_coverage"] == pytest.approx(2 / 3) and m["lm/table_misses"] == 1
 
 
+def test_a_suggester_reading_a_table_waits_for_each_answer_so_its_goals_never_depend_on_timing(tmp_path):
+    """With ``wait`` (a run with ``llm.table``) an env's goals are its state's answer the step it arrives, however
+    slowly the service answers; without it the env keeps its earlier goals until the answer comes (stale): the
+    goals a step used then depend on the threads' timing, and a rerun of the same seed differs."""
+    from llmguide.envs.crafter.actions import ACTION_STRINGS
+    from llmguide.llm.service.core import LLMService
+    from llmguide.methods.ellm.recipe import prompt_template
+    from llmguide.methods.ellm.recipe import signature_queries as answer_queries
+    from llmguide.methods.ellm.suggester import GoalSuggester
+
+    cfg = _ellm_cfg()
+    out = tmp_path / "t.sqlite"
+    build_table(_oracle_lm(), answer_queries(cfg, CAPTIONS[:8]), out, meta={"lm": "oracle"}, progress=False)
+
+    class Slow(TableLM):   # an answer table behind a slow service: the answer comes 0.2 s after it is asked
+        def score(self, *args, **kwargs):
+            time.sleep(0.2)
+            return super().score(*args, **kwargs)
+
+    seen = {}
+    for wait in (True, False):
+        with LLMService(Slow(AnswerTable(out))) as service:
+            sug = GoalSuggester("score", 1, ACTION_STRINGS, service=service, template=prompt_template(cfg.method),
+                                top_k=5, normalize_scores=bool(cfg.method.normalize_scores), wait=wait,
+                                warm_start=False)
+            sug.observe(0, {"caption": CAPTIONS[0]})          # the tree state
+            sug.poll()
+            tree = sug.goals(0)
+            sug.observe(0, {"caption": CAPTIONS[5]})          # the water state
+            sug.poll()
+            seen[wait] = (tree, sug.goals(0), sug.stats.stale_steps)
+            sug.close(wait=True)
+    assert "chop tree" in seen[True][0] and "drink water" in seen[True][1] and seen[True][2] == 0
+    assert seen[False][0] == [] and "drink water" not in seen[False][1]   # not yet answered: no goals, then none
+
+
 def test_score_ties_are_broken_at_random_seeded_by_run_and_state():
     """An oracle row with more feasible goals than top_k keeps a random top_k, not the first in list order."""
     from llmguide.methods.ellm.suggester import top_order

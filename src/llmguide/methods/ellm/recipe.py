@@ -186,7 +186,8 @@ class ELLMRecipe(Recipe):
             mode, envs.num_envs, vocabulary, oracle=oracle, service=service, template=template,
             top_k=int(m.top_k), max_tokens=int(m.max_tokens), temperature=float(m.temperature),
             normalize_scores=bool(m.normalize_scores), grade_map=lambda g: oracle.canonical(g) or canonical(g),
-            memo_size=int(m.memo_size), warm_start=bool(m.get("warm_start", True)), seed=int(cfg.seed))
+            memo_size=int(m.memo_size), warm_start=bool(m.get("warm_start", True)), seed=int(cfg.seed),
+            wait=service is not None and bool(cfg.llm.get("table")))
         reward = ELLMReward(GoalMatcher(embedder, str(m.match)), envs.num_envs, float(m.threshold), str(m.payment),
                             match_on=match_on, require_success=bool(m.require_success))
         wrapped = ELLMGoalWrapper(envs, suggester, reward, grade_matcher, goal_conditioned=bool(m.goal_conditioned),

@@ -5,8 +5,9 @@ env's goal vocabulary by LM log-likelihood given the caption, keep the top-k), `
 family's ground-truth oracle) and ``all_goals`` (every vocabulary goal: the novelty baseline).  The
 LM is asked only when the state signature (:mod:`llmguide.methods.ellm.signature`) changes, through
 the asynchronous :class:`~llmguide.llm.service.core.LLMService`; answers are memoised per signature.  It
-never blocks: until an answer arrives the env keeps its last known suggestions (counted as
-``stale``) or none.  Each env owns at most one queued request (the service drops the one for a state
+never blocks a live LM: until an answer arrives the env keeps its last known suggestions (counted as
+``stale``) or none.  Answers replayed from a table (``llm.table``) are waited for as they are asked
+(``wait``), so a run reading a table is the same every time.  Each env owns at most one queued request (the service drops the one for a state
 the env has left), requests carry the signature's visit count as priority, ``lm/fresh_fraction``
 counts the steps whose current signature was answered, and the memo is preloaded from the persistent
 cache for the signatures earlier runs answered with the same prompt (``warm_start``).
@@ -22,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,7 @@ class GoalSuggester:
         max_pending: int | None = None,
         warm_start: bool = True,
         seed: int = 0,
+        wait: bool = False,
     ):
         if mode not in SUGGESTERS:
             raise ValueError(f"suggester mode must be one of {SUGGESTERS}, got {mode!r}")
@@ -116,6 +118,9 @@ class GoalSuggester:
         # so a slow LM works on the states the envs are in now, not on a backlog of old ones
         self.max_pending = max_pending or 2 * num_envs
         self.seed = seed   # ties of a score row are broken at random, seeded by the run seed and the state
+        # wait for each answer as it is asked (an answer table: a lookup, not an LM): a run is then the same
+        # every time, whatever the threads' timing; otherwise an env keeps its last goals until the answer comes
+        self.wait = wait
         self.stats = SuggestionStats()
         self._missed: set[StateSignature] = set()   # signatures an answer table does not hold (no goals)
         self._near: set[StateSignature] = set()     # ... answered by its nearest state (llm.table_fallback=nearest)
@@ -160,26 +165,20 @@ class GoalSuggester:
         self._info[i] = _grading_info(info)   # a copy: ``info`` may be a view of this step's infos
         self._visits[sig] = self._visits.get(sig, 0) + 1
         self._ask(sig, self._info[i], i)
+        if self.wait and sig in self._inflight:   # an answer table answers at once: use its answer now
+            wait([self._inflight[sig][0]])
+            self._collect(sig)
+            if sig in self._memo:
+                self._goals[i] = list(self._memo[sig])
+                self._fresh[i] = True
+                self._waiting[i] = []
 
     def poll(self) -> int:
         """Collect finished LM answers without waiting; return how many arrived."""
         arrived = 0
-        for sig, (future, info) in list(self._inflight.items()):
-            if not future.done():
-                continue
-            del self._inflight[sig]
-            if future.cancelled():   # dropped by the service: no env is in that state any more
-                self.stats.dropped += 1
-                continue
-            arrived += 1
-            goals = self._answer(future, info, sig)
-            if goals is None:
-                continue
-            self._memo[sig] = goals
-            self._visits.pop(sig, None)
-            self._seen_buffer.append(sig.caption())
-            if len(self._memo) > self.memo_size:
-                self._memo.popitem(last=False)
+        for sig, (future, _) in list(self._inflight.items()):
+            if future.done():
+                arrived += self._collect(sig)
         if len(self._seen_buffer) >= 32:
             self._flush_seen()
         for i in range(self.num_envs):
@@ -206,6 +205,21 @@ class GoalSuggester:
             if self._goals[i]:
                 self.stats.stale_steps += 1
         return arrived
+
+    def _collect(self, sig: StateSignature) -> int:
+        """Take the finished request for ``sig`` out of flight and memoise its goals; 1 when it was answered."""
+        future, info = self._inflight.pop(sig)
+        if future.cancelled():   # dropped by the service: no env is in that state any more
+            self.stats.dropped += 1
+            return 0
+        goals = self._answer(future, info, sig)
+        if goals is not None:
+            self._memo[sig] = goals
+            self._visits.pop(sig, None)
+            self._seen_buffer.append(sig.caption())
+            if len(self._memo) > self.memo_size:
+                self._memo.popitem(last=False)
+        return 1
 
     def account_step(self) -> int:
         """Count one step of every env: fresh when its current signature has an answer; returns the fresh count.
