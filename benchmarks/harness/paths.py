@@ -19,10 +19,10 @@ if TYPE_CHECKING:
 # the usual top folders of checkouts, runs and scratch, and the top folder of this checkout and of this machine's
 # scratch wherever they are (a CI clone under /check holds machine paths too)
 SYSTEM_ROOTS = ("usr", "dev", "proc", "sys", "etc", "bin", "lib")
+_HERE_TOPS = [parts[1] for parts in (Path(p).resolve().parts for p in (ROOT, tempfile.gettempdir())) if len(parts) > 1]
 MACHINE_ROOTS = tuple(dict.fromkeys((
     "work", "tmp", "home", "root", "Users", "mnt", "scratch", "data", "private", "var", "opt", "srv", "media", "run",
-    "workspace", *(top for top in (Path(p).resolve().parts[1:2] and Path(p).resolve().parts[1]
-                                   for p in (ROOT, tempfile.gettempdir())) if top and top not in SYSTEM_ROOTS))))
+    "workspace", *(top for top in _HERE_TOPS if top not in SYSTEM_ROOTS))))
 MACHINE_PATH = re.compile(r"(?<![\w.~<>$}/-])/(?:" + "|".join(map(re.escape, MACHINE_ROOTS))
                           + r")(?![\w.-])(?:/[\w.${}*+@%=-]*)*")
 # (pattern, name) for a machine path under no folder the caller names: a home as ~, the scratch folder as <tmp>
