@@ -7,8 +7,8 @@ LM is asked only when the state signature (:mod:`llmguide.methods.ellm.signature
 the asynchronous :class:`~llmguide.llm.service.core.LLMService`; answers are memoised per signature.  It
 never blocks a live LM: until an answer arrives the env keeps its last known suggestions (counted as
 ``stale``) or none.  Answers replayed from a table (``llm.table``) are waited for as they are asked
-(``wait``), so a run reading a table is the same every time.  Each env owns at most one queued request (the service drops the one for a state
-the env has left), requests carry the signature's visit count as priority, ``lm/fresh_fraction``
+(``wait``), so a run reading a table is the same every time.  Each env owns at most one queued request
+(the service drops the one for a state the env has left), requests carry the signature's visit count as priority, ``lm/fresh_fraction``
 counts the steps whose current signature was answered, and the memo is preloaded from the persistent
 cache for the signatures earlier runs answered with the same prompt (``warm_start``).
 
@@ -155,9 +155,7 @@ class GoalSuggester:
         if sig in self._memo:
             self._memo.move_to_end(sig)
             self.stats.memo_hits += 1
-            self._goals[i] = list(self._memo[sig])
-            self._fresh[i] = True
-            self._waiting[i] = []
+            self._use_answer(i, sig)
             self._release(i)
             return
         self._fresh[i] = False  # keep the last known goals until the answer arrives
@@ -169,9 +167,7 @@ class GoalSuggester:
             wait([self._inflight[sig][0]])
             self._collect(sig)
             if sig in self._memo:
-                self._goals[i] = list(self._memo[sig])
-                self._fresh[i] = True
-                self._waiting[i] = []
+                self._use_answer(i, sig)
 
     def poll(self) -> int:
         """Collect finished LM answers without waiting; return how many arrived."""
@@ -186,9 +182,7 @@ class GoalSuggester:
                 continue
             sig = self._sig[i]
             if sig in self._memo:
-                self._goals[i] = list(self._memo[sig])
-                self._fresh[i] = True
-                self._waiting[i] = []
+                self._use_answer(i, sig)
                 continue
             # the newest answered state this env passed through since its last fresh answer
             answered = [k for k, w in enumerate(self._waiting[i]) if w in self._memo]
@@ -205,6 +199,12 @@ class GoalSuggester:
             if self._goals[i]:
                 self.stats.stale_steps += 1
         return arrived
+
+    def _use_answer(self, i: int, sig: StateSignature) -> None:
+        """Env ``i`` now has the memoised answer to its state ``sig``: its goals, fresh, nothing waited for."""
+        self._goals[i] = list(self._memo[sig])
+        self._fresh[i] = True
+        self._waiting[i] = []
 
     def _collect(self, sig: StateSignature) -> int:
         """Take the finished request for ``sig`` out of flight and memoise its goals; 1 when it was answered."""
