@@ -129,3 +129,36 @@ def test_a_rebuilt_artifact_is_recorded_anew_and_label_runs_and_seeded_tables_ar
     # an arm whose preparation failed trains on nothing
     plan.fail("random", "no table")
     assert not any("random-s" in f for f in harness.plan_artifacts(plan))
+
+
+def test_the_program_a_label_run_wrote_is_kept_beside_the_result_only_while_it_is_the_recorded_one(harness, tmp_path):
+    """A reviewer reads the LM's program beside the numbers (issue 67): the report copies a label run's final.py into
+    <out>/labels/ when its sha256 is still the one recorded before training, and never a changed one."""
+    label = tmp_path / "runs" / "prep" / "labels-bk_code-qwen" / "bk"
+    label.mkdir(parents=True)
+    program = "def potential(image):\n    return float(image[5] + image[6])  # the LM's own\n"
+    (label / "final.py").write_text(program)
+    (label / "manifest.json").write_text('{"method": "bk_code"}')
+    study = harness.Study(name="keep", env="babyai", control="ppo", metric="m", arms={
+        "ppo": ["method=none"], "qwen": ["method=bk_code", "method.labels={prep}/labels-bk_code-qwen"]})
+    out = tmp_path / "results"
+    plan = harness.make_plan(study, harness.build_parser(study).parse_args(
+        ["--runs", str(tmp_path / "runs"), "--results", str(out), "--seeds", "0,"]))
+    harness.check_artifacts(plan)
+    plan.out.mkdir(parents=True)
+    listed, recorded = harness.result_artifacts(plan, ["ppo", "qwen"])
+    assert recorded is True
+    by_name = {Path(e["path"]).name: e for e in listed}
+    assert by_name["final.py"]["kept"] == "labels/labels-bk_code-qwen/bk/final.py"
+    assert "kept" not in by_name["manifest.json"]                         # only the program (and a goal list)
+    kept = plan.out / by_name["final.py"]["kept"]
+    assert kept.read_text() == program and _sha(kept) == by_name["final.py"]["sha256"]
+    section = "\n".join(harness.artifacts_section(listed, recorded))
+    assert "[kept](labels/labels-bk_code-qwen/bk/final.py)" in section and "kept beside this report" in section
+
+    # the program changed after training: the record's hash is not this file's, so nothing is copied or named
+    kept.unlink()
+    (label / "final.py").write_text("def potential(image):\n    return 0.0\n")
+    listed, _ = harness.result_artifacts(plan, ["qwen"])
+    assert not any(e.get("kept") for e in listed) and not kept.exists()
+    assert "kept beside" not in "\n".join(harness.artifacts_section(listed, True))

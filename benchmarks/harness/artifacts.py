@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 ARTIFACT_FILES = ("llm.table", "llm.match_table")                       # override keys that name one file
 LABEL_RUNS = {"method.labels": ("bk/manifest.json", "bk/final.py", "bk/pref_model.pt", "bk/library.json")}
 ARTIFACTS = "artifacts.json"   # in the runs folder: {absolute path: {path, key, sha256, bytes, arms}}
+# what a label run wrote that the results folder keeps a copy of (the LM's program, the goal library): text, so a
+# reviewer reads what each arm trained on beside its numbers; the preference model and the manifest stay in the runs
+KEPT = ("final.py", "library.json")
+KEPT_DIR = "labels"   # <results>/<study>/<variant>/labels/<label run>/bk/<file>
 
 
 class ArtifactChanged(Exception):
@@ -104,11 +108,33 @@ def check_artifacts(plan: Plan, rebuilt: list[Path] = ()) -> dict[str, dict[str,
 
 def result_artifacts(plan: Plan, arms: list[str]) -> tuple[list[dict[str, Any]], bool]:
     """The artifacts of ``arms`` for result.json, sorted by path, and whether they are the record made before
-    training (False: the runs folder has none, so they were hashed now, at report time)."""
+    training (False: the runs folder has none, so they were hashed now, at report time). A label run's program or
+    goal library (:data:`KEPT`) is copied into ``<out>/labels/`` when it still has its recorded sha256; its entry
+    then names the copy (``kept``: relative to the result's folder)."""
     recorded = recorded_artifacts(plan)
-    entries = (recorded or plan_artifacts(plan)).values()
-    mine = [{**e, "arms": [a for a in e.get("arms", []) if a in arms]} for e in entries]
-    return sorted((e for e in mine if e["arms"]), key=lambda e: e["path"]), recorded is not None
+    entries = (recorded or plan_artifacts(plan)).items()
+    mine = []
+    for file, entry in entries:
+        entry = {**entry, "arms": [a for a in entry.get("arms", []) if a in arms]}
+        if entry["arms"]:
+            if entry.get("key") in LABEL_RUNS and Path(file).name in KEPT:
+                entry.pop("kept", None)
+                if kept := _keep(Path(file), entry["sha256"], plan.out):
+                    entry["kept"] = kept
+            mine.append(entry)
+    return sorted(mine, key=lambda e: e["path"]), recorded is not None
+
+
+def _keep(file: Path, sha256: str, out: Path) -> str | None:
+    """Copy a label run's ``file`` (``<label run>/bk/<name>``) to ``out/labels/<label run>/bk/<name>`` if it still
+    hashes to ``sha256``; the copy's path relative to ``out``, or None (the file is gone or changed: the record's hash
+    is not this file's)."""
+    if not file.is_file() or sha256_file(file) != sha256:
+        return None
+    kept = Path(KEPT_DIR) / file.parent.parent.name / file.parent.name / file.name
+    (out / kept).parent.mkdir(parents=True, exist_ok=True)
+    (out / kept).write_bytes(file.read_bytes())
+    return kept.as_posix()
 
 
 def artifacts_section(artifacts: list[dict[str, Any]], recorded: bool) -> list[str]:
@@ -117,10 +143,13 @@ def artifacts_section(artifacts: list[dict[str, Any]], recorded: bool) -> list[s
         return []
     when = ("recorded before training (`<runs>/artifacts.json`) and checked before every sweep" if recorded else
             "hashed at report time: the runs folder holds no record of them from training")
-    lines = ["## Artifacts", "", f"The files the arms trained on besides the code, with their sha256 ({when}).", "",
+    kept = " A label run's program or goal list is kept beside this report (`labels/`)." if any(
+        e.get("kept") for e in artifacts) else ""
+    lines = ["## Artifacts", "", f"The files the arms trained on besides the code, with their sha256 ({when}).{kept}", "",
              "| file | override | sha256 | bytes | arms |", "|---|---|---|---|---|"]
-    lines += [f"| `{e['path']}` | `{e['key']}` | `{e['sha256']}` | {e['bytes']:,} | {', '.join(e['arms'])} |"
-              for e in artifacts]
+    for e in artifacts:
+        kept = f" ([kept]({e['kept']}))" if e.get("kept") else ""
+        lines.append(f"| `{e['path']}`{kept} | `{e['key']}` | `{e['sha256']}` | {e['bytes']:,} | {', '.join(e['arms'])} |")
     return [*lines, ""]
 
 
