@@ -32,6 +32,11 @@ instead of sampling and building (no LM runs)::
 
     python benchmarks/analyses/lm_knowledge.py --from-tables T --states T/qwen-gen3.sqlite --out benchmarks/results/lm_knowledge/attribution
 
+``--method bk_code``: BK-Code programs (:data:`BK_ARMS`) written for ``--task`` on ``--data``, each compared on
+``--n`` sampled states with the oracle's program (Spearman) and with the prompt's example program (the prompt-only
+arm's: ``spearman_vs_example``, ``same_values_as_example``). ``--from-labels PREP`` measures the label runs a BK
+study trained on (its ``<prep>`` folder, data from ``<prep>/data``) and starts none.
+
 Writes ``<out>/knowledge.json`` (``{arm: {measure: value}}`` plus the setup) and ``knowledge.md``::
 
     python benchmarks/analyses/lm_knowledge.py --data runs/craftax-collect --n 200 --out benchmarks/results/lm_knowledge
@@ -273,12 +278,21 @@ def oni_probe(args, arms: list[str]) -> dict:
 
 # --- BK-Code: programs -----------------------------------------------------------------------------------
 # arm -> label overrides; "told": the LM is told the mission of env.task, as the oracle is (method.tell_task)
+# "prompt-only": no LM, the write prompt's example program itself; "qwen-offdomain": Qwen shown an example program for
+# another game (the format, not the answer). Each arm's program is also compared with the example program
+# (``spearman_vs_example``, ``same_values_as_example``): a program that copies the example is the prompt's knowledge.
 BK_ARMS = {
     "oracle": ["llm=oracle"],
+    "prompt-only": ["llm=prompt_only", "method.tell_task=false"],
     "qwen-told": ["llm=qwen", "method.tell_task=true"],
     "qwen-agnostic": ["llm=qwen", "method.tell_task=false"],
+    "qwen-offdomain": ["llm=qwen", "method.tell_task=false", "method.code.example=offdomain"],
     "gemma-told": ["llm=embedded", "method.tell_task=true"],
 }
+# --from-labels PREP: a BK study's preparation folder; arm -> its label run there (benchmarks/studies/bk.py LABELS)
+STUDY_LABELS = {"oracle": "labels-bk_code-oracle", "prompt-only": "labels-bk_code-prompt-only",
+                "qwen-told": "labels-bk_code-qwen", "qwen-agnostic": "labels-bk_code-qwen-agnostic",
+                "qwen-offdomain": "labels-bk_code-qwen-offdomain", "gemma-told": "labels-bk_code-embedded"}
 BK_CODE = ["method.code.iterations=3", "method.code.fix_retries=2", "method.code.max_tokens=384"]
 
 
@@ -293,17 +307,25 @@ def bk_probe(args, arms: list[str], seeds: list[int]) -> dict:
     from llmguide.methods.bk.code import sample_states
     from llmguide.pipelines import load_config
 
+    from_labels = getattr(args, "from_labels", None)
+    if from_labels:   # a study's label runs (one per arm, trained on): measured, none started
+        seeds = [0]
+        args.data = args.data or str(Path(from_labels) / "data")
     base = [f"env={args.env_id}", f"env.task={args.task}", "method=bk_code", f"method.data={args.data}",
             "progress=false", *BK_CODE, *(["agent.image_encoder=flat"] if args.env_id == "babyai" else [])]
-    runs = Path(args.out) / "bk_runs" / str(args.task)
+    runs = Path(from_labels) if from_labels else Path(args.out) / "bk_runs" / str(args.task)
+
+    def label_run(arm: str, seed: int) -> str:
+        return STUDY_LABELS[arm] if from_labels else f"labels-{arm}-s{seed}"
+
     cli = [sys.executable, "-c", "import runpy, sys; sys.path.pop(0); "
            "runpy.run_module('llmguide.cli', run_name='__main__', alter_sys=True)"]
     manifests: dict[str, dict] = {}
     for arm in ["oracle", *[a for a in arms if a != "oracle"]]:
         for seed in seeds if arm != "oracle" else [0]:
-            name = f"labels-{arm}-s{seed}"
+            name = label_run(arm, seed)
             manifest = runs / name / "bk" / "manifest.json"
-            if not manifest.exists() and not args.measure_only:
+            if not manifest.exists() and not args.measure_only and not from_labels:
                 print(f"lm_knowledge: bk_code {arm} seed {seed} ...", file=sys.stderr, flush=True)
                 started = time.monotonic()
                 threads = LM_THREADS if arm != "oracle" else []
@@ -329,12 +351,13 @@ def bk_probe(args, arms: list[str], seeds: list[int]) -> dict:
         res = sandbox.evaluate(final.read_text(), "potential", list(states))
         return np.asarray(res.values, dtype=float) if res.ok and not res.item_errors else None
 
-    oracle = values("labels-oracle-s0")
+    oracle = values(label_run("oracle", 0))
+    example = values(STUDY_LABELS["prompt-only"] if from_labels else "labels-prompt-only-s0")   # the example program
     out: dict = {}
     for arm in arms:
         rows = []
         for seed in seeds if arm != "oracle" else [0]:
-            name = f"labels-{arm}-s{seed}"
+            name = label_run(arm, seed)
             m = manifests.get(name)
             if m is None:
                 rows.append({"seed": seed, "ran": False})
@@ -346,20 +369,29 @@ def bk_probe(args, arms: list[str], seeds: list[int]) -> dict:
                 from scipy.stats import spearmanr
 
                 rho = float(spearmanr(v, oracle).statistic)
+            rho_example = None
+            if v is not None and example is not None and np.std(v) > 0 and np.std(example) > 0:
+                from scipy.stats import spearmanr
+
+                rho_example = float(spearmanr(v, example).statistic)
             rows.append({"seed": seed, "ran": True, "valid": m.get("failed") is None,
                          "valid_steps": summary.get("valid_steps", 0), "steps": summary.get("steps", 0),
                          "first_attempt_valid": summary.get("first_attempt_valid", 0),
                          "told_mission": m.get("told_mission") or m.get("oracle_mission"),
                          "spearman_vs_oracle": rho, "distinct_values": None if v is None else int(len(set(v.round(6)))),
+                         "spearman_vs_example": rho_example,
+                         "same_values_as_example": None if v is None or example is None else bool(
+                             np.allclose(v, example)),
                          "seconds": m.get("seconds")})
         ran = [r for r in rows if r.get("ran")]
         rhos = [r["spearman_vs_oracle"] for r in ran if r.get("spearman_vs_oracle") is not None]
         out[arm] = {"runs": rows, "validity_rate": sum(r["valid"] for r in ran) / len(ran) if ran else None,
                     "valid_step_rate": (sum(r["valid_steps"] for r in ran) / max(1, sum(r["steps"] for r in ran)))
                     if ran else None,
-                    "mean_spearman_vs_oracle": float(np.mean(rhos)) if rhos else None}
+                    "mean_spearman_vs_oracle": float(np.mean(rhos)) if rhos else None,
+                    "copies_example": sum(bool(r.get("same_values_as_example")) for r in ran)}
     out["setup"] = {"data": str(args.data), "env": args.env_id, "task": args.task, "states": len(states),
-                    "seeds": seeds, "code": BK_CODE}
+                    "seeds": seeds, "code": BK_CODE, "label_runs": str(from_labels) if from_labels else None}
     return out
 
 
@@ -381,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None, help="use only the first STEPS captions of the data")
     p.add_argument("--measure-only", action="store_true",
                    help="bk_code: measure the label runs that exist, start none")
+    p.add_argument("--from-labels", default=None,
+                   help="bk_code: measure a BK study's label runs (its <prep> folder: STUDY_LABELS, data from "
+                        "<prep>/data), start none")
     p.add_argument("--max-queries", type=int, default=None,
                    help="ellm: answer at most this many of the sampled states per arm (the rest are not measured)")
     p.add_argument("--out", default="benchmarks/results/lm_knowledge")
