@@ -675,6 +675,27 @@ def test_coverage_per_arm_and_its_warnings(harness, tmp_path):
     assert harness.coverage_section({"ppo": None}) == []
 
 
+def test_coverage_names_the_share_answered_for_the_steps_own_state_beside_the_fallbacks(harness, tmp_path):
+    """With a declared fallback every step is covered; the share its own state answered (ellm/table_exact_fraction,
+    the last logged value) is what tells a learning arm that left the table's states, and it is reported per arm."""
+    done = []
+    for arm, exact in (("oracle", (0.40, 0.50)), ("random", (0.80, 0.90))):
+        for s, value in enumerate(exact):
+            run = tmp_path / arm / f"seed-{s}"
+            run.mkdir(parents=True)
+            (run / "config.yaml").write_text(f"seed: {s}\n")
+            early = {"step": 5, "lm/table_coverage": 1.0, "ellm/table_exact_fraction": 0.99}
+            last = {"step": 10, "lm/table_coverage": 1.0, "ellm/table_exact_fraction": value}
+            (run / "metrics.jsonl").write_text(json.dumps(early) + "\n" + json.dumps(last) + "\n")
+            done.append(str(run))
+    coverage = harness.arm_coverage(done)
+    assert coverage["oracle"]["mean"] == 1.0 and coverage["oracle"]["exact"]["mean"] == pytest.approx(0.45)
+    assert coverage["random"]["exact"]["per_seed"] == {"0": 0.80, "1": 0.90}
+    section = "\n".join(harness.coverage_section(coverage))
+    assert "| oracle | 1.000 | 1.000 | 1.000 | 2 | 0.450 [0.400, 0.500] |" in section and "own state" in section
+    assert "table_fallback=nearest" in section
+
+
 def test_coverage_is_backfilled_from_lm_stats_into_older_results(harness, tmp_path):
     """benchmarks/tools/coverage_backfill.py: a result without coverage gets it from lm_stats.json; nothing else in
     result.json changes; the report gets the warning first and the section before Code; a second pass is a no-op."""
