@@ -37,6 +37,28 @@ def test_machine_paths_are_found_and_system_paths_are_not(load_benchmark):
     assert h.relativize("/work/main/benchmarks/results/a /work/main", folders) == "benchmarks/results/a ."
 
 
+def test_a_study_trained_from_another_worktree_names_the_repositorys_files_by_their_path(load_benchmark, tmp_path):
+    """A study pinned at its commit trains from a worktree (``git worktree add --detach``): its runs name tables by
+    that tree's absolute path, and the report names them by the path in the repository, as from the checkout."""
+    import subprocess
+
+    h = load_benchmark("harness")
+    repo, pinned = tmp_path / "repo", tmp_path / "pinned"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    repo.mkdir()
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "a.txt").write_text("a\n")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    subprocess.run([*git, "worktree", "add", "-q", "--detach", str(pinned)], check=True)
+    trees = h.worktrees(repo.resolve())
+    assert trees == [repo.resolve(), pinned.resolve()]
+    folders = {str(t): (".", "") for t in trees}
+    text = f"llm.table={pinned.resolve()}/benchmarks/results/t/q.sqlite"
+    assert h.relativize(text, folders) == "llm.table=benchmarks/results/t/q.sqlite"
+    assert h.worktrees(tmp_path / "not-a-repo") == [tmp_path / "not-a-repo"]   # no git: the checkout alone
+
+
 def test_no_machine_path_anywhere_under_results(relpaths):
     """Every text file (json, md, jsonl, txt, yaml, csv, py) and every answer table's meta under results/."""
     assert len(relpaths.text_files(RESULTS)) > 100 and list(RESULTS.rglob("*.sqlite"))   # the scan sees the files

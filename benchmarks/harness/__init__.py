@@ -157,6 +157,7 @@ from .paths import (  # noqa: F401
     plan_folders,
     relative_paths,
     relativize,
+    worktrees,
 )
 from .plan import (  # noqa: F401
     PLACEHOLDER,

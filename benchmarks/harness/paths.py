@@ -69,7 +69,7 @@ def plan_folders(plan: Plan) -> dict[str, Folder]:
     ``--runs``, itself ``<runs>``), the preparation folder as ``<prep>``, the repository's files by their path in
     it, and every other path-valued flag outside the repository by its name (``--tables /x/t`` -> ``<tables>``)."""
     checkout = root().resolve()
-    folders: dict[str, Folder] = {str(checkout): (".", "")}
+    folders: dict[str, Folder] = {str(worktree): (".", "") for worktree in worktrees(checkout)}
     for key, value in sorted(vars(plan.args).items()):
         if key in ("runs", "prep") or not (isinstance(value, Path) or isinstance(value, str) and value.startswith("/")):
             continue
@@ -79,6 +79,20 @@ def plan_folders(plan: Plan) -> dict[str, Folder]:
     folders[str(plan.runs)] = ("<runs>", "")
     folders[str(plan.prep)] = named("<prep>")
     return folders
+
+
+def worktrees(checkout: Path) -> list[Path]:
+    """This checkout and every other working tree of its repository (``git worktree list``): a study trained from a
+    worktree pinned at its commit names the repository's files by that tree's path, and they are the same files."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(["git", "-C", str(checkout), "worktree", "list", "--porcelain"], capture_output=True,
+                                text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return [checkout]
+    others = [Path(line[len("worktree "):]).resolve() for line in listed.splitlines() if line.startswith("worktree ")]
+    return list(dict.fromkeys([checkout, *others]))
 
 
 def relative_paths(plan: Plan, text: str) -> str:
