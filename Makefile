@@ -33,8 +33,9 @@ $(STAMP): pyproject.toml
 # each, one seed: Qwen2.5-Coder-1.5B's answers replayed from the committed answer table (no Qwen download), the same
 # few-shot prompt answered by its own worked examples with no LM (llm=prompt_only: as many of the actions the examples
 # name as Qwen gave on each state), a random suggester, and no reward. Every ELLM arm reads a table over the same 300
-# states (benchmarks/results/ellm_craftax/attribution-120k) and answers a state its table lacks with its own answer
-# to the nearest state (llm.table_fallback=nearest), so all are equally covered.
+# states (the tables of benchmarks/results/ellm_craftax/attribution-120k) and answers a state its table lacks with
+# its own answer to the nearest state (llm.table_fallback=nearest), the same declared fallback in every arm; the
+# seeded study is benchmarks/results/ellm_craftax/attribution-all-120k.
 DEMO := env=craftax env.actions=text env.max_steps=400 agent=ppo agent.image_encoder=flat agent.num_steps=32 \
         num_envs=64 total_steps=40000 method.extrinsic_coef=0 eval.episodes=0 run.overwrite=true run.dir=runs/demo
 ELLM_OPEN := method=ellm method.vocabulary=actions method.match=exact llm.table_fallback=nearest

@@ -15,7 +15,7 @@ from pathlib import Path
 METRIC = "charts/achievements_per_episode"
 ARMS = {"ellm-qwen": "ELLM, Qwen's answers (replayed)", "ellm-prompt-only": "ELLM, its prompt's examples, no LM",
         "ellm-random": "ELLM, a random suggester", "no-reward": "no reward"}
-STUDY = "benchmarks/results/ellm_craftax/attribution-120k/report.md"
+STUDY = "benchmarks/results/ellm_craftax/attribution-all-120k/report.md"
 
 
 def last_tenth(run_dir: Path) -> float | None:
