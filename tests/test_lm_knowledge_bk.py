@@ -28,7 +28,8 @@ def test_the_probe_measures_a_studys_programs_and_names_the_one_that_copies_the_
                        "--from-labels", str(prep), "--arms", "oracle,prompt-only,qwen-agnostic,qwen-offdomain",
                        "--out", str(out)]) == 0
     result = json.loads((out / "bk_code-GoToLocal-RedBall-S20.json").read_text())
-    assert result["setup"]["label_runs"] == str(prep) and result["setup"]["states"] == 200
+    assert result["setup"]["label_runs"] == "<prep>" and result["setup"]["states"] == 200
+    assert result["setup"]["data"] == "<prep>/data"   # no machine path in a result
     oracle, example, copy = (result[a]["runs"][0] for a in ("oracle", "prompt-only", "qwen-agnostic"))
     assert oracle["valid"] and oracle["spearman_vs_oracle"] == pytest.approx(1.0)
     assert oracle["same_values_as_example"] is False and result["oracle"]["copies_example"] == 0

@@ -390,8 +390,11 @@ def bk_probe(args, arms: list[str], seeds: list[int]) -> dict:
                     if ran else None,
                     "mean_spearman_vs_oracle": float(np.mean(rhos)) if rhos else None,
                     "copies_example": sum(bool(r.get("same_values_as_example")) for r in ran)}
-    out["setup"] = {"data": str(args.data), "env": args.env_id, "task": args.task, "states": len(states),
-                    "seeds": seeds, "code": BK_CODE, "label_runs": str(from_labels) if from_labels else None}
+    data, prep = Path(args.data).resolve(), Path(from_labels or "/").resolve()
+    # results name no machine path (issue 67): the study's preparation folder is <prep>
+    data = f"<prep>/{data.relative_to(prep).as_posix()}" if from_labels and data.is_relative_to(prep) else str(data)
+    out["setup"] = {"data": data, "env": args.env_id, "task": args.task, "states": len(states),
+                    "seeds": seeds, "code": BK_CODE, "label_runs": "<prep>" if from_labels else None}
     return out
 
 
