@@ -351,8 +351,16 @@ def bk_probe(args, arms: list[str], seeds: list[int]) -> dict:
         res = sandbox.evaluate(final.read_text(), "potential", list(states))
         return np.asarray(res.values, dtype=float) if res.ok and not res.item_errors else None
 
+    def spearman(v: np.ndarray | None, ref: np.ndarray | None) -> float | None:
+        """Spearman's rho of two programs' values on the states; None when either is missing or constant."""
+        if v is None or ref is None or not np.std(v) > 0 or not np.std(ref) > 0:
+            return None
+        from scipy.stats import spearmanr
+
+        return float(spearmanr(v, ref).statistic)
+
     oracle = values(label_run("oracle", 0))
-    example = values(STUDY_LABELS["prompt-only"] if from_labels else "labels-prompt-only-s0")   # the example program
+    example = values(label_run("prompt-only", 0))   # the prompt's example program
     out: dict = {}
     for arm in arms:
         rows = []
@@ -364,16 +372,7 @@ def bk_probe(args, arms: list[str], seeds: list[int]) -> dict:
                 continue
             summary = m.get("summary", {})
             v = values(name)
-            rho = None
-            if v is not None and oracle is not None and np.std(v) > 0 and np.std(oracle) > 0:
-                from scipy.stats import spearmanr
-
-                rho = float(spearmanr(v, oracle).statistic)
-            rho_example = None
-            if v is not None and example is not None and np.std(v) > 0 and np.std(example) > 0:
-                from scipy.stats import spearmanr
-
-                rho_example = float(spearmanr(v, example).statistic)
+            rho, rho_example = spearman(v, oracle), spearman(v, example)
             rows.append({"seed": seed, "ran": True, "valid": m.get("failed") is None,
                          "valid_steps": summary.get("valid_steps", 0), "steps": summary.get("steps", 0),
                          "first_attempt_valid": summary.get("first_attempt_valid", 0),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,6 +82,7 @@ def plan_folders(plan: Plan) -> dict[str, Folder]:
     return folders
 
 
+@cache   # one git call per checkout and process: plan_folders runs for every artifact and report
 def worktrees(checkout: Path) -> list[Path]:
     """This checkout and every other working tree of its repository (``git worktree list``): a study trained from a
     worktree pinned at its commit names the repository's files by that tree's path, and they are the same files."""
